@@ -1,0 +1,1 @@
+"""cudadiag: diagnose PyTorch CUDA errors from inside a notebook."""

@@ -1,0 +1,225 @@
+"""Text or exception -> Diagnosis, using the table in knowledge.py.
+
+The first error decides: in a text, the earliest message that matches a signature; for an
+exception, its first cause. Later messages are usually consequences (guide point 1).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from cudadiag import knowledge
+from cudadiag.incident import Diagnosis, EnvInfo, exception_chain, qualified_type_name
+
+_SIZE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15,
+               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
+_SIZE_KEYS = ("requested", "total", "free", "allocated", "reserved_unallocated", "reserved",
+              "process_in_use")
+
+
+@dataclass
+class _Match:
+    signature: knowledge.Signature
+    match: re.Match[str]
+    text: str
+
+
+def classify(
+    error: BaseException | str,
+    *,
+    context: str | None = None,
+    env: EnvInfo | None = None,
+) -> Diagnosis:
+    """Classify a CUDA/PyTorch error into one of the families of knowledge.FAMILIES.
+
+    `error` is an exception object or any text (a traceback, a log, a pasted issue).
+    `context` is output captured before the exception (a child's stderr with kernel assertion
+    lines); it counts as coming first. `env` adds the device capability and the build's arch
+    list to a missing-kernel diagnosis.
+
+    Returns a Diagnosis; never raises for unrecognised input (the family is then `unknown`).
+    """
+    events = _events(error, context)
+    decided: tuple[_Match | None, knowledge.CudaError | None] = (None, None)
+    for text, exc in events:
+        found = _first_match(text)
+        code = _error_code(exc)
+        if code is not None or found is not None:
+            decided = (found, code)
+            break
+    whole = "\n".join(text for text, _ in events)
+    return _diagnosis(decided[0], decided[1], whole, env)
+
+
+def first_error_line(text: str) -> str:
+    """Return the line of `text` that holds its first recognised error ('' when none)."""
+    found = _first_match(text)
+    return _line_at(found.text, found.match.start()) if found else ""
+
+
+def is_sticky(error: BaseException | str, *, context: str | None = None) -> bool:
+    """Return True when any error in `error` (or `context`) leaves the CUDA context unusable."""
+    return classify(error, context=context).sticky
+
+
+def _events(error: BaseException | str, context: str | None) -> list[tuple[str, Any]]:
+    events: list[tuple[str, Any]] = []
+    if context and context.strip():
+        events.append((context, None))
+    if isinstance(error, BaseException):
+        for exc in exception_chain(error):
+            events.append((f"{qualified_type_name(exc)}: {exc}", exc))
+    else:
+        events.append((str(error), None))
+    return events
+
+
+def _first_match(text: str) -> _Match | None:
+    best: _Match | None = None
+    for signature in knowledge.SIGNATURES:
+        m = signature.pattern.search(text)
+        if m and (best is None or m.start() < best.match.start()):
+            best = _Match(signature, m, text)
+    return best
+
+
+def _error_code(exc: Any) -> knowledge.CudaError | None:
+    code = getattr(exc, "error_code", None) if exc is not None else None
+    return knowledge.CUDA_ERRORS_BY_CODE.get(code) if isinstance(code, int) else None
+
+
+def _any_sticky(text: str, events_codes: list[knowledge.CudaError]) -> bool:
+    if any(code.sticky for code in events_codes):
+        return True
+    return any(s.sticky and s.pattern.search(text) for s in knowledge.SIGNATURES)
+
+
+def _diagnosis(
+    found: _Match | None, code: knowledge.CudaError | None, whole: str, env: EnvInfo | None
+) -> Diagnosis:
+    details: dict[str, Any] = {}
+    evidence = ""
+    if found is not None:
+        details.update(found.signature.fixed)
+        details.update({k: v for k, v in found.match.groupdict().items() if v is not None})
+        evidence = _line_at(found.text, found.match.start())
+    family = found.signature.family if found else "unknown"
+    if code is not None:
+        family = code.family
+        details.update(error_code=code.code, cuda_error=code.name)
+    details.update(_family_details(family, whole, found.match.start() if found else 0))
+    details.update(_hints(whole))
+    if _says_hip(whole) or details.get("api") == "HIP":
+        details["backend"] = "rocm"
+    elif details.get("api") == "CUDA" or "CUDA" in whole:
+        details["backend"] = "cuda"
+    details.pop("api", None)
+    _add_sizes_in_bytes(details)
+    if env is not None and family == "op_unavailable":
+        _add_arch_details(details, env)
+    fam = knowledge.FAMILIES[family]
+    sticky = _any_sticky(whole, [code] if code else [])
+    return Diagnosis(
+        family=family,
+        sticky=sticky,
+        first_checks=_extra_checks(family, details) + list(fam.first_checks),
+        avoid=list(fam.avoid),
+        details=details,
+        summary=_summary(fam, details, evidence, sticky),
+        asynchronous=fam.asynchronous or bool(details.get("async_hint")),
+        evidence=evidence,
+    )
+
+
+def _family_details(family: str, text: str, start: int) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    for pattern in knowledge.DETAIL_PATTERNS.get(family, ()):
+        m = pattern.search(text, max(0, start - 2000) if family == "device_assert" else start)
+        if m:
+            details.update({k: v for k, v in m.groupdict().items() if v and k not in details})
+    return details
+
+
+def _hints(text: str) -> dict[str, Any]:
+    hints: dict[str, Any] = {}
+    for name, pattern in knowledge.HINT_PATTERNS.items():
+        m = pattern.search(text)
+        if m:
+            groups = {k: v for k, v in m.groupdict().items() if v}
+            hints.update(groups or {name: True})
+    return hints
+
+
+def _says_hip(text: str) -> bool:
+    return bool(re.search(r"\bHIP (?:error|out of memory|kernel errors)|hipError|"
+                          r"AMD_SERIALIZE_KERNEL|Memory access fault by GPU", text))
+
+
+def parse_size(text: str) -> int | None:
+    """Return the number of bytes in a size like `1.95 GiB` or `20.00 MiB` (None if unparsable)."""
+    m = re.fullmatch(r"\s*([\d.]+)\s*([KMGTP]?i?B)\s*", text, re.IGNORECASE)
+    if not m:
+        return None
+    unit = _SIZE_UNITS.get(m.group(2).upper())
+    return int(float(m.group(1)) * unit) if unit else None
+
+
+def _add_sizes_in_bytes(details: dict[str, Any]) -> None:
+    for key in _SIZE_KEYS:
+        if isinstance(details.get(key), str):
+            size = parse_size(details[key])
+            if size is not None:
+                details[f"{key}_bytes"] = size
+
+
+def _add_arch_details(details: dict[str, Any], env: EnvInfo) -> None:
+    if env.capability and "capability" not in details:
+        details["capability"] = env.capability
+    if env.arch_list and "arch_list" not in details:
+        details["arch_list"] = " ".join(env.arch_list)
+    if env.device_in_arch_list is not None:
+        details["device_in_arch_list"] = env.device_in_arch_list
+
+
+def _extra_checks(family: str, details: dict[str, Any]) -> list[str]:
+    checks = []
+    if family == "oom":
+        requested = details.get("requested_bytes")
+        spare = details.get("reserved_unallocated_bytes")
+        if requested and spare and spare >= knowledge.FRAGMENTATION_RATIO * requested:
+            details["fragmentation_likely"] = True
+            checks.append(knowledge.FRAGMENTATION_CHECK.format(**details))
+        if details.get("oom_kind") == "runtime":
+            checks.append(knowledge.RUNTIME_OOM_CHECK)
+    if family == "op_unavailable" and details.get("capability") and details.get("arch_list"):
+        if details.get("device_in_arch_list") is not True:
+            checks.append(knowledge.ARCH_CHECK.format(**details))
+    return checks
+
+
+def _summary(fam: knowledge.Family, details: dict[str, Any], evidence: str, sticky: bool) -> str:
+    if fam.name == "device_assert" and details.get("assertion"):
+        where = details.get("kernel", "a kernel")
+        place = f" ({details['file'].rsplit('/', 1)[-1]}:{details['line']})" if details.get(
+            "file") else ""
+        head = f"`{details['assertion']}` failed in {where}{place}"
+    else:
+        head = _shorten(evidence) or "no known CUDA/PyTorch error message found"
+    tail = " — the CUDA context is unusable: restart the process" if sticky else ""
+    return f"{fam.title}: {head}{tail}"
+
+
+def _shorten(line: str, limit: int = 160) -> str:
+    line = re.sub(r"^[\w.]+(?:Error|Exception|Warning): ", "", line.strip())
+    if len(line) <= limit:
+        return line
+    sentence_end = line.rfind(". ", 0, limit)
+    return line[: sentence_end + 1] if sentence_end > 0 else line[: limit - 1] + "…"
+
+
+def _line_at(text: str, pos: int) -> str:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    return text[start: end if end >= 0 else len(text)].strip()

@@ -1,0 +1,317 @@
+"""The Incident: everything cudadiag learns about one failure, as a plain dataclass tree.
+
+Producers (the kernel hook, the isolated worker, the CLI) build one; consumers (the store,
+the renderers) read it. `to_dict()` / `from_dict()` give a JSON round trip; `SCHEMA` is the
+version of that layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import traceback as tb_module
+import types
+import typing
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+SCHEMA = 1
+
+
+class IncidentSchemaError(ValueError):
+    """An incident record this version of cudadiag cannot read."""
+
+
+@dataclass
+class Frame:
+    """One traceback frame, mapped to a notebook cell when it came from one."""
+
+    file: str
+    line: int
+    function: str
+    source: str | None = None
+    cell: int | None = None
+    """Execution count of the cell (`In[N]`) the frame belongs to, when it is a cell."""
+    user: bool = True
+    """False for frames inside PyTorch, IPython, the standard library and cudadiag."""
+
+    def location(self) -> str:
+        """Return `In[N], line L` for cells, `file:line` otherwise."""
+        if self.cell is not None:
+            return f"In[{self.cell}], line {self.line}"
+        return f"{self.file}:{self.line}"
+
+
+@dataclass
+class LaterError:
+    """An error that came after the incident's first error in the same process."""
+
+    type: str
+    message: str
+    family: str
+    at: str
+    cell: int | None = None
+    probable_consequence: bool = True
+
+
+@dataclass
+class ErrorInfo:
+    """The first error: what Python raised and where it saw it."""
+
+    type: str
+    message: str
+    """First line of the message."""
+    text: str
+    """Full text of the message (and any device output captured with it)."""
+    traceback: list[Frame] = field(default_factory=list)
+    reported_at: Frame | None = None
+    later: list[LaterError] = field(default_factory=list)
+
+    @classmethod
+    def from_exception(
+        cls,
+        exc: BaseException,
+        locate_cell: Callable[[str], int | None] = lambda filename: None,
+        cell_source: Callable[[int], str | None] = lambda cell: None,
+    ) -> ErrorInfo:
+        """Build the error node of an incident from an exception and its traceback.
+
+        `locate_cell(filename)` returns the execution count of the cell a code object was
+        compiled from (None for files); `cell_source(n)` returns that cell's source.
+        """
+        frames = [
+            _frame_from_summary(summary, locate_cell, cell_source)
+            for summary in tb_module.extract_tb(exc.__traceback__)
+        ]
+        user_frames = [f for f in frames if f.user]
+        text = str(exc)
+        return cls(
+            type=qualified_type_name(exc),
+            message=text.strip().splitlines()[0] if text.strip() else "",
+            text=text,
+            traceback=frames,
+            reported_at=user_frames[-1] if user_frames else (frames[-1] if frames else None),
+        )
+
+
+@dataclass
+class Diagnosis:
+    """What the error means: family, whether the process is finished, what to check."""
+
+    family: str
+    sticky: bool
+    first_checks: list[str]
+    avoid: list[str]
+    details: dict[str, Any]
+    summary: str
+    asynchronous: bool = False
+    """The error is reported after the fact: the traceback line is an observation point."""
+    evidence: str = ""
+    """The line of text that decided the family."""
+
+
+@dataclass
+class TensorArg:
+    """One argument of an operator call."""
+
+    name: str
+    kind: str
+    """`tensor`, `scalar`, `list` or `other`."""
+    shape: list[int] | None = None
+    dtype: str | None = None
+    device: str | None = None
+    stride: list[int] | None = None
+    contiguous: bool | None = None
+    value: str | None = None
+    """Scalars as text; integer tensors on the CPU as `min..max`."""
+
+
+@dataclass
+class OpCall:
+    """One operator call recorded by the tracer."""
+
+    name: str
+    args: list[TensorArg] = field(default_factory=list)
+
+
+@dataclass
+class OpInfo:
+    """The operator that raised, and the last ones before it."""
+
+    name: str
+    args: list[TensorArg] = field(default_factory=list)
+    recent: list[OpCall] = field(default_factory=list)
+    precheck: str | None = None
+    """The precise contract violation found before the kernel ran, when one was found."""
+
+
+@dataclass
+class StepInfo:
+    """Where in the training loop the error happened."""
+
+    iteration: int | None = None
+    last_completed: int | None = None
+    batch_index: int | None = None
+    last_incomplete: bool | None = None
+    loader: str | None = None
+
+
+@dataclass
+class EnvInfo:
+    """The environment that produced an incident. Unknown fields say `unavailable: <why>`."""
+
+    python: str = ""
+    platform: str = ""
+    torch: str = ""
+    cuda: str | None = None
+    hip: str | None = None
+    cudnn: str | None = None
+    backend: str = "cpu"
+    device_name: str | None = None
+    capability: str | None = None
+    arch_list: list[str] = field(default_factory=list)
+    device_in_arch_list: bool | None = None
+    gpu_count: str | None = None
+    code_revision: str | None = None
+    code_dirty: bool | None = None
+    extensions: dict[str, str] = field(default_factory=dict)
+    cuda_initialized: bool = False
+
+
+@dataclass
+class RunInfo:
+    """How the incident was obtained."""
+
+    mode: str
+    """`kernel`, `isolated` or `cli`."""
+    blocking: bool = False
+    env_vars: dict[str, str] = field(default_factory=dict)
+    exit_status: int | None = None
+    signal: str | None = None
+    wall_s: float | None = None
+    cells: list[int] = field(default_factory=list)
+    simulated: bool = False
+    ingested_late: bool = False
+    """Captured by loading the extension after the failure (from sys.last_value)."""
+
+
+@dataclass
+class Incident:
+    """Everything cudadiag knows about one failure."""
+
+    error: ErrorInfo
+    diagnosis: Diagnosis
+    run: RunInfo
+    env: EnvInfo | None = None
+    op: OpInfo | None = None
+    step: StepInfo | None = None
+    batch: dict[str, Any] | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    created_at: str = field(
+        default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")
+    )
+    schema: int = SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the incident as JSON-ready nested dicts and lists."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Incident:
+        """Rebuild an incident from `to_dict()` output.
+
+        Raises IncidentSchemaError when the record was written by a newer cudadiag or is not
+        an incident at all.
+        """
+        if not isinstance(data, dict) or "error" not in data or "diagnosis" not in data:
+            raise IncidentSchemaError("not an incident record (no 'error' and 'diagnosis' keys)")
+        schema = data.get("schema", SCHEMA)
+        if not isinstance(schema, int) or schema > SCHEMA:
+            raise IncidentSchemaError(
+                f"incident {data.get('id', '?')} was written by a newer cudadiag (schema "
+                f"{schema}); this version reads schema {SCHEMA} and older. Upgrade cudadiag "
+                f"(pip install -U cudadiag) to read it."
+            )
+        return _build(cls, data)
+
+
+def qualified_type_name(exc: BaseException) -> str:
+    """Return `torch.AcceleratorError`-style names: module-qualified except for builtins."""
+    t = type(exc)
+    module = t.__module__
+    if module in ("builtins", "__main__"):
+        return t.__qualname__
+    if module.startswith("torch") and hasattr(sys.modules.get("torch"), t.__name__):
+        return f"torch.{t.__name__}"
+    return f"{module}.{t.__qualname__}"
+
+
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """Return the chain of causes and contexts of `exc`, the first cause first."""
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append(current)
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
+    return list(reversed(chain))
+
+
+_LIBRARY_MARKERS = (
+    os.sep + "site-packages" + os.sep,
+    os.sep + "dist-packages" + os.sep,
+    os.path.dirname(os.__file__) + os.sep,
+    os.path.dirname(__file__) + os.sep,
+)
+
+
+def _is_user_file(filename: str) -> bool:
+    if filename.startswith("<frozen"):
+        return False
+    return not any(marker in filename for marker in _LIBRARY_MARKERS)
+
+
+def _frame_from_summary(
+    summary: tb_module.FrameSummary,
+    locate_cell: Callable[[str], int | None],
+    cell_source: Callable[[int], str | None],
+) -> Frame:
+    cell = locate_cell(summary.filename)
+    source = summary.line
+    if cell is not None and not source:
+        lines = (cell_source(cell) or "").splitlines()
+        lineno = summary.lineno or 0
+        source = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else None
+    return Frame(
+        file=summary.filename,
+        line=summary.lineno or 0,
+        function=summary.name,
+        source=source or None,
+        cell=cell,
+        user=cell is not None or _is_user_file(summary.filename),
+    )
+
+
+def _build(tp: Any, data: Any) -> Any:
+    """Build a value of type `tp` (a dataclass, list, dict or plain type) from JSON data."""
+    if data is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _build(inner[0], data) if len(inner) == 1 else data
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        return [_build(item, v) for v in data]
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        known = {f.name for f in dataclasses.fields(tp)}
+        return tp(**{k: _build(hints[k], v) for k, v in data.items() if k in known})
+    return data

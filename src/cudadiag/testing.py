@@ -1,0 +1,328 @@
+"""A simulated CUDA device on CPU tensors, for tests and demos without a GPU.
+
+`simulated_cuda()` is a dispatch mode that reproduces CUDA's behaviour where cudadiag cares:
+
+- a broken index contract (contracts.py: nll_loss targets, embedding, index_select, gather,
+  scatter, advanced indexing) is a *kernel assertion*: its line is written to the process's
+  stderr file descriptor as the real kernel's printf would, and the error is raised later, at
+  the next synchronising operation (`.item()`, `.tolist()`, `.cpu()`, `print(t)`), with
+  PyTorch's real text and the asynchronous-report suffix;
+- with `CUDA_LAUNCH_BLOCKING=1` in the environment it is raised at the faulty operator instead,
+  without the suffix;
+- after the error surfaces every operator raises it again (sticky) until the process ends;
+- opt-in, a memory budget: an allocation beyond it raises `torch.OutOfMemoryError` with the
+  caching allocator's real message.
+
+Everything it raises carries `simulated = True`; incidents record it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+from cudadiag import contracts
+
+F = TypeVar("F", bound=Callable[..., Any])
+_BaseAcceleratorError: type[RuntimeError] = getattr(torch, "AcceleratorError", RuntimeError)
+
+_DOCS = "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html"
+_ASYNC_SUFFIX = (
+    "\nCUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+)
+_DSA = "\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+MAX_ASSERT_LINES = 32
+
+# Operators that wait for the device on CUDA: a pending asynchronous error surfaces here.
+SYNCHRONISING_OPS = frozenset({
+    "_local_scalar_dense", "nonzero", "equal", "is_nonzero", "masked_select", "_unique2",
+    "unique_dim", "unique_consecutive",
+})
+# Tensor methods that read data on the host without going through the dispatcher.
+_HOST_READS = ("tolist", "cpu", "numpy", "__repr__", "__str__", "__format__", "__array__")
+
+
+class SimulatedAcceleratorError(_BaseAcceleratorError):
+    """A CUDA runtime error raised by the simulator (`simulated` is True)."""
+
+    simulated = True
+
+    def __init__(self, message: str, error_code: int) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+class SimulatedOutOfMemoryError(torch.OutOfMemoryError):
+    """The caching allocator's out-of-memory error, raised by the simulator."""
+
+    simulated = True
+
+
+@dataclass
+class _Fault:
+    violation: contracts.Violation
+
+    def error(self, blocking: bool) -> SimulatedAcceleratorError:
+        text = (
+            "CUDA error: device-side assert triggered\nSearch for `cudaErrorAssert' in "
+            f"{_DOCS} for more information."
+            + ("" if blocking else _ASYNC_SUFFIX) + _DSA
+        )
+        error = SimulatedAcceleratorError(text, 710)
+        error.violation = self.violation
+        return error
+
+
+class _DeviceState:
+    """The simulated device. Module-level: like a CUDA context, it lives as long as the
+    process."""
+
+    def __init__(self) -> None:
+        self.pending: _Fault | None = None
+        self.poisoned: _Fault | None = None
+        self.blocking_surfaced = False
+        self.live: dict[int, list[int]] = {}
+        """data_ptr -> [bytes, number of live tensors using it], for the memory budget."""
+
+    def surface(self) -> None:
+        if self.poisoned is not None:
+            raise self.poisoned.error(self.blocking_surfaced)
+        if self.pending is not None:
+            self.poisoned, self.pending = self.pending, None
+            raise self.poisoned.error(False)
+
+    def live_bytes(self) -> int:
+        return sum(size for size, _ in self.live.values())
+
+
+_STATE = _DeviceState()
+
+
+def is_poisoned() -> bool:
+    """Return True when a simulated device-side assert has surfaced in this process."""
+    return _STATE.poisoned is not None
+
+
+def blocking_from_env() -> bool:
+    """Return True when CUDA_LAUNCH_BLOCKING asks for synchronous launches."""
+    return os.environ.get("CUDA_LAUNCH_BLOCKING", "").strip() not in ("", "0")
+
+
+class SimulatedCuda(TorchDispatchMode):
+    """The dispatch mode behind `simulated_cuda()`; usable as a context manager, a decorator,
+    or with `start()` / `stop()` across notebook cells."""
+
+    def __init__(self, memory_budget: int | None = None, device_index: int = 0) -> None:
+        super().__init__()
+        self.memory_budget = memory_budget
+        self.device_index = device_index
+        self._patched: dict[str, Any] = {}
+
+    def start(self) -> SimulatedCuda:
+        """Enter the mode until `stop()` (for notebooks, where a `with` cannot span cells)."""
+        self.__enter__()
+        return self
+
+    def stop(self) -> None:
+        """Leave the mode entered by `start()`."""
+        self.__exit__(None, None, None)
+
+    def __enter__(self) -> SimulatedCuda:
+        super().__enter__()
+        self._patch_host_reads()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._restore_host_reads()
+        super().__exit__(*exc_info)
+
+    def __call__(self, fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with SimulatedCuda(self.memory_budget, self.device_index):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if _STATE.poisoned is not None or (name in SYNCHRONISING_OPS and _STATE.pending):
+            _STATE.surface()
+        contract = contracts.contract_for(name)
+        if contract is not None and _STATE.pending is None:
+            violation = contracts.check(contract, args)
+            if violation is not None:
+                args = self._fault(contract, args, violation)
+        if self.memory_budget is not None:
+            self._check_memory(func, args, kwargs)
+        out = func(*args, **kwargs)
+        if self.memory_budget is not None:
+            tree_map(self._track, out)
+        return out
+
+    def _fault(self, contract: contracts.IndexContract, args: tuple[Any, ...],
+               violation: contracts.Violation) -> tuple[Any, ...]:
+        _write_assert_lines(violation)
+        fault = _Fault(violation)
+        if blocking_from_env():
+            _STATE.poisoned, _STATE.blocking_surfaced = fault, True
+            raise fault.error(blocking=True)
+        _STATE.pending = fault
+        return contracts.sanitized_args(contract, args, violation)
+
+    def _check_memory(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        requested = _predicted_new_bytes(func, args, kwargs)
+        used = _STATE.live_bytes()
+        if requested and used + requested > self.memory_budget:
+            raise SimulatedOutOfMemoryError(
+                allocator_oom_message(requested, self.memory_budget, used, self.device_index)
+            )
+
+    def _track(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            key = value.untyped_storage().data_ptr()
+            entry = _STATE.live.setdefault(key, [value.untyped_storage().nbytes(), 0])
+            entry[1] += 1
+            weakref.finalize(value, _release, key)
+        return value
+
+    def _patch_host_reads(self) -> None:
+        for name in (*_HOST_READS, "to"):
+            original = getattr(torch.Tensor, name, None)
+            if original is None or getattr(original, "_cudadiag_sim", False):
+                continue
+            # None marks a method inherited from the C base class: restored by deleting.
+            self._patched[name] = torch.Tensor.__dict__.get(name)
+            wrap = _synchronising_to if name == "to" else _synchronising
+            setattr(torch.Tensor, name, wrap(original))
+
+    def _restore_host_reads(self) -> None:
+        for name, original in self._patched.items():
+            if original is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, original)
+        self._patched.clear()
+
+
+def simulated_cuda(memory_budget: int | str | None = None) -> SimulatedCuda:
+    """Return a simulated CUDA device for CPU tensors (a context manager and decorator).
+
+    `memory_budget` (bytes, or a size like `"2 GiB"`) turns on the out-of-memory simulation.
+    Raises ValueError for a budget that cannot be read.
+    """
+    if isinstance(memory_budget, str):
+        from cudadiag.classify import parse_size
+
+        parsed = parse_size(memory_budget)
+        if parsed is None:
+            raise ValueError(
+                f"memory_budget {memory_budget!r} is not a size; give bytes or e.g. '2 GiB'"
+            )
+        memory_budget = parsed
+    return SimulatedCuda(memory_budget)
+
+
+def format_size(size: int) -> str:
+    """Return a size the way PyTorch's allocator prints it (`20.00 MiB`)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.2f} {unit}"
+    return f"{size} bytes"
+
+
+def allocator_oom_message(requested: int, total: int, used: int, device: int = 0) -> str:
+    """Return the caching allocator's out-of-memory text (c10/cuda/CUDACachingAllocator.cpp)."""
+    free = max(total - used, 0)
+    return (
+        f"CUDA out of memory. Tried to allocate {format_size(requested)}. GPU {device} has a "
+        f"total capacity of {format_size(total)} of which {format_size(free)} is free. "
+        f"Of the allocated memory {format_size(used)} is allocated by PyTorch, and "
+        f"{format_size(0)} is reserved by PyTorch but unallocated. If reserved but unallocated "
+        "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+        "fragmentation.  See documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    )
+
+
+def _synchronising(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _STATE.surface()
+        return method(*args, **kwargs)
+
+    wrapper._cudadiag_sim = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _synchronising_to(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`Tensor.to` waits for the device only when it copies to the host."""
+
+    @functools.wraps(method)
+    def wrapper(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        targets = [*args, kwargs.get("device")]
+        if any(str(t) == "cpu" for t in targets if isinstance(t, (str, torch.device))):
+            _STATE.surface()
+        return method(self, *args, **kwargs)
+
+    wrapper._cudadiag_sim = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _release(key: int) -> None:
+    entry = _STATE.live.get(key)
+    if entry is not None:
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del _STATE.live[key]
+
+
+def _write_assert_lines(violation: contracts.Violation) -> None:
+    """Write the kernel's assertion printf lines to fd 2, as a real kernel would."""
+    ka = violation.kernel_assert
+    if ka is None:
+        return
+    lines = []
+    for position in violation.positions[:MAX_ASSERT_LINES]:
+        thread = position[-1] if position else 0
+        lines.append(
+            f"{ka.file}:{ka.line}: {ka.kernel}: block: [0,0,0], thread: [{thread},0,0] "
+            f"Assertion `{ka.assertion}` failed.\n"
+        )
+    os.write(2, "".join(lines).encode())
+
+
+def _predicted_new_bytes(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Bytes of fresh storage the call would allocate, computed on the meta device."""
+    if any(r.alias_info is not None for r in func._schema.returns):
+        return 0
+
+    def to_meta(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                       device="meta")
+        if isinstance(value, torch.device):
+            return torch.device("meta")
+        return value
+
+    meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
+    if "device" in kwargs:
+        meta_kwargs["device"] = torch.device("meta")
+    try:
+        out = func(*tree_map(to_meta, args), **meta_kwargs)
+    except Exception:  # no meta kernel: the budget is checked only for what meta can size
+        return 0
+    sizes: list[int] = []
+    tree_map(lambda t: sizes.append(t.untyped_storage().nbytes())
+             if isinstance(t, torch.Tensor) else None, out)
+    return sum(sizes)
