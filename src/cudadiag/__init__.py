@@ -1,1 +1,56 @@
-"""cudadiag: diagnose PyTorch CUDA errors from inside a notebook."""
+"""cudadiag: diagnose PyTorch CUDA errors from inside a notebook.
+
+`%load_ext cudadiag` keeps the first CUDA error of the kernel with its context, says what it
+means and what to check, and warns on every later cell when the CUDA context is unusable.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from cudadiag.classify import classify
+from cudadiag.env import collect_env
+from cudadiag.incident import Diagnosis, EnvInfo, Incident, IncidentSchemaError
+
+__version__ = "0.1.0"
+__all__ = [
+    "Diagnosis",
+    "EnvInfo",
+    "Incident",
+    "IncidentSchemaError",
+    "classify",
+    "collect_env",
+    "incidents",
+    "load_ipython_extension",
+    "testing",
+    "unload_ipython_extension",
+]
+
+
+def incidents() -> list[Incident]:
+    """Return every incident of the on-disk log as Incident objects, oldest first."""
+    from cudadiag.kernel.store import IncidentStore
+
+    return IncidentStore().load()
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext cudadiag`: capture CUDA errors of this kernel."""
+    from cudadiag.kernel import magics
+
+    magics.load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """`%unload_ext cudadiag`: stop capturing and warning (the magics stay registered)."""
+    from cudadiag.kernel import magics
+
+    magics.unload(ipython)
+
+
+def __getattr__(name: str) -> Any:
+    # `cudadiag.testing` imports torch; load it only when asked for.
+    if name == "testing":
+        return importlib.import_module("cudadiag.testing")
+    raise AttributeError(f"module 'cudadiag' has no attribute {name!r}")

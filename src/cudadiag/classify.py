@@ -79,6 +79,8 @@ def _events(error: BaseException | str, context: str | None) -> list[tuple[str, 
 def _first_match(text: str) -> _Match | None:
     best: _Match | None = None
     for signature in knowledge.SIGNATURES:
+        if signature.required is not None and signature.required not in text:
+            continue
         m = signature.pattern.search(text)
         if m and (best is None or m.start() < best.match.start()):
             best = _Match(signature, m, text)
@@ -93,7 +95,10 @@ def _error_code(exc: Any) -> knowledge.CudaError | None:
 def _any_sticky(text: str, events_codes: list[knowledge.CudaError]) -> bool:
     if any(code.sticky for code in events_codes):
         return True
-    return any(s.sticky and s.pattern.search(text) for s in knowledge.SIGNATURES)
+    return any(
+        s.sticky and (s.required is None or s.required in text) and s.pattern.search(text)
+        for s in knowledge.SIGNATURES
+    )
 
 
 def _diagnosis(
@@ -213,6 +218,7 @@ def _summary(fam: knowledge.Family, details: dict[str, Any], evidence: str, stic
 
 def _shorten(line: str, limit: int = 160) -> str:
     line = re.sub(r"^[\w.]+(?:Error|Exception|Warning): ", "", line.strip())
+    line = re.sub(r"^(?:CUDA|HIP) error: ", "", line)
     if len(line) <= limit:
         return line
     sentence_end = line.rfind(". ", 0, limit)

@@ -326,10 +326,14 @@ class Signature:
     sticky: bool = False
     fixed: dict[str, object] = field(default_factory=dict)
     """Details that the match implies (e.g. which kind of out-of-memory)."""
+    required: str | None = None
+    """A substring without which the pattern cannot match: skips patterns that do not start
+    with a literal (and would scan long texts slowly) when it is absent."""
 
 
-def _sig(family: str, pattern: str, *, sticky: bool = False, **fixed: object) -> Signature:
-    return Signature(family, re.compile(pattern, re.IGNORECASE), sticky, dict(fixed))
+def _sig(family: str, pattern: str, *, sticky: bool = False, required: str | None = None,
+         **fixed: object) -> Signature:
+    return Signature(family, re.compile(pattern, re.IGNORECASE), sticky, dict(fixed), required)
 
 
 def _runtime_error_signatures() -> list[Signature]:
@@ -349,18 +353,19 @@ def _runtime_error_signatures() -> list[Signature]:
 
 
 _ASSERT_LINE = (
-    r"(?P<file>[^\s:]+\.(?:cu|cuh|hip)):(?P<line>\d+): (?P<kernel>[^\n]*?): "
+    r"(?P<file>[^\s:]{1,256}\.(?:cu|cuh|hip)):(?P<line>\d+): (?P<kernel>[^\n]{0,256}?): "
     r"block: \[(?P<block>[\d, ]+)\], thread: \[(?P<thread>[\d, ]+)\] "
     r"Assertion `(?P<assertion>[^\n]+?)` failed"
 )
-_SIZE = r"[\d.]+ ?[KMGTP]?i?B"
+_SIZE = r"[\d.]{1,12} ?[KMGTP]?i?B"
 
 SIGNATURES: tuple[Signature, ...] = (
     # --- device assertions: the kernel's printf line comes before the exception
-    _sig("device_assert", _ASSERT_LINE, sticky=True),
+    _sig("device_assert", _ASSERT_LINE, sticky=True, required="Assertion `"),
     _sig("device_assert",
-         r"(?P<file>[^\s:]+):(?P<line>\d+): (?P<kernel>[^\n]*?): "
-         r"Device-side assertion `(?P<assertion>[^\n]+?)' failed", sticky=True, api="HIP"),
+         r"(?P<file>[^\s:]{1,256}):(?P<line>\d+): (?P<kernel>[^\n]{0,256}?): "
+         r"Device-side assertion `(?P<assertion>[^\n]+?)' failed", sticky=True, api="HIP",
+         required="Device-side assertion"),
     _sig("device_assert",
          r"HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception\. "
          r"code: 0x1016", sticky=True, api="HIP"),
@@ -397,11 +402,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\"(?P<op>\w*nll_loss\w*)\" not implemented for '(?P<dtype>\w+)'"),
     _sig("op_unavailable", r"\"(?P<op>[\w:.]+)\" not implemented for '(?P<dtype>\w+)'"),
     _sig("op_unavailable",
-         r"Could not run '(?P<op>[^']+)' with arguments from the '(?P<backend>[^']+)' backend"),
+         r"Could not run '(?P<op>[^']+)' with arguments from the '(?P<dispatch_key>[^']+)' backend"),
     _sig("op_unavailable", r"operator (?P<op>\w+::\w+) does not exist"),
     _sig("op_unavailable",
          r"The operator '(?P<op>[^']+)' is not currently implemented for the MPS device",
-         backend="MPS"),
+         dispatch_key="MPS"),
     _sig("op_unavailable",
          r"with CUDA capability (?P<capability>sm_\d+\w*) is not compatible with the current "
          r"PyTorch installation"),
@@ -409,7 +414,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("op_unavailable", r"(?P<status>CUBLAS_STATUS_ARCH_MISMATCH|CUDNN_STATUS_ARCH_MISMATCH)"),
     _sig("op_unavailable", r"undefined symbol: (?P<symbol>\S+)"),
     _sig("op_unavailable",
-         r"(?P<library>lib[\w.\-]+\.so[.\d]*): cannot open shared object file"),
+         r"(?P<library>lib[\w.\-]{1,200}\.so[.\d]*): cannot open shared object file",
+         required="cannot open shared object file"),
     _sig("op_unavailable", r"Could not load library (?P<library>\S+)"),
     _sig("op_unavailable", r"No available kernel\. +Aborting execution"),
     _sig("op_unavailable", r"FlashAttention only supports [^\n]+"),
@@ -440,7 +446,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("dtype_mismatch",
          r"expected (?:m1|mat1) and (?:m2|mat2) to have the same dtype, but got: "
          r"(?P<found>\S+) != (?P<expected>\S+)"),
-    _sig("dtype_mismatch", r"\w+ and \w+ must have the same dtype"),
+    _sig("dtype_mismatch", r"\b\w{1,30} and \w{1,30} must have the same dtype",
+         required="must have the same dtype"),
     _sig("dtype_mismatch",
          r"Input type \((?P<found>[\w.:]+)\) and (?:weight|bias) type \((?P<expected>[\w.:]+)\) "
          r"should be the same"),
@@ -544,6 +551,11 @@ DETAIL_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
         )
     ),
 }
+
+# Lines a device prints on its own (kernel printf, ROCm runtime) that never reach the exception.
+DEVICE_MESSAGE = re.compile(
+    r"Assertion `|Device-side assertion|Memory access fault by GPU|HSA_STATUS_ERROR"
+)
 
 # Hints that say something about how the message was produced, not which family it is.
 HINT_PATTERNS: dict[str, re.Pattern[str]] = {

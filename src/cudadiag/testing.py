@@ -94,6 +94,7 @@ class _DeviceState:
         """data_ptr -> [bytes, number of live tensors using it], for the memory budget."""
 
     def surface(self) -> None:
+        __tracebackhide__ = True  # IPython: show the user's line, not the simulator's
         if self.poisoned is not None:
             raise self.poisoned.error(self.blocking_surfaced)
         if self.pending is not None:
@@ -110,6 +111,12 @@ _STATE = _DeviceState()
 def is_poisoned() -> bool:
     """Return True when a simulated device-side assert has surfaced in this process."""
     return _STATE.poisoned is not None
+
+
+def reset_simulated_device() -> None:
+    """Forget a simulated fault (for test isolation only: a real CUDA context cannot be reset,
+    the process must restart)."""
+    _STATE.__init__()
 
 
 def blocking_from_env() -> bool:
@@ -154,6 +161,7 @@ class SimulatedCuda(TorchDispatchMode):
         return wrapper  # type: ignore[return-value]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        __tracebackhide__ = True
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
         if _STATE.poisoned is not None or (name in SYNCHRONISING_OPS and _STATE.pending):
@@ -258,6 +266,7 @@ def allocator_oom_message(requested: int, total: int, used: int, device: int = 0
 def _synchronising(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
         _STATE.surface()
         return method(*args, **kwargs)
 
@@ -270,6 +279,7 @@ def _synchronising_to(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def wrapper(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
         targets = [*args, kwargs.get("device")]
         if any(str(t) == "cpu" for t in targets if isinstance(t, (str, torch.device))):
             _STATE.surface()

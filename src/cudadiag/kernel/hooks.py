@@ -1,0 +1,228 @@
+"""Capture in the live kernel: `pre_run_cell` / `post_run_cell` callbacks.
+
+The first error of the kernel is *the* incident. After a sticky error, later errors are its
+probable consequences and are appended to it; every later cell is preceded by a one-line
+warning. Nothing here touches the user's variables, devices or RNG streams (reading an RNG
+state does not advance it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+from collections import OrderedDict, deque
+from datetime import datetime, timezone
+from typing import Any
+
+from cudadiag import knowledge
+from cudadiag.classify import classify
+from cudadiag.env import collect_env
+from cudadiag.incident import (
+    ErrorInfo,
+    Incident,
+    LaterError,
+    RunInfo,
+    exception_chain,
+    qualified_type_name,
+)
+from cudadiag.kernel.store import IncidentStore
+from cudadiag.ui import render
+
+RNG_CELLS_KEPT = 256
+DEVICE_LINES_KEPT = 64
+
+
+class DeviceMessageTail:
+    """Keeps the device's own lines (kernel assertion printf, ROCm faults) that pass through a
+    text stream. ipykernel forwards the process's fd 1/2 to `sys.stdout`/`sys.stderr` by
+    calling their `write`; those lines never reach the exception."""
+
+    def __init__(self) -> None:
+        self.lines: deque[str] = deque(maxlen=DEVICE_LINES_KEPT)
+        self._streams: list[tuple[Any, Any]] = []
+
+    def attach(self, stream: Any) -> None:
+        """Tee `stream.write` (an instance attribute, so the class is untouched)."""
+        original = getattr(stream, "write", None)
+        if original is None or getattr(original, "_cudadiag_tail", False):
+            return
+        had_own = "write" in getattr(stream, "__dict__", {})
+
+        def write(text: Any) -> Any:
+            if isinstance(text, str) and knowledge.DEVICE_MESSAGE.search(text):
+                self.lines.extend(
+                    line for line in text.splitlines() if knowledge.DEVICE_MESSAGE.search(line)
+                )
+            return original(text)
+
+        write._cudadiag_tail = True  # type: ignore[attr-defined]
+        try:
+            stream.write = write
+        except (AttributeError, TypeError):
+            return
+        self._streams.append((stream, original if had_own else None))
+
+    def detach(self) -> None:
+        """Give every stream its own `write` back."""
+        for stream, original in self._streams:
+            if original is None:
+                with contextlib.suppress(AttributeError):
+                    del stream.write
+            else:
+                stream.write = original
+        self._streams.clear()
+
+    def take(self) -> str:
+        """Return the lines kept so far and forget them."""
+        text = "\n".join(self.lines)
+        self.lines.clear()
+        return text
+
+
+class KernelCapture:
+    """The extension's state in one IPython shell."""
+
+    def __init__(self, shell: Any, store: IncidentStore | None = None) -> None:
+        self.shell = shell
+        self.store = store or IncidentStore()
+        self.current: Incident | None = None
+        """The kernel's incident that decides what later errors are (the first one, or the
+        latest after a non-sticky error)."""
+        self.rng_states: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self.device_tail = DeviceMessageTail()
+
+    def register(self) -> None:
+        """Register the cell callbacks on the shell and watch its output for device lines."""
+        self.shell.events.register("pre_run_cell", self.pre_run_cell)
+        self.shell.events.register("post_run_cell", self.post_run_cell)
+        self.device_tail.attach(sys.stdout)
+        self.device_tail.attach(sys.stderr)
+
+    def unregister(self) -> None:
+        """Remove the cell callbacks (IPython cannot unregister magics; they stay)."""
+        self.device_tail.detach()
+        for event, callback in (("pre_run_cell", self.pre_run_cell),
+                                ("post_run_cell", self.post_run_cell)):
+            try:
+                self.shell.events.unregister(event, callback)
+            except ValueError:
+                pass
+
+    @property
+    def poisoned_by(self) -> Incident | None:
+        """The sticky incident that made this kernel's CUDA context unusable, if any."""
+        return self.current if self.current and self.current.diagnosis.sticky else None
+
+    def pre_run_cell(self, info: Any = None, **_: Any) -> None:
+        """Record the RNG states this cell starts from; warn when the context is poisoned."""
+        self._record_rng_states(self.shell.execution_count)
+        if self.poisoned_by is not None:
+            print(render.sticky_warning_line(self.poisoned_by), file=sys.stderr)
+
+    def post_run_cell(self, result: Any = None, **_: Any) -> None:
+        """Turn the cell's error, if any, into an incident or a later error of one."""
+        exc = getattr(result, "error_in_exec", None)
+        if exc is None:
+            return
+        self.capture(exc, cell=result.execution_count)
+
+    def capture(self, exc: BaseException, cell: int | None,
+                ingested_late: bool = False) -> Incident | None:
+        """Record `exc` raised by cell `cell`. Returns the incident it was filed under, or
+        None for an error unrelated to PyTorch (a NameError, a KeyError...)."""
+        with contextlib.suppress(AttributeError):
+            exc._cudadiag_seen = True  # type: ignore[attr-defined]
+        device_lines = self.device_tail.take()
+        diagnosis = classify(exc, context=device_lines)
+        relevant = is_relevant(exc, diagnosis.family)
+        poisoned = self.poisoned_by
+        if poisoned is not None:
+            poisoned.error.later.append(LaterError(
+                type=qualified_type_name(exc),
+                message=(str(exc).strip().splitlines() or [""])[0],
+                family=diagnosis.family,
+                at=_now(),
+                cell=cell,
+                probable_consequence=relevant,
+            ))
+            self._save(poisoned)
+            return poisoned
+        if not relevant:
+            return None
+        error = ErrorInfo.from_exception(exc, self._locate_cell, self._cell_source)
+        if device_lines:
+            error.text = f"{device_lines}\n{error.text}"
+        if cell is None and error.reported_at is not None:
+            cell = error.reported_at.cell
+        incident = Incident(
+            error=error,
+            diagnosis=diagnosis,
+            run=RunInfo(mode="kernel", cells=[cell] if cell is not None else [],
+                        simulated=_is_simulated(exc), ingested_late=ingested_late),
+            env=collect_env(),
+        )
+        self.current = incident
+        self._save(incident)
+        print(render.render_short(incident), file=sys.stderr)
+        return incident
+
+    def ingest_last_error(self) -> Incident | None:
+        """Capture the error that failed the last cell before the extension was loaded."""
+        exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if exc is None or getattr(exc, "_cudadiag_seen", False):
+            return None
+        return self.capture(exc, cell=None, ingested_late=True)
+
+    def rng_state_before(self, cell: int) -> dict[str, Any] | None:
+        """Return the RNG states recorded at the start of cell `cell` (None if not kept)."""
+        return self.rng_states.get(cell)
+
+    def _save(self, incident: Incident) -> None:
+        try:
+            self.store.append(incident)
+        except OSError as exc:
+            print(f"cudadiag: could not write the incident log {self.store.path}: {exc}",
+                  file=sys.stderr)
+
+    def _record_rng_states(self, cell: int) -> None:
+        states: dict[str, Any] = {"random": random.getstate()}
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            states["torch"] = torch.get_rng_state()
+            if self.poisoned_by is None and torch.cuda.is_initialized():
+                try:
+                    states["cuda"] = torch.cuda.get_rng_state_all()
+                except RuntimeError:
+                    pass  # the context broke since the last cell: the next error says so
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            states["numpy"] = numpy.random.get_state()
+        self.rng_states[cell] = states
+        while len(self.rng_states) > RNG_CELLS_KEPT:
+            self.rng_states.popitem(last=False)
+
+    def _locate_cell(self, filename: str) -> int | None:
+        filename_map = getattr(self.shell.compile, "_filename_map", {})
+        return filename_map.get(filename)
+
+    def _cell_source(self, cell: int) -> str | None:
+        history = self.shell.user_ns.get("In") or []
+        return history[cell] if 0 <= cell < len(history) else None
+
+
+def is_relevant(exc: BaseException, family: str) -> bool:
+    """Return True for errors cudadiag diagnoses: a recognised family, or raised by torch."""
+    return (
+        family != "unknown"
+        or type(exc).__module__.split(".")[0] == "torch"
+        or _is_simulated(exc)
+    )
+
+
+def _is_simulated(exc: BaseException) -> bool:
+    return any(getattr(e, "simulated", False) for e in exception_chain(exc))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,142 @@
+"""The incident log on disk: JSON lines, appended atomically, bounded by rotation.
+
+An incident that changes (a later error appended) is written again with the same id; the
+last record of an id wins. The log lives in the user cache directory, or `$CUDADIAG_HOME`,
+so it survives kernel restarts and is shared by every kernel and the `cudadiag` command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from cudadiag.incident import Incident, IncidentSchemaError
+
+try:
+    import fcntl
+except ImportError:  # Windows: appends of one write() each are still whole lines
+    fcntl = None  # type: ignore[assignment]
+
+LOG_NAME = "incidents.jsonl"
+MAX_BYTES = 8 * 2**20
+KEEP_ROTATED = 3
+
+
+class IncidentNotFound(LookupError):
+    """No incident, or more than one, matches the id given."""
+
+
+def default_home() -> Path:
+    """Return `$CUDADIAG_HOME`, else the user cache directory for cudadiag."""
+    home = os.environ.get("CUDADIAG_HOME")
+    if home:
+        return Path(home).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("cudadiag"))
+
+
+class IncidentStore:
+    """Append-only incident log with rotation. Safe with several processes writing at once."""
+
+    def __init__(self, home: Path | str | None = None, max_bytes: int = MAX_BYTES,
+                 keep: int = KEEP_ROTATED) -> None:
+        self.home = Path(home) if home is not None else default_home()
+        self.max_bytes = max_bytes
+        self.keep = keep
+
+    @property
+    def path(self) -> Path:
+        """The current log file."""
+        return self.home / LOG_NAME
+
+    def append(self, incident: Incident) -> None:
+        """Write `incident` as one line. Raises OSError when the log cannot be written."""
+        line = (json.dumps(incident.to_dict(), default=str) + "\n").encode()
+        self.home.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            self._rotate_if_full(len(line))
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+
+    def load(self) -> list[Incident]:
+        """Return every incident, oldest first; unreadable lines are skipped with one warning."""
+        latest: dict[str, Incident] = {}
+        skipped = 0
+        for path in self._files_oldest_first():
+            try:
+                lines = path.read_bytes().splitlines()
+            except OSError:
+                continue
+            for raw in lines:
+                if not raw.strip():
+                    continue
+                try:
+                    incident = Incident.from_dict(json.loads(raw))
+                except (ValueError, TypeError, KeyError, IncidentSchemaError):
+                    skipped += 1
+                    continue
+                latest.pop(incident.id, None)
+                latest[incident.id] = incident
+        if skipped:
+            warnings.warn(
+                f"cudadiag: skipped {skipped} unreadable line(s) in the incident log {self.home}",
+                stacklevel=2,
+            )
+        return sorted(latest.values(), key=lambda i: i.created_at)
+
+    def get(self, incident_id: str | None = None) -> Incident:
+        """Return the incident whose id starts with `incident_id` (the newest when None).
+
+        Raises IncidentNotFound when none or several match.
+        """
+        incidents = self.load()
+        if not incidents:
+            raise IncidentNotFound(f"the incident log {self.path} holds no incident yet")
+        if incident_id is None:
+            return incidents[-1]
+        matches = [i for i in incidents if i.id.startswith(incident_id)]
+        if len(matches) != 1:
+            known = ", ".join(i.id for i in incidents[-5:])
+            what = "no incident" if not matches else f"{len(matches)} incidents"
+            raise IncidentNotFound(
+                f"{what} with an id starting with {incident_id!r}; recent ids: {known}"
+            )
+        return matches[0]
+
+    def _files_oldest_first(self) -> list[Path]:
+        rotated = [self.home / f"{LOG_NAME}.{n}" for n in range(self.keep, 0, -1)]
+        return [p for p in (*rotated, self.path) if p.exists()]
+
+    def _rotate_if_full(self, incoming: int) -> None:
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return
+        if size + incoming <= self.max_bytes:
+            return
+        for n in range(self.keep - 1, 0, -1):
+            older = self.home / f"{LOG_NAME}.{n}"
+            if older.exists():
+                older.replace(self.home / f"{LOG_NAME}.{n + 1}")
+        self.path.replace(self.home / f"{LOG_NAME}.1")
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        if fcntl is None:
+            yield
+            return
+        fd = os.open(self.home / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)

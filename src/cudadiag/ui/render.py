@@ -1,0 +1,147 @@
+"""Plain-text renderings of incidents (what `%cudadiag show` and the CLI print).
+
+No widget import here: this module must work in a terminal and in static views.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable
+
+from cudadiag.incident import Frame, Incident
+
+RESTART_FRONTENDS = (
+    "JupyterLab / Notebook 7: Kernel > Restart Kernel…; VS Code: the Restart button of the "
+    "notebook toolbar; terminal IPython: exit and start again."
+)
+
+
+def restart_reminder(incident: Incident) -> str:
+    """Return the one-paragraph reminder shown after a sticky error."""
+    cell = _cell_label(incident)
+    simulated = " (simulated)" if incident.run.simulated else ""
+    return (
+        f"The CUDA context{simulated} has been unusable since {cell}: every later CUDA call in "
+        "this process fails and existing GPU tensors are lost. Restart the kernel. A restart "
+        "fixes no bad target or index: check the data first."
+    )
+
+
+def sticky_warning_line(incident: Incident) -> str:
+    """Return the one line printed before each cell that runs after a sticky error."""
+    simulated = " (simulated)" if incident.run.simulated else ""
+    return (
+        f"cudadiag: the CUDA context{simulated} has been unusable since {_cell_label(incident)} "
+        f"({incident.diagnosis.family}); restart the kernel — a restart fixes no bad target "
+        "or index."
+    )
+
+
+def render_short(incident: Incident) -> str:
+    """Return the few lines shown under a failing cell."""
+    d = incident.diagnosis
+    lines = [f"cudadiag [{incident.id}] {d.summary}" + _simulated_tag(incident)]
+    if incident.error.reported_at:
+        lines.append(f"  reported at {_frame_text(incident.error.reported_at)}")
+        if d.asynchronous:
+            lines.append("  (an observation point, not necessarily the cause: CUDA reports "
+                         "kernel errors asynchronously)")
+    if d.first_checks:
+        lines.append(f"  check first: {d.first_checks[0]}")
+    if d.sticky:
+        lines.append("  " + restart_reminder(incident))
+    lines.append(f"  details: %cudadiag show {incident.id}")
+    return "\n".join(lines)
+
+
+def render_text(incident: Incident) -> str:
+    """Return the full plain-text report of one incident."""
+    d, e = incident.diagnosis, incident.error
+    out = [
+        f"Incident {incident.id} — {incident.created_at} — {incident.run.mode} run"
+        + _simulated_tag(incident),
+        f"{d.family}: {d.summary}",
+    ]
+    if d.sticky:
+        out += ["", "RESTART REQUIRED", _wrap(restart_reminder(incident)),
+                _wrap(RESTART_FRONTENDS)]
+    out += ["", "First error", f"  {e.type}: {e.message}"]
+    if e.reported_at:
+        out.append(f"  reported at {_frame_text(e.reported_at)}")
+        if d.asynchronous:
+            out.append("  this line is an observation point, not necessarily the cause: "
+                       "re-run isolated with blocking launches to find the operator")
+    if d.evidence and d.evidence not in e.message:
+        out.append(f"  first message: {d.evidence}")
+    out += _section("Details", [f"{k}: {v}" for k, v in d.details.items()])
+    if incident.op:
+        args = ", ".join(_arg_text(a) for a in incident.op.args)
+        out += _section("Operator", [f"{incident.op.name}({args})"]
+                        + ([incident.op.precheck] if incident.op.precheck else []))
+    if incident.step:
+        s = incident.step
+        out += _section("Step", [f"iteration {s.iteration}, last completed {s.last_completed}"
+                                 + (", last incomplete batch" if s.last_incomplete else "")])
+    out += _section("Check first", d.first_checks, bullet="- ")
+    out += _section("Do not conclude", d.avoid, bullet="- ")
+    out += _section("Traceback (user frames)", [_frame_text(f) for f in e.traceback if f.user])
+    if incident.env:
+        env = incident.env
+        out += _section("Environment", [
+            f"python {env.python}, torch {env.torch}, cuda {env.cuda}, hip {env.hip}, "
+            f"backend {env.backend}",
+            f"device {env.device_name}, capability {env.capability}",
+            f"code revision {env.code_revision}" + (" (dirty)" if env.code_dirty else ""),
+        ] + ([f"extensions: {env.extensions}"] if env.extensions else []))
+    if e.later:
+        out += _section(
+            f"Later errors ({len(e.later)}, probable consequences of the first)",
+            [f"In[{x.cell}] {x.type}: {x.message}" + ("" if x.probable_consequence else
+                                                       " (unrelated)") for x in e.later],
+        )
+    return "\n".join(out)
+
+
+def render_table(incidents: Iterable[Incident]) -> str:
+    """Return one line per incident: id, time, family, where, summary."""
+    rows = [f"{'id':12}  {'time':25}  {'family':19}  {'where':10}  summary"]
+    for i in incidents:
+        where = f"In[{i.run.cells[0]}]" if i.run.cells else i.run.mode
+        rows.append(f"{i.id:12}  {i.created_at:25}  {i.diagnosis.family:19}  {where:10}  "
+                    f"{_clip(i.diagnosis.summary, 90)}{_simulated_tag(i)}")
+    return "\n".join(rows) if len(rows) > 1 else "no incidents recorded"
+
+
+def _section(title: str, lines: list[str], bullet: str = "  ") -> list[str]:
+    if not lines:
+        return []
+    return ["", title, *(_wrap(line, bullet) for line in lines)]
+
+
+def _wrap(text: str, bullet: str = "  ") -> str:
+    return textwrap.fill(text, width=100, initial_indent=bullet,
+                         subsequent_indent=" " * len(bullet))
+
+
+def _frame_text(frame: Frame) -> str:
+    source = f": {frame.source}" if frame.source else ""
+    return f"{frame.location()} in {frame.function}{source}"
+
+
+def _arg_text(arg: object) -> str:
+    shape = getattr(arg, "shape", None)
+    if shape is not None:
+        return f"{arg.name}={arg.dtype}{list(shape)}@{arg.device}"
+    return f"{arg.name}={arg.value}"
+
+
+def _cell_label(incident: Incident) -> str:
+    return f"In[{incident.run.cells[0]}]" if incident.run.cells else "the failing call"
+
+
+def _simulated_tag(incident: Incident) -> str:
+    return " [simulated]" if incident.run.simulated else ""
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
