@@ -36,42 +36,48 @@ DEVICE_LINES_KEPT = 64
 class DeviceMessageTail:
     """Keeps the device's own lines (kernel assertion printf, ROCm faults) that pass through a
     text stream. ipykernel forwards the process's fd 1/2 to `sys.stdout`/`sys.stderr` by
-    calling their `write`; those lines never reach the exception."""
+    calling their `write`; those lines never reach the exception.
+
+    Attached for the duration of each cell: IPython 9 itself swaps `write` during a cell and
+    puts its own back afterwards, so a wrapper installed once would be lost.
+    """
 
     def __init__(self) -> None:
         self.lines: deque[str] = deque(maxlen=DEVICE_LINES_KEPT)
-        self._streams: list[tuple[Any, Any]] = []
+        self._attached: list[tuple[Any, Any, Any]] = []
 
     def attach(self, stream: Any) -> None:
         """Tee `stream.write` (an instance attribute, so the class is untouched)."""
-        original = getattr(stream, "write", None)
-        if original is None or getattr(original, "_cudadiag_tail", False):
+        current = getattr(stream, "write", None)
+        if current is None or getattr(current, "_cudadiag_tail", False):
             return
-        had_own = "write" in getattr(stream, "__dict__", {})
+        own = getattr(stream, "__dict__", {}).get("write")
 
-        def write(text: Any) -> Any:
+        def write(text: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(text, str) and knowledge.DEVICE_MESSAGE.search(text):
                 self.lines.extend(
                     line for line in text.splitlines() if knowledge.DEVICE_MESSAGE.search(line)
                 )
-            return original(text)
+            return current(text, *args, **kwargs)
 
         write._cudadiag_tail = True  # type: ignore[attr-defined]
         try:
             stream.write = write
         except (AttributeError, TypeError):
             return
-        self._streams.append((stream, original if had_own else None))
+        self._attached.append((stream, write, own))
 
     def detach(self) -> None:
-        """Give every stream its own `write` back."""
-        for stream, original in self._streams:
-            if original is None:
+        """Give every stream the `write` it had, unless someone replaced ours since."""
+        for stream, wrapper, own in self._attached:
+            if getattr(stream, "__dict__", {}).get("write") is not wrapper:
+                continue
+            if own is None:
                 with contextlib.suppress(AttributeError):
                     del stream.write
             else:
-                stream.write = original
-        self._streams.clear()
+                stream.write = own
+        self._attached.clear()
 
     def take(self) -> str:
         """Return the lines kept so far and forget them."""
@@ -90,14 +96,13 @@ class KernelCapture:
         """The kernel's incident that decides what later errors are (the first one, or the
         latest after a non-sticky error)."""
         self.rng_states: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._rng_at_start: dict[str, Any] | None = None
         self.device_tail = DeviceMessageTail()
 
     def register(self) -> None:
         """Register the cell callbacks on the shell and watch its output for device lines."""
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
         self.shell.events.register("post_run_cell", self.post_run_cell)
-        self.device_tail.attach(sys.stdout)
-        self.device_tail.attach(sys.stderr)
 
     def unregister(self) -> None:
         """Remove the cell callbacks (IPython cannot unregister magics; they stay)."""
@@ -116,12 +121,23 @@ class KernelCapture:
 
     def pre_run_cell(self, info: Any = None, **_: Any) -> None:
         """Record the RNG states this cell starts from; warn when the context is poisoned."""
-        self._record_rng_states(self.shell.execution_count)
+        self._rng_at_start = self._read_rng_states()
+        self.device_tail.attach(sys.stdout)
+        self.device_tail.attach(sys.stderr)
         if self.poisoned_by is not None:
             print(render.sticky_warning_line(self.poisoned_by), file=sys.stderr)
 
     def post_run_cell(self, result: Any = None, **_: Any) -> None:
         """Turn the cell's error, if any, into an incident or a later error of one."""
+        self.device_tail.detach()
+        # The execution count is known for sure only here (IPython 9 increments it before
+        # pre_run_cell, IPython 8 after).
+        count = getattr(result, "execution_count", None)
+        if self._rng_at_start is not None and count is not None:
+            self.rng_states[count] = self._rng_at_start
+            while len(self.rng_states) > RNG_CELLS_KEPT:
+                self.rng_states.popitem(last=False)
+        self._rng_at_start = None
         exc = getattr(result, "error_in_exec", None)
         if exc is None:
             return
@@ -185,7 +201,7 @@ class KernelCapture:
             print(f"cudadiag: could not write the incident log {self.store.path}: {exc}",
                   file=sys.stderr)
 
-    def _record_rng_states(self, cell: int) -> None:
+    def _read_rng_states(self) -> dict[str, Any]:
         states: dict[str, Any] = {"random": random.getstate()}
         torch = sys.modules.get("torch")
         if torch is not None:
@@ -198,9 +214,7 @@ class KernelCapture:
         numpy = sys.modules.get("numpy")
         if numpy is not None:
             states["numpy"] = numpy.random.get_state()
-        self.rng_states[cell] = states
-        while len(self.rng_states) > RNG_CELLS_KEPT:
-            self.rng_states.popitem(last=False)
+        return states
 
     def _locate_cell(self, filename: str) -> int | None:
         filename_map = getattr(self.shell.compile, "_filename_map", {})

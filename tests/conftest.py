@@ -1,0 +1,37 @@
+"""Shared fixtures: an isolated incident log, a clean simulated device, a real IPython shell."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def cudadiag_home(tmp_path, monkeypatch):
+    """Every test writes its incidents to its own log."""
+    home = tmp_path / "cudadiag-home"
+    monkeypatch.setenv("CUDADIAG_HOME", str(home))
+    return home
+
+
+@pytest.fixture(autouse=True)
+def fresh_simulated_device(monkeypatch):
+    """Each test starts with a healthy simulated device and non-blocking launches."""
+    from cudadiag.testing import reset_simulated_device
+
+    monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
+    reset_simulated_device()
+    yield
+    reset_simulated_device()
+
+
+@pytest.fixture
+def shell():
+    """The process's IPython InteractiveShell with cudadiag loaded; unloaded afterwards."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_cell("%load_ext cudadiag", store_history=True)
+    yield ip
+    ip.run_cell("_sim = globals().get('sim')\nif _sim is not None: _sim.stop()")
+    ip.extension_manager.unload_extension("cudadiag")
+    ip.reset(new_session=False)

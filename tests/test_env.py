@@ -1,0 +1,104 @@
+"""collect_env(): fields, no CUDA initialisation, poisoned contexts, git revision, speed."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+import torch
+
+from cudadiag import collect_env
+from cudadiag.env import code_revision, detect_backend
+
+
+def test_versions_and_backend_on_this_machine():
+    env = collect_env()
+    assert env.torch == torch.__version__
+    assert env.python.count(".") == 2
+    assert env.backend in ("cuda", "rocm", "mps", "cpu")
+    if not torch.cuda.is_available():
+        assert env.backend == "cpu"
+
+
+def test_never_initialises_cuda(monkeypatch):
+    def refuse():
+        raise AssertionError("collect_env initialised CUDA")
+
+    monkeypatch.setattr(torch.cuda, "_lazy_init", refuse)
+    monkeypatch.setattr(torch.cuda, "init", refuse)
+    collect_env()
+    assert not torch.cuda.is_initialized()
+
+
+def test_rocm_is_recognised_by_torch_version_hip(monkeypatch):
+    monkeypatch.setattr(torch.version, "hip", "6.2.41133")
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.cuda, "_device_count_amdsmi", lambda: 1, raising=False)
+    assert detect_backend(torch) == "rocm"
+    env = collect_env()
+    assert env.hip == "6.2.41133" and env.backend == "rocm"
+    assert env.device_name.startswith("unavailable: CUDA not initialised")
+
+
+def test_poisoned_context_gives_unavailable_fields(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    def poisoned(*_):
+        raise RuntimeError("CUDA error: device-side assert triggered\nmore")
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", poisoned)
+    env = collect_env()
+    assert env.backend == "cuda"
+    assert env.device_name == "unavailable: CUDA error: device-side assert triggered"
+
+
+def test_loaded_binary_extensions_are_listed(monkeypatch):
+    import sys
+    import types
+
+    fake = types.ModuleType("xformers")
+    fake.__version__ = "0.0.99"
+    monkeypatch.setitem(sys.modules, "xformers", fake)
+    assert collect_env().extensions["xformers"] == "0.0.99"
+
+
+def test_code_revision_and_dirty_flag(tmp_path):
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    assert code_revision(str(tmp_path)) == (None, None)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    tmp_path = repo
+    git("init", "-q")
+    (repo / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "one")
+    commit, dirty = code_revision(str(repo))
+    assert len(commit) == 40 and dirty is False
+    (repo / "a.py").write_text("x = 2\n")
+    from cudadiag import env as env_module
+
+    env_module._git_cache.clear()
+    assert code_revision(str(repo))[1] is True
+
+
+def test_takes_under_50_ms_in_a_warm_process():
+    collect_env()
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        collect_env()
+        times.append(time.perf_counter() - start)
+    assert sorted(times)[2] < 0.050
+
+
+@pytest.mark.slow
+def test_cli_env_prints_the_environment():
+    out = subprocess.run(["cudadiag", "env"], capture_output=True, text=True, check=True).stdout
+    assert f"torch: {torch.__version__}" in out
+    assert "backend: " in out

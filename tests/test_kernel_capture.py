@@ -1,0 +1,169 @@
+"""Live-kernel capture through a real IPython InteractiveShell and the simulated device."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from cudadiag import incidents
+from cudadiag.kernel.magics import capture_for
+
+SETUP = (
+    "import torch, torch.nn.functional as F\n"
+    "from cudadiag.testing import simulated_cuda\n"
+    "sim = simulated_cuda().start()"
+)
+MODEL = (
+    "torch.manual_seed(0)\n"
+    "model = torch.nn.Linear(8, 4)\n"
+    "x = torch.randn(3, 8)\n"
+    "target = torch.tensor([0, 2, 4])\n"
+    "loss = F.cross_entropy(model(x), target)"
+)
+
+
+def run(shell, source):
+    """Run one cell the way a notebook does; return (result, execution count)."""
+    count = shell.execution_count
+    return shell.run_cell(source, store_history=True), count
+
+
+def _fail_with_device_assert(shell):
+    run(shell, SETUP)
+    run(shell, MODEL)
+    result, cell = run(shell, "print('loss', loss.item())")
+    assert result.error_in_exec is not None
+    return cell
+
+
+def test_load_registers_callbacks_and_unload_removes_them(shell):
+    capture = capture_for(shell)
+    assert capture.post_run_cell in shell.events.callbacks["post_run_cell"]
+    assert capture.pre_run_cell in shell.events.callbacks["pre_run_cell"]
+    shell.extension_manager.unload_extension("cudadiag")
+    assert capture.post_run_cell not in shell.events.callbacks["post_run_cell"]
+    assert capture.pre_run_cell not in shell.events.callbacks["pre_run_cell"]
+    shell.extension_manager.load_extension("cudadiag")
+
+
+def test_device_assert_in_a_cell_becomes_the_incident(shell, capsys):
+    cell = _fail_with_device_assert(shell)
+    (incident,) = incidents()
+    assert incident.diagnosis.family == "device_assert"
+    assert incident.diagnosis.sticky and incident.diagnosis.asynchronous
+    assert incident.run.mode == "kernel" and incident.run.simulated
+    assert incident.run.cells == [cell]
+    assert incident.error.reported_at.cell == cell
+    assert incident.error.reported_at.source == "print('loss', loss.item())"
+    assert incident.env.torch == torch.__version__
+    err = capsys.readouterr().err
+    assert f"cudadiag [{incident.id}]" in err
+    assert "an observation point, not necessarily the cause" in err
+    assert "Restart the kernel" in err
+
+
+def test_later_errors_are_consequences_not_new_incidents(shell):
+    cell = _fail_with_device_assert(shell)
+    _, second = run(shell, "y = torch.ones(2) + 1")
+    _, third = run(shell, "undefined_name")
+    (incident,) = incidents()
+    assert [(x.cell, x.probable_consequence) for x in incident.error.later] == [
+        (second, True), (third, False)]
+    assert incident.error.later[0].family == "device_assert"
+    assert incident.run.cells == [cell]
+
+
+def test_every_cell_after_a_sticky_error_is_warned_and_still_runs(shell, capsys):
+    cell = _fail_with_device_assert(shell)
+    capsys.readouterr()
+    result, _ = run(shell, "plain = 41 + 1")
+    assert result.success and shell.user_ns["plain"] == 42
+    err = capsys.readouterr().err
+    assert f"has been unusable since In[{cell}]" in err
+    assert "a restart fixes no bad target or index" in err
+
+
+def test_after_a_non_sticky_error_the_next_error_is_a_new_incident(shell):
+    run(shell, "import torch\nfrom cudadiag.testing import simulated_cuda")
+    run(shell, "with simulated_cuda(memory_budget='1 MiB'):\n    big = torch.empty(10**6)")
+    run(shell, "raise RuntimeError('Expected all tensors to be on the same device, but found "
+               "at least two devices, cuda:0 and cpu!')")
+    assert [i.diagnosis.family for i in incidents()] == ["oom", "device_mismatch"]
+    assert not incidents()[0].diagnosis.sticky
+
+
+def test_errors_unrelated_to_pytorch_are_not_incidents(shell):
+    run(shell, "{}['missing']")
+    run(shell, "1/0")
+    assert incidents() == []
+
+
+def test_loading_after_a_failure_ingests_that_failure(shell):
+    shell.extension_manager.unload_extension("cudadiag")
+    run(shell, "raise RuntimeError('CUDA error: an illegal memory access was encountered')")
+    assert incidents() == []
+    shell.extension_manager.load_extension("cudadiag")
+    (incident,) = incidents()
+    assert incident.diagnosis.family == "illegal_memory"
+    assert incident.run.ingested_late
+    assert incident.run.cells and incident.error.reported_at.cell == incident.run.cells[0]
+
+
+def test_rng_states_are_recorded_at_the_start_of_each_cell(shell):
+    run(shell, "import torch, random\ntorch.manual_seed(0)\nrandom.seed(1)")
+    _, cell = run(shell, "a = torch.rand(3)\nr = random.random()")
+    states = capture_for(shell).rng_state_before(cell)
+    torch.set_rng_state(states["torch"])
+    assert torch.equal(torch.rand(3), shell.user_ns["a"])
+    import random
+
+    random.setstate(states["random"])
+    assert random.random() == shell.user_ns["r"]
+
+
+def test_incidents_and_show_magics(shell, capsys):
+    _fail_with_device_assert(shell)
+    (incident,) = incidents()
+    capsys.readouterr()
+    run(shell, "%cudadiag incidents")
+    out = capsys.readouterr().out
+    assert incident.id in out and "device_assert" in out and "[simulated]" in out
+    run(shell, "%cudadiag incidents --family oom")
+    assert "no incidents recorded" in capsys.readouterr().out
+    run(shell, f"%cudadiag show {incident.id[:6]}")
+    out = capsys.readouterr().out
+    assert "RESTART REQUIRED" in out and "Kernel > Restart Kernel" in out
+    assert "Check first" in out and "Do not conclude" in out
+
+
+@pytest.mark.parametrize("line", ["%cudadiag", "%cudadiag frobnicate", "%cudadiag show nope"])
+def test_bad_magic_usage_is_a_usage_error(shell, line):
+    from IPython.core.error import UsageError
+
+    result, _ = run(shell, line)
+    assert isinstance(result.error_in_exec, UsageError)
+
+
+def test_unload_stops_the_warnings(shell, capsys):
+    _fail_with_device_assert(shell)
+    shell.extension_manager.unload_extension("cudadiag")
+    capsys.readouterr()
+    run(shell, "z = 1")
+    assert "unusable" not in capsys.readouterr().err
+    shell.extension_manager.load_extension("cudadiag")
+
+
+def test_device_lines_written_to_the_stream_reach_the_incident(shell):
+    """ipykernel forwards fd 2 to sys.stderr.write during the cell that printed it."""
+    line = ("/pytorch/aten/src/ATen/native/cuda/Loss.cu:250: nll_loss_forward_reduce_cuda_"
+            "kernel_2d: block: [0,0,0], thread: [2,0,0] Assertion `t >= 0 && t < n_classes` "
+            "failed.")
+    run(shell, SETUP)
+    run(shell, MODEL + f"\nimport sys\nsys.stderr.write({line!r} + '\\n')")
+    run(shell, "loss.item()")
+    (incident,) = incidents()
+    assert incident.diagnosis.details["assertion"] == "t >= 0 && t < n_classes"
+    assert incident.diagnosis.details["kernel"] == "nll_loss_forward_reduce_cuda_kernel_2d"
+    assert "Assertion `t >= 0" in incident.error.text

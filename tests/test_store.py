@@ -1,0 +1,98 @@
+"""The incident log: atomic appends, rotation, corrupt lines, two writers at once."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+
+import pytest
+
+from cudadiag import Incident, classify, incidents
+from cudadiag.incident import ErrorInfo, RunInfo
+from cudadiag.kernel.store import IncidentNotFound, IncidentStore
+
+
+def make_incident(message: str = "CUDA error: device-side assert triggered") -> Incident:
+    return Incident(
+        error=ErrorInfo(type="RuntimeError", message=message, text=message),
+        diagnosis=classify(message),
+        run=RunInfo(mode="kernel", cells=[3]),
+    )
+
+
+def test_appended_incidents_come_back_oldest_first(cudadiag_home):
+    store = IncidentStore()
+    first, second = make_incident(), make_incident("CUDA out of memory. Tried to allocate 2 GiB")
+    store.append(first)
+    store.append(second)
+    assert [i.id for i in store.load()] == [first.id, second.id]
+    assert [i.id for i in incidents()] == [first.id, second.id]
+    assert store.path.parent == cudadiag_home
+
+
+def test_an_updated_incident_replaces_its_earlier_record():
+    store = IncidentStore()
+    incident = make_incident()
+    store.append(incident)
+    incident.error.message = "updated"
+    store.append(incident)
+    (only,) = store.load()
+    assert only.error.message == "updated"
+
+
+def test_corrupt_and_newer_lines_are_skipped_with_one_warning():
+    store = IncidentStore()
+    good = make_incident()
+    store.append(good)
+    newer = make_incident().to_dict()
+    newer["schema"] = 99
+    with store.path.open("a") as f:
+        f.write('{"truncated": \n')
+        f.write("not json at all\n")
+        f.write(json.dumps(newer) + "\n")
+    with pytest.warns(UserWarning, match="skipped 3 unreadable") as caught:
+        loaded = store.load()
+    assert [i.id for i in loaded] == [good.id]
+    assert len(caught) == 1
+
+
+def test_rotation_bounds_the_log_and_keeps_recent_incidents(tmp_path):
+    store = IncidentStore(tmp_path, max_bytes=20_000, keep=2)
+    written = [make_incident() for _ in range(60)]
+    for incident in written:
+        store.append(incident)
+    files = sorted(p.name for p in tmp_path.glob("incidents.jsonl*"))
+    assert files == ["incidents.jsonl", "incidents.jsonl.1", "incidents.jsonl.2"]
+    assert all(p.stat().st_size <= 20_000 for p in tmp_path.glob("incidents.jsonl*"))
+    loaded = store.load()
+    assert loaded[-1].id == written[-1].id
+    assert [i.id for i in loaded] == [i.id for i in written[-len(loaded):]]
+
+
+def _writer(home: str, n: int) -> None:
+    store = IncidentStore(home)
+    for _ in range(n):
+        store.append(make_incident())
+
+
+def test_two_processes_writing_at_once_lose_nothing(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), 40)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert len(IncidentStore(tmp_path).load()) == 80
+
+
+def test_get_by_prefix_and_clear_errors():
+    store = IncidentStore()
+    with pytest.raises(IncidentNotFound, match="holds no incident"):
+        store.get()
+    incident = make_incident()
+    store.append(incident)
+    assert store.get(incident.id[:5]).id == incident.id
+    assert store.get().id == incident.id
+    with pytest.raises(IncidentNotFound, match="no incident with an id starting with 'zzz'"):
+        store.get("zzz")
