@@ -279,7 +279,8 @@ def test_op_unavailable_details():
 
 
 def test_no_kernel_image_compares_capability_with_arch_list():
-    warning = _sample("sm_120 is not compatible") + "\nRuntimeError: CUDA error: no kernel image is available"
+    warning = (_sample("sm_120 is not compatible")
+               + "\nRuntimeError: CUDA error: no kernel image is available")
     d = classify(warning)
     assert d.details["capability"] == "sm_120"
     assert d.details["arch_list"].startswith("sm_50")
@@ -302,7 +303,10 @@ def test_cpu_index_errors_give_the_value():
 
 def test_hints_of_each_era_are_recorded():
     d = classify(_sample("torch.AcceleratorError: CUDA error: device-side"))
-    assert d.details["cuda_error_name"] == "cudaErrorAssert"
+    assert d.details["cuda_error"] == "cudaErrorAssert"
+    wrapped = classify("RuntimeError: wrapped\nSearch for `cudaErrorIllegalAddress' in x")
+    assert wrapped.details["cuda_error"] == "cudaErrorIllegalAddress"
+    assert (wrapped.family, wrapped.sticky) == ("illegal_memory", True)
     assert d.details["async_hint"] is True and d.details["dsa_hint"] is True
     assert classify(_sample("CUDA_LOG_FILE=stderr")).details["log_file_hint"] is True
     hip = classify(_sample("HIP error: device-side assert"))

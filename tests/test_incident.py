@@ -7,7 +7,16 @@ import json
 import pytest
 
 from cudadiag import Incident, IncidentSchemaError, classify
-from cudadiag.incident import SCHEMA, ErrorInfo, Frame, LaterError, OpInfo, RunInfo, StepInfo, TensorArg
+from cudadiag.incident import (
+    SCHEMA,
+    ErrorInfo,
+    Frame,
+    LaterError,
+    OpInfo,
+    RunInfo,
+    StepInfo,
+    TensorArg,
+)
 
 
 def _incident() -> Incident:
@@ -63,7 +72,7 @@ def test_reported_at_is_the_deepest_user_frame():
 def test_newer_schema_gives_a_clear_error():
     data = _incident().to_dict()
     data["schema"] = SCHEMA + 1
-    with pytest.raises(IncidentSchemaError, match="newer cudadiag.*Upgrade"):
+    with pytest.raises(IncidentSchemaError, match=r"newer cudadiag.*Upgrade"):
         Incident.from_dict(data)
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
+import subprocess
+import sys
 
 import pytest
 
@@ -69,20 +70,23 @@ def test_rotation_bounds_the_log_and_keeps_recent_incidents(tmp_path):
     assert [i.id for i in loaded] == [i.id for i in written[-len(loaded):]]
 
 
-def _writer(home: str, n: int) -> None:
-    store = IncidentStore(home)
-    for _ in range(n):
-        store.append(make_incident())
+WRITER = """
+import sys
+from cudadiag import classify
+from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.kernel.store import IncidentStore
+store = IncidentStore(sys.argv[1])
+for _ in range(int(sys.argv[2])):
+    text = "CUDA error: device-side assert triggered"
+    store.append(Incident(error=ErrorInfo(type="RuntimeError", message=text, text=text),
+                          diagnosis=classify(text), run=RunInfo(mode="cli")))
+"""
 
 
 def test_two_processes_writing_at_once_lose_nothing(tmp_path):
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(str(tmp_path), 40)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-    assert [p.exitcode for p in procs] == [0, 0]
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "40"])
+             for _ in range(2)]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
     assert len(IncidentStore(tmp_path).load()) == 80
 
 

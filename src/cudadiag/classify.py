@@ -50,7 +50,15 @@ def classify(
             decided = (found, code)
             break
     whole = "\n".join(text for text, _ in events)
+    if decided == (None, None):
+        decided = (None, _error_named_in(whole))
     return _diagnosis(decided[0], decided[1], whole, env)
+
+
+def _error_named_in(text: str) -> knowledge.CudaError | None:
+    """The `Search for 'cudaErrorX'` line names the error even when a wrapper reworded it."""
+    m = knowledge.HINT_PATTERNS["cuda_error_name"].search(text)
+    return knowledge.CUDA_ERRORS_BY_NAME.get(m.group("cuda_error_name")) if m else None
 
 
 def first_error_line(text: str) -> str:
@@ -115,7 +123,9 @@ def _diagnosis(
         family = code.family
         details.update(error_code=code.code, cuda_error=code.name)
     details.update(_family_details(family, whole, found.match.start() if found else 0))
-    details.update(_hints(whole))
+    details.update({k: v for k, v in _hints(whole).items() if k not in details})
+    if "cuda_error" in details and details.get("cuda_error_name") == details["cuda_error"]:
+        details.pop("cuda_error_name")
     if _says_hip(whole) or details.get("api") == "HIP":
         details["backend"] = "rocm"
     elif details.get("api") == "CUDA" or "CUDA" in whole:

@@ -167,7 +167,7 @@ def _fill_device(info: EnvInfo, torch: object) -> None:
         )
 
 
-def _safe(fn, default):  # noqa: ANN001, ANN202 - tiny internal helper
+def _safe(fn, default):
     try:
         return fn()
     except Exception:

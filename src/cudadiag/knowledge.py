@@ -402,7 +402,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\"(?P<op>\w*nll_loss\w*)\" not implemented for '(?P<dtype>\w+)'"),
     _sig("op_unavailable", r"\"(?P<op>[\w:.]+)\" not implemented for '(?P<dtype>\w+)'"),
     _sig("op_unavailable",
-         r"Could not run '(?P<op>[^']+)' with arguments from the '(?P<dispatch_key>[^']+)' backend"),
+         r"Could not run '(?P<op>[^']+)' with arguments from the '(?P<dispatch_key>[^']+)' "
+         r"backend"),
     _sig("op_unavailable", r"operator (?P<op>\w+::\w+) does not exist"),
     _sig("op_unavailable",
          r"The operator '(?P<op>[^']+)' is not currently implemented for the MPS device",

@@ -160,7 +160,7 @@ class SimulatedCuda(TorchDispatchMode):
 
         return wrapper  # type: ignore[return-value]
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         __tracebackhide__ = True
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__

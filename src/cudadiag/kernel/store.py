@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from cudadiag.incident import Incident, IncidentSchemaError
 

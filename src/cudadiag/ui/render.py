@@ -71,7 +71,7 @@ def render_text(incident: Incident) -> str:
         if d.asynchronous:
             out.append("  this line is an observation point, not necessarily the cause: "
                        "re-run isolated with blocking launches to find the operator")
-    if d.evidence and d.evidence not in e.message:
+    if d.evidence and not d.evidence.endswith(e.message):
         out.append(f"  first message: {d.evidence}")
     out += _section("Details", [f"{k}: {v}" for k, v in d.details.items()])
     if incident.op:
