@@ -9,8 +9,11 @@ state does not advance it).
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import sys
+import threading
+import time
 from collections import OrderedDict, deque
 from datetime import datetime, timezone
 from typing import Any
@@ -31,56 +34,81 @@ from cudadiag.ui import render
 
 RNG_CELLS_KEPT = 256
 DEVICE_LINES_KEPT = 64
+DEVICE_LINES_WAIT_S = 0.2
 
 
 class DeviceMessageTail:
-    """Keeps the device's own lines (kernel assertion printf, ROCm faults) that pass through a
-    text stream. ipykernel forwards the process's fd 1/2 to `sys.stdout`/`sys.stderr` by
-    calling their `write`; those lines never reach the exception.
+    """Keeps the device's own lines (kernel assertion printf, ROCm faults) written to the
+    process's file descriptors 1 and 2; they never reach the exception.
 
-    Attached for the duration of each cell: IPython 9 itself swaps `write` during a cell and
-    puts its own back afterwards, so a wrapper installed once would be lost.
+    It sits in the file-descriptor chain: fd N is pointed at a pipe that a daemon thread reads,
+    scans and forwards, unchanged, to where fd N pointed before (a terminal, or the pipe that
+    ipykernel forwards to the notebook). Stream-level hooks would miss these lines: ipykernel
+    delivers them from its own thread, often after the cell that printed them has ended.
     """
 
     def __init__(self) -> None:
         self.lines: deque[str] = deque(maxlen=DEVICE_LINES_KEPT)
-        self._attached: list[tuple[Any, Any, Any]] = []
+        self._redirected: list[tuple[int, int, int]] = []
+        """(fd, saved copy of its old target, read end of our pipe)"""
+        self._threads: list[threading.Thread] = []
 
-    def attach(self, stream: Any) -> None:
-        """Tee `stream.write` (an instance attribute, so the class is untouched)."""
-        current = getattr(stream, "write", None)
-        if current is None or getattr(current, "_cudadiag_tail", False):
+    def attach(self, fd: int) -> None:
+        """Route `fd` through the tail. Does nothing if the fd cannot be duplicated."""
+        if any(entry[0] == fd for entry in self._redirected):
             return
-        own = getattr(stream, "__dict__", {}).get("write")
-
-        def write(text: Any, *args: Any, **kwargs: Any) -> Any:
-            if isinstance(text, str) and knowledge.DEVICE_MESSAGE.search(text):
-                self.lines.extend(
-                    line for line in text.splitlines() if knowledge.DEVICE_MESSAGE.search(line)
-                )
-            return current(text, *args, **kwargs)
-
-        write._cudadiag_tail = True  # type: ignore[attr-defined]
         try:
-            stream.write = write
-        except (AttributeError, TypeError):
+            saved = os.dup(fd)
+            read_end, write_end = os.pipe()
+            os.dup2(write_end, fd)
+            os.close(write_end)
+        except OSError:
             return
-        self._attached.append((stream, write, own))
+        thread = threading.Thread(target=self._pump, args=(read_end, saved), daemon=True,
+                                  name=f"cudadiag-fd{fd}")
+        thread.start()
+        self._redirected.append((fd, saved, read_end))
+        self._threads.append(thread)
 
     def detach(self) -> None:
-        """Give every stream the `write` it had, unless someone replaced ours since."""
-        for stream, wrapper, own in self._attached:
-            if getattr(stream, "__dict__", {}).get("write") is not wrapper:
-                continue
-            if own is None:
-                with contextlib.suppress(AttributeError):
-                    del stream.write
-            else:
-                stream.write = own
-        self._attached.clear()
+        """Point every fd back where it pointed before; the threads drain and exit."""
+        for fd, saved, _ in self._redirected:
+            with contextlib.suppress(OSError):
+                os.dup2(saved, fd)
+        for thread in self._threads:
+            thread.join(timeout=1.0)
+        for _, saved, _ in self._redirected:
+            with contextlib.suppress(OSError):
+                os.close(saved)
+        self._redirected.clear()
+        self._threads.clear()
 
-    def take(self) -> str:
-        """Return the lines kept so far and forget them."""
+    def _pump(self, read_end: int, target: int) -> None:
+        partial = b""
+        while chunk := _read(read_end):
+            _write_all(target, chunk)
+            *complete, partial = (partial + chunk).split(b"\n")
+            self._keep(complete)
+            partial = partial[-4096:]
+        self._keep([partial])
+        os.close(read_end)
+
+    def _keep(self, raw_lines: list[bytes]) -> None:
+        for raw in raw_lines:
+            line = raw.decode(errors="replace")
+            if knowledge.DEVICE_MESSAGE.search(line):
+                self.lines.append(line.strip())
+
+    def take(self, wait_for_lines: bool = False) -> str:
+        """Return the lines kept so far and forget them.
+
+        With `wait_for_lines`, give the kernel's pipe thread a moment: a device prints its
+        assertion when the host synchronises, just before the exception is raised, and the
+        line may still be on its way to the stream.
+        """
+        deadline = time.monotonic() + DEVICE_LINES_WAIT_S
+        while wait_for_lines and not self.lines and time.monotonic() < deadline:
+            time.sleep(0.01)
         text = "\n".join(self.lines)
         self.lines.clear()
         return text
@@ -103,6 +131,8 @@ class KernelCapture:
         """Register the cell callbacks on the shell and watch its output for device lines."""
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
         self.shell.events.register("post_run_cell", self.post_run_cell)
+        self.device_tail.attach(1)
+        self.device_tail.attach(2)
 
     def unregister(self) -> None:
         """Remove the cell callbacks (IPython cannot unregister magics; they stay)."""
@@ -122,14 +152,11 @@ class KernelCapture:
     def pre_run_cell(self, info: Any = None, **_: Any) -> None:
         """Record the RNG states this cell starts from; warn when the context is poisoned."""
         self._rng_at_start = self._read_rng_states()
-        self.device_tail.attach(sys.stdout)
-        self.device_tail.attach(sys.stderr)
         if self.poisoned_by is not None:
             print(render.sticky_warning_line(self.poisoned_by), file=sys.stderr)
 
     def post_run_cell(self, result: Any = None, **_: Any) -> None:
         """Turn the cell's error, if any, into an incident or a later error of one."""
-        self.device_tail.detach()
         # The execution count is known for sure only here (IPython 9 increments it before
         # pre_run_cell, IPython 8 after).
         count = getattr(result, "execution_count", None)
@@ -139,9 +166,8 @@ class KernelCapture:
                 self.rng_states.popitem(last=False)
         self._rng_at_start = None
         exc = getattr(result, "error_in_exec", None)
-        if exc is None:
-            return
-        self.capture(exc, cell=result.execution_count)
+        if exc is not None:
+            self.capture(exc, cell=count)
 
     def capture(self, exc: BaseException, cell: int | None,
                 ingested_late: bool = False) -> Incident | None:
@@ -149,8 +175,10 @@ class KernelCapture:
         None for an error unrelated to PyTorch (a NameError, a KeyError...)."""
         with contextlib.suppress(AttributeError):
             exc._cudadiag_seen = True  # type: ignore[attr-defined]
-        device_lines = self.device_tail.take()
-        diagnosis = classify(exc, context=device_lines)
+        diagnosis = classify(exc)
+        device_lines = self.device_tail.take(wait_for_lines=diagnosis.asynchronous)
+        if device_lines:
+            diagnosis = classify(exc, context=device_lines)
         relevant = is_relevant(exc, diagnosis.family)
         poisoned = self.poisoned_by
         if poisoned is not None:
@@ -232,6 +260,19 @@ def is_relevant(exc: BaseException, family: str) -> bool:
         or type(exc).__module__.split(".")[0] == "torch"
         or _is_simulated(exc)
     )
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return b""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        while data:
+            data = data[os.write(fd, data):]
 
 
 def _is_simulated(exc: BaseException) -> bool:
