@@ -39,6 +39,10 @@ class IndexContract:
     """Position of an `ignore_index` argument whose value is always allowed."""
     index_is_list: bool = False
     """For aten::index / index_put: the argument is a list of index tensors, one per dim."""
+    dim_arg: int | None = None
+    """Position of the `dim` argument, for messages."""
+    cpu_error: str = "index {value} is out of bounds for dimension {dim} with size {high}"
+    """What the CPU kernel raises for the same input (formatted with the Violation)."""
 
 
 @dataclass
@@ -55,6 +59,11 @@ class Violation:
     ignore_index: int | None = None
     kernel_assert: KernelAssert | None = None
     dim: int | None = field(default=None)
+    cpu_error: str = ""
+
+    def cpu_message(self) -> str:
+        """Return what the CPU kernel would raise for these values."""
+        return self.cpu_error.format(value=self.values[0], dim=self.dim or 0, high=self.high)
 
     def message(self) -> str:
         """Return e.g. `aten::nll_loss_forward: target 4 at position 2 outside [0, 4)
@@ -97,6 +106,8 @@ _INDEXING = "/pytorch/aten/src/ATen/native/cuda/Indexing.cu"
 _SCATTER = "/pytorch/aten/src/ATen/native/cuda/ScatterGatherKernel.cu"
 _INDEX_KERNEL = "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu"
 _TARGET_ASSERT = "t >= 0 && t < n_classes"
+_TARGET_CPU = "Target {value} is out of bounds."
+_RANGE_CPU = "index out of range in self"
 _SELECT = KernelAssert(_INDEXING, 1422, "indexSelectLargeIndex", "srcIndex < srcSelectDimSize")
 _GATHER = KernelAssert(_SCATTER, 367, "operator()",
                        'idx_dim >= 0 && idx_dim < index_size && "index out of bounds"')
@@ -108,27 +119,29 @@ CONTRACTS: dict[str, IndexContract] = {
     for c in (
         IndexContract("nll_loss_forward", "target", 1, _class_bounds(0),
                       KernelAssert(_LOSS, 250, "nll_loss_forward_reduce_cuda_kernel_2d",
-                                   _TARGET_ASSERT), ignore_arg=4),
+                                   _TARGET_ASSERT), ignore_arg=4, cpu_error=_TARGET_CPU),
         IndexContract("nll_loss_backward", "target", 2, _class_bounds(1),
                       KernelAssert(_LOSS, 372, "nll_loss_backward_reduce_cuda_kernel_2d",
-                                   _TARGET_ASSERT), ignore_arg=5),
+                                   _TARGET_ASSERT), ignore_arg=5, cpu_error=_TARGET_CPU),
         IndexContract("nll_loss2d_forward", "target", 1, _class_bounds(0),
                       KernelAssert(_NLL2D, 106, "nll_loss2d_forward_kernel", _TARGET_ASSERT),
-                      ignore_arg=4),
+                      ignore_arg=4, cpu_error=_TARGET_CPU),
         IndexContract("nll_loss2d_backward", "target", 2, _class_bounds(1),
                       KernelAssert(_NLL2D, 179, "nll_loss2d_backward_kernel", _TARGET_ASSERT),
-                      ignore_arg=5),
-        IndexContract("embedding", "indices", 1, lambda a: (0, int(a[0].shape[0])), _SELECT),
+                      ignore_arg=5, cpu_error=_TARGET_CPU),
+        IndexContract("embedding", "indices", 1, lambda a: (0, int(a[0].shape[0])), _SELECT,
+                      cpu_error=_RANGE_CPU),
         IndexContract("embedding_dense_backward", "indices", 1, lambda a: (0, int(a[2])),
-                      _SELECT),
-        IndexContract("index_select", "index", 2, _dim_bounds(0, 1), _SELECT),
-        IndexContract("gather", "index", 2, _dim_bounds(0, 1), _GATHER),
-        IndexContract("scatter", "index", 2, _dim_bounds(0, 1), _GATHER),
-        IndexContract("scatter_", "index", 2, _dim_bounds(0, 1), _GATHER),
-        IndexContract("scatter_add", "index", 2, _dim_bounds(0, 1), _GATHER),
-        IndexContract("scatter_add_", "index", 2, _dim_bounds(0, 1), _GATHER),
-        IndexContract("scatter_reduce", "index", 2, _dim_bounds(0, 1), _GATHER),
-        IndexContract("scatter_reduce_", "index", 2, _dim_bounds(0, 1), _GATHER),
+                      _SELECT, cpu_error=_RANGE_CPU),
+        IndexContract("index_select", "index", 2, _dim_bounds(0, 1), _SELECT,
+                      cpu_error=_RANGE_CPU),
+        IndexContract("gather", "index", 2, _dim_bounds(0, 1), _GATHER, dim_arg=1),
+        IndexContract("scatter", "index", 2, _dim_bounds(0, 1), _GATHER, dim_arg=1),
+        IndexContract("scatter_", "index", 2, _dim_bounds(0, 1), _GATHER, dim_arg=1),
+        IndexContract("scatter_add", "index", 2, _dim_bounds(0, 1), _GATHER, dim_arg=1),
+        IndexContract("scatter_add_", "index", 2, _dim_bounds(0, 1), _GATHER, dim_arg=1),
+        IndexContract("scatter_reduce", "index", 2, _dim_bounds(0, 1), _GATHER, dim_arg=1),
+        IndexContract("scatter_reduce_", "index", 2, _dim_bounds(0, 1), _GATHER, dim_arg=1),
         IndexContract("index", "indices", 1, _rows, _ADVANCED, index_is_list=True),
         IndexContract("index_put", "indices", 1, _rows, _ADVANCED, index_is_list=True),
         IndexContract("index_put_", "indices", 1, _rows, _ADVANCED, index_is_list=True),
@@ -160,7 +173,10 @@ def check(contract: IndexContract, args: tuple[Any, ...]) -> Violation | None:
     low, high = contract.bounds(args)
     ignore = args[contract.ignore_arg] if contract.ignore_arg is not None and len(
         args) > contract.ignore_arg else (-100 if contract.ignore_arg is not None else None)
-    return _violation(contract, index, low, high, ignore)
+    found = _violation(contract, index, low, high, ignore)
+    if found is not None and contract.dim_arg is not None:
+        found.dim = int(args[contract.dim_arg])
+    return found
 
 
 def sanitized_args(contract: IndexContract, args: tuple[Any, ...],
@@ -218,6 +234,7 @@ def _violation(contract: IndexContract, index: Any, low: int, high: int,
         count=int(bad.sum()),
         ignore_index=ignore,
         kernel_assert=contract.kernel_assert,
+        cpu_error=contract.cpu_error,
     )
 
 

@@ -29,7 +29,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from cudadiag import contracts
+from cudadiag import contracts, trace
 
 F = TypeVar("F", bound=Callable[..., Any])
 _BaseAcceleratorError: type[RuntimeError] = getattr(torch, "AcceleratorError", RuntimeError)
@@ -90,6 +90,7 @@ class _DeviceState:
         self.pending: _Fault | None = None
         self.poisoned: _Fault | None = None
         self.blocking_surfaced = False
+        self.active = 0
         self.live: dict[int, list[int]] = {}
         """data_ptr -> [bytes, number of live tensors using it], for the memory budget."""
 
@@ -113,10 +114,17 @@ def is_poisoned() -> bool:
     return _STATE.poisoned is not None
 
 
+def is_active() -> bool:
+    """Return True while a simulated device is entered in this process."""
+    return _STATE.active > 0
+
+
 def reset_simulated_device() -> None:
     """Forget a simulated fault (for test isolation only: a real CUDA context cannot be reset,
     the process must restart)."""
+    active = _STATE.active
     _STATE.__init__()
+    _STATE.active = active
 
 
 def blocking_from_env() -> bool:
@@ -146,9 +154,11 @@ class SimulatedCuda(TorchDispatchMode):
     def __enter__(self) -> SimulatedCuda:
         super().__enter__()
         self._patch_host_reads()
+        _STATE.active += 1
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        _STATE.active -= 1
         self._restore_host_reads()
         super().__exit__(*exc_info)
 
@@ -167,7 +177,7 @@ class SimulatedCuda(TorchDispatchMode):
         if _STATE.poisoned is not None or (name in SYNCHRONISING_OPS and _STATE.pending):
             _STATE.surface()
         contract = contracts.contract_for(name)
-        if contract is not None and _STATE.pending is None:
+        if contract is not None and _STATE.pending is None and not trace.prechecks_active():
             violation = contracts.check(contract, args)
             if violation is not None:
                 args = self._fault(contract, args, violation)

@@ -1,0 +1,161 @@
+"""The op tracer: a dispatch mode that records each aten call and names the one that raised.
+
+Used only in diagnostic runs (the isolated worker); outside them nothing here is active and
+nothing is paid. With prechecks on, index-taking operators (contracts.py) have their index
+argument's range read *before* the kernel runs, and a violation raises PrecheckError naming
+the operator, the argument, the offending values and their positions.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from cudadiag import contracts
+from cudadiag.incident import OpCall, OpInfo, TensorArg
+
+RECENT_OPS = 64
+VALUE_RANGE_MAX_NUMEL = 10_000_000
+
+_active: list[OpTracer] = []
+
+
+class PrecheckError(IndexError):
+    """An index argument outside its operator's range, found before the kernel ran."""
+
+    def __init__(self, violation: contracts.Violation, device: str) -> None:
+        self.violation = violation
+        self.device = device
+        super().__init__(f"{violation.message()}\n{_consequence(violation, device)}")
+
+
+def prechecks_active() -> bool:
+    """Return True when a tracer with prechecks is active (the simulator then leaves the
+    index contracts to it, so the precise error is raised instead of a simulated assert)."""
+    return any(t.precheck for t in _active)
+
+
+class OpTracer(TorchDispatchMode):
+    """Records the last `keep` aten calls; `failed` holds the call that raised, if any."""
+
+    def __init__(self, keep: int = RECENT_OPS, precheck: bool = True) -> None:
+        super().__init__()
+        self.precheck = precheck
+        self.recent: deque[OpCall] = deque(maxlen=keep)
+        self.failed: OpInfo | None = None
+        self.calls = 0
+
+    def __enter__(self) -> OpTracer:
+        _active.append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc_info: object) -> None:
+        _active.remove(self)
+        super().__exit__(*exc_info)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        self.calls += 1
+        if self.precheck:
+            self._precheck(func, args)
+        try:
+            out = func(*args, **kwargs)
+        except Exception:
+            self._record_failure(func, args, kwargs, None)
+            raise
+        self.recent.append(OpCall(name=op_name(func), args=describe_args(func, args, kwargs)))
+        return out
+
+    def _precheck(self, func: Any, args: tuple[Any, ...]) -> None:
+        contract = contracts.contract_for(func.overloadpacket.__name__)
+        if contract is None:
+            return
+        violation = contracts.check(contract, args)
+        if violation is None:
+            return
+        index = args[contract.index_arg]
+        if contract.index_is_list:
+            index = next(t for t in index if t is not None)
+        device = "simulated cuda" if _simulator_active() else str(index.device)
+        self._record_failure(func, args, {}, violation.message())
+        raise PrecheckError(violation, device)
+
+    def _record_failure(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                        precheck: str | None) -> None:
+        if self.failed is not None:
+            return  # the first failing op is the one that matters
+        self.failed = OpInfo(
+            name=op_name(func),
+            args=describe_args(func, args, kwargs, value_ranges=True),
+            recent=list(self.recent),
+            precheck=precheck,
+        )
+
+
+def op_name(func: Any) -> str:
+    """Return `aten::nll_loss_forward` for an OpOverload (the overload name is dropped when it
+    is `default`)."""
+    packet = func.overloadpacket.__name__
+    namespace = getattr(func, "namespace", "aten")
+    overload = func._overloadname
+    return f"{namespace}::{packet}" + ("" if overload == "default" else f".{overload}")
+
+
+def describe_args(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  value_ranges: bool = False) -> list[TensorArg]:
+    """Describe each argument of an op call by its schema name (no data read unless
+    `value_ranges`, which adds min..max of integer tensors)."""
+    names = [a.name for a in func._schema.arguments]
+    described = [
+        describe_value(names[i] if i < len(names) else f"arg{i}", value, value_ranges)
+        for i, value in enumerate(args)
+    ]
+    described += [describe_value(k, v, value_ranges) for k, v in kwargs.items()]
+    return described
+
+
+def describe_value(name: str, value: Any, value_range: bool = False) -> TensorArg:
+    """Describe one argument: a tensor by its metadata, a scalar by its value."""
+    if isinstance(value, torch.Tensor):
+        return TensorArg(
+            name=name, kind="tensor", shape=list(value.shape), dtype=str(value.dtype),
+            device=str(value.device), stride=list(value.stride()),
+            contiguous=value.is_contiguous(),
+            value=_value_range(value) if value_range else None,
+        )
+    if isinstance(value, (list, tuple)):
+        tensors = [v for v in value if isinstance(v, torch.Tensor)]
+        if tensors:
+            shapes = ", ".join(f"{t.dtype}{list(t.shape)}" for t in tensors)
+            return TensorArg(name=name, kind="list", value=f"[{shapes}]")
+        return TensorArg(name=name, kind="list", value=repr(value)[:200])
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device)):
+        return TensorArg(name=name, kind="scalar", value=repr(value))
+    return TensorArg(name=name, kind="other", value=type(value).__name__)
+
+
+def _value_range(t: torch.Tensor) -> str | None:
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        return None
+    if t.numel() == 0 or t.numel() > VALUE_RANGE_MAX_NUMEL:
+        return None
+    try:
+        return f"{int(t.min())}..{int(t.max())}"
+    except RuntimeError:  # a poisoned context cannot be read; the metadata still stands
+        return None
+
+
+def _consequence(violation: contracts.Violation, device: str) -> str:
+    if device == "cpu":
+        return f"On the CPU this kernel raises: {violation.cpu_message()}"
+    return (f"On {device} this kernel fails with: device-side assert triggered (the precheck "
+            "stopped it before it ran)")
+
+
+def _simulator_active() -> bool:
+    testing = sys.modules.get("cudadiag.testing")
+    return bool(testing and testing.is_active())
