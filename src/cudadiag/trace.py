@@ -57,7 +57,7 @@ class OpTracer(TorchDispatchMode):
         _active.remove(self)
         super().__exit__(*exc_info)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.calls += 1
         if self.precheck:
