@@ -19,6 +19,7 @@ from cudadiag import contracts
 from cudadiag.incident import OpCall, OpInfo, TensorArg
 
 RECENT_OPS = 64
+SIMULATED_DEVICE = "the simulated CUDA device"
 VALUE_RANGE_MAX_NUMEL = 10_000_000
 
 _active: list[OpTracer] = []
@@ -30,6 +31,7 @@ class PrecheckError(IndexError):
     def __init__(self, violation: contracts.Violation, device: str) -> None:
         self.violation = violation
         self.device = device
+        self.simulated = device == SIMULATED_DEVICE
         super().__init__(f"{violation.message()}\n{_consequence(violation, device)}")
 
 
@@ -80,7 +82,7 @@ class OpTracer(TorchDispatchMode):
         index = args[contract.index_arg]
         if contract.index_is_list:
             index = next(t for t in index if t is not None)
-        device = "simulated cuda" if _simulator_active() else str(index.device)
+        device = SIMULATED_DEVICE if _simulator_active() else str(index.device)
         self._record_failure(func, args, {}, violation.message())
         raise PrecheckError(violation, device)
 

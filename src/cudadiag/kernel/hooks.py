@@ -121,7 +121,7 @@ class KernelCapture:
             error=error,
             diagnosis=diagnosis,
             run=RunInfo(mode="kernel", cells=[cell] if cell is not None else [],
-                        simulated=_is_simulated(exc), ingested_late=ingested_late),
+                        simulated=is_simulated(exc), ingested_late=ingested_late),
             env=collect_env(),
         )
         self.current = incident
@@ -135,6 +135,14 @@ class KernelCapture:
         if exc is None or getattr(exc, "_cudadiag_seen", False):
             return None
         return self.capture(exc, cell=None, ingested_late=True)
+
+    def rng_states_including_running(self, running: int) -> dict[int, dict[str, Any]]:
+        """Return the recorded RNG states by cell, plus those of the cell now running (its
+        post_run_cell has not filed them yet) under `running`."""
+        states = dict(self.rng_states)
+        if self._rng_at_start is not None and running not in states:
+            states[running] = self._rng_at_start
+        return states
 
     def rng_state_before(self, cell: int) -> dict[str, Any] | None:
         """Return the RNG states recorded at the start of cell `cell` (None if not kept)."""
@@ -176,11 +184,12 @@ def is_relevant(exc: BaseException, family: str) -> bool:
     return (
         family != "unknown"
         or type(exc).__module__.split(".")[0] == "torch"
-        or _is_simulated(exc)
+        or is_simulated(exc)
     )
 
 
-def _is_simulated(exc: BaseException) -> bool:
+def is_simulated(exc: BaseException) -> bool:
+    """Return True when `exc` (or a cause of it) came from cudadiag's simulated device."""
     return any(getattr(e, "simulated", False) for e in exception_chain(exc))
 
 

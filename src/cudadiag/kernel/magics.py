@@ -7,7 +7,8 @@ import shlex
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from cudadiag.kernel.hooks import KernelCapture
 from cudadiag.kernel.store import IncidentNotFound, IncidentStore
@@ -36,6 +37,31 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _isolation_options(func: Any) -> Any:
+    """The options shared by %cuda_isolate and %%blocking_launch."""
+    options = [
+        argument("--no-blocking", action="store_true",
+                 help="a faithful asynchronous re-run (no blocking launches, no tracer): "
+                      "does the error reproduce at all?"),
+        argument("--timeout", type=float, metavar="S",
+                 help="kill the isolated run (its whole process group) after S seconds"),
+        argument("--ship", default="auto", metavar="auto|none|a,b",
+                 help="values sent to the child instead of replaying the cells that made "
+                      "them: auto (only what the analysis shows untouched), none, or names"),
+        argument("--cells", metavar="N,M,...",
+                 help="replay these cells instead of the planned ones"),
+        argument("--dry-run", action="store_true", help="print the plan and run nothing"),
+        argument("--env", action="append", default=[], metavar="K=V",
+                 help="set a variable in the child's environment (repeatable)"),
+        argument("--no-precheck", action="store_true",
+                 help="let index-taking kernels run unchecked, to see the raw CUDA error"),
+        argument("--no-trace", action="store_true", help="do not record aten operators"),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @magics_class
 class CudadiagMagics(Magics):
     """Magics registered by `%load_ext cudadiag`."""
@@ -60,6 +86,48 @@ class CudadiagMagics(Magics):
             except IncidentNotFound as exc:
                 raise UsageError(str(exc)) from None
 
+    @magic_arguments()
+    @argument("cell", nargs="?", type=int,
+              help="execution count of the cell to re-run (default: the cell of the latest "
+                   "incident of this kernel)")
+    @_isolation_options
+    @line_magic
+    def cuda_isolate(self, line: str) -> None:
+        """Re-run a suspect cell in a fresh process with blocking launches.
+
+        The fresh process replays the earlier cells the suspect cell needs (or receives
+        their values), starts each from the RNG states it had, and records which aten
+        operator raised, with its arguments; index-taking operators are checked before they
+        run. Works in a kernel whose CUDA context is already unusable: the kernel itself
+        never touches CUDA here, and its variables, devices and RNG are left untouched (the
+        isolated run's variables are not brought back).
+        """
+        args = parse_argstring(self.cuda_isolate, line)
+        history = _history(self.shell)
+        target = args.cell if args.cell is not None else self._latest_incident_cell()
+        _run_isolated_cell(self.shell, args, history, target)
+
+    @magic_arguments()
+    @_isolation_options
+    @cell_magic
+    def blocking_launch(self, line: str, cell: str) -> None:
+        """Run this cell's body in a fresh process with blocking launches.
+
+        Same options and behaviour as %cuda_isolate, for a cell you already suspect.
+        """
+        args = parse_argstring(self.blocking_launch, line)
+        history = _history(self.shell)
+        target = max(history, default=0) + 1
+        history[target] = cell
+        _run_isolated_cell(self.shell, args, history, target)
+
+    def _latest_incident_cell(self) -> int:
+        incident = capture_for(self.shell).current
+        if incident is None or not incident.run.cells:
+            raise UsageError("no incident in this kernel yet: name the cell to re-run, e.g. "
+                             "%cuda_isolate 12")
+        return incident.run.cells[0]
+
 
 def capture_for(shell: Any) -> KernelCapture:
     """Return the capture state of `shell`, creating it (unregistered) if needed."""
@@ -67,6 +135,50 @@ def capture_for(shell: Any) -> KernelCapture:
     if capture is None:
         capture = _captures[id(shell)] = KernelCapture(shell, IncidentStore())
     return capture
+
+
+def _history(shell: Any) -> dict[int, str]:
+    """Earlier cells by execution count (the running cell, last in `In`, excluded)."""
+    inputs = shell.user_ns.get("In") or [""]
+    return {n: src for n, src in enumerate(inputs[:-1]) if n > 0 and src}
+
+
+def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str], target: int) -> None:
+    from cudadiag.isolate.plan import PlanError, make_plan
+    from cudadiag.isolate.runner import run_isolated
+
+    ship = args.ship if args.ship in ("auto", "none") else [
+        n.strip() for n in args.ship.split(",") if n.strip()]
+    try:
+        cells = [int(n) for n in args.cells.split(",")] if args.cells else None
+        env = dict(_key_value(item) for item in args.env)
+        plan = make_plan(history, target, shell.user_ns, ship=ship, cells=cells)
+    except (PlanError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    print(plan.describe())
+    if args.dry_run:
+        return
+    capture = capture_for(shell)
+    result = run_isolated(
+        plan.sources[target],
+        cells=[(n, plan.sources[n]) for n in plan.replay if n != target],
+        target_cell=target,
+        ship={name: shell.user_ns[name] for name in plan.ship},
+        rng_states=capture.rng_states_including_running(target),
+        blocking=not args.no_blocking,
+        timeout=args.timeout,
+        env=env,
+        trace=not args.no_trace,
+        precheck=not args.no_precheck,
+    )
+    print(render.render_isolated(result, plan.describe()))
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--env takes KEY=VALUE, not {item!r}")
+    return key, value
 
 
 def load(shell: Any) -> None:

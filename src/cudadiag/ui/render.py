@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterable
+from typing import Any
 
 from cudadiag.incident import Frame, Incident
 
@@ -102,6 +103,32 @@ def render_text(incident: Incident) -> str:
     return "\n".join(out)
 
 
+def render_isolated(result: Any, plan_text: str) -> str:
+    """Return the short text shown after an isolated run (an IsolatedResult)."""
+    settings = f"{result.settings.note}; {result.wall_s:.1f} s"
+    incident = result.incident
+    if incident is None:
+        lines = [result.message or "cudadiag: the isolated run did not reproduce the error"]
+        return "\n".join([*lines, f"  {plan_text}", f"  settings: {settings}"])
+    d = incident.diagnosis
+    lines = [f"cudadiag isolated run [{incident.id}]: {d.family} — {d.summary}"
+             + _simulated_tag(incident)]
+    if incident.op:
+        args = ", ".join(_arg_text(a) for a in incident.op.args)
+        lines.append(f"  operator: {incident.op.name}({args})")
+    if incident.error.reported_at:
+        lines.append(f"  raised at {_frame_text(incident.error.reported_at)}")
+    if incident.op and incident.op.precheck:
+        lines.append(f"  precheck: {incident.op.precheck}")
+    elif incident.op:
+        lines.append("  precheck: no index contract violated before the kernel ran")
+    if incident.run.signal:
+        lines.append(f"  the child died by {incident.run.signal}")
+    lines += [f"  {plan_text}", f"  settings: {settings}",
+              "  (diagnosis only: the kernel's variables, devices and RNG are untouched)"]
+    return "\n".join(lines)
+
+
 def render_table(incidents: Iterable[Incident]) -> str:
     """Return one line per incident: id, time, family, where, summary."""
     rows = [f"{'id':12}  {'time':25}  {'family':19}  {'where':10}  summary"]
@@ -128,10 +155,12 @@ def _frame_text(frame: Frame) -> str:
     return f"{frame.location()} in {frame.function}{source}"
 
 
-def _arg_text(arg: object) -> str:
-    shape = getattr(arg, "shape", None)
-    if shape is not None:
-        return f"{arg.name}={arg.dtype}{list(shape)}@{arg.device}"
+def _arg_text(arg: Any) -> str:
+    if arg.shape is not None:
+        text = f"{arg.name}={arg.dtype.replace('torch.', '')}{list(arg.shape)}@{arg.device}"
+        if arg.contiguous is False:
+            text += f" stride={arg.stride}"
+        return text + (f" values {arg.value}" if arg.value else "")
     return f"{arg.name}={arg.value}"
 
 

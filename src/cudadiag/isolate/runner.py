@@ -1,0 +1,285 @@
+"""The parent side of an isolated run: write the job, start the child, stream its output,
+enforce the timeout, kill its whole process group on an interrupt, read the incident back.
+
+The kernel never touches CUDA on this path: everything CUDA happens in the child.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudadiag.classify import classify, first_error_line
+from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.isolate.launcher import (
+    NVIDIA_BLOCKING,
+    ROCM_BLOCKING,
+    BlockingSettings,
+    Launcher,
+    SubprocessLauncher,
+    blocking_settings,
+    child_environment,
+)
+
+SHOWN_BYTES = 1 * 2**20
+"""Output streamed to the notebook per run; the rest is counted, not shown."""
+KEPT_BYTES = 1 * 2**20
+"""Tail of each stream kept in the result."""
+KILL_GRACE_S = 2.0
+
+
+@dataclass
+class IsolatedResult:
+    """What an isolated run gave: the incident (None when the run succeeded) and the output."""
+
+    incident: Incident | None
+    returncode: int | None
+    stdout: str
+    stderr: str
+    wall_s: float
+    settings: BlockingSettings
+    timed_out: bool = False
+    interrupted: bool = False
+    cells: list[int] = field(default_factory=list)
+    message: str = ""
+    """One line for the user when the run ended without an incident to show."""
+
+
+def run_isolated(
+    code: str,
+    *,
+    blocking: bool = True,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+    cells: Sequence[tuple[int, str]] | Sequence[str] | None = None,
+    ship: dict[str, Any] | None = None,
+    trace: bool = True,
+    precheck: bool = True,
+    target_cell: int | None = None,
+    rng_states: dict[int, dict[str, Any]] | None = None,
+    launcher: Launcher | None = None,
+    stream: bool = True,
+    store: bool = True,
+) -> IsolatedResult:
+    """Run `code` in a fresh Python process with blocking launches, the op tracer and the
+    index prechecks; return an IsolatedResult.
+
+    `cells` are earlier cells replayed first (sources, or (execution count, source) pairs);
+    `ship` holds values pickled into the child's namespace; `env` adds variables to the
+    child's environment; `rng_states` maps a cell number to the RNG states it started from.
+    With `blocking=False` the re-run is faithful and asynchronous: no tracer, no prechecks.
+    The incident, if any, is appended to the incident log unless `store` is False.
+    Raises ValueError for a non-positive timeout and OSError when no process can be started.
+    """
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout}")
+    settings = blocking_settings(blocking)
+    numbered = _numbered(cells or [], code, target_cell)
+    extra = {**settings.env, **(env or {})}
+    child_env = child_environment(extra)
+    if not blocking:
+        for name in (*NVIDIA_BLOCKING, *ROCM_BLOCKING):
+            if name not in (env or {}):
+                child_env.pop(name, None)
+    with tempfile.TemporaryDirectory(prefix="cudadiag-isolate-") as workdir:
+        job = _write_job(Path(workdir), numbered, ship, rng_states, settings, blocking,
+                         trace and blocking, precheck and blocking, extra)
+        started = time.perf_counter()
+        process = (launcher or SubprocessLauncher()).start(str(job["path"]), child_env)
+        pump = _Pump(process, timeout, stream)
+        pump.run()
+        wall = time.perf_counter() - started
+        result_path = Path(job["result"])
+        child_result = json.loads(result_path.read_text()) if result_path.exists() else None
+    result = IsolatedResult(
+        incident=None, returncode=process.returncode, stdout=pump.text("stdout"),
+        stderr=pump.text("stderr"), wall_s=wall, settings=settings, timed_out=pump.timed_out,
+        interrupted=pump.interrupted, cells=[n for n, _ in numbered],
+    )
+    result.incident = _incident_of(result, child_result, blocking, extra)
+    if result.incident is not None:
+        result.incident.run.wall_s = wall
+        result.incident.run.exit_status = process.returncode
+        if store:
+            _store(result.incident)
+    result.message = _message(result, timeout)
+    return result
+
+
+def _numbered(cells: Sequence[Any], code: str, target: int | None) -> list[tuple[int, str]]:
+    pairs = [c if isinstance(c, tuple) else (i + 1, c) for i, c in enumerate(cells)]
+    target = target if target is not None else (max((n for n, _ in pairs), default=0) + 1)
+    return [*[(int(n), s) for n, s in pairs if n != target], (target, code)]
+
+
+def _write_job(workdir: Path, cells: list[tuple[int, str]], ship: dict[str, Any] | None,
+               rng_states: dict[int, dict[str, Any]] | None, settings: BlockingSettings,
+               blocking: bool, trace: bool, precheck: bool,
+               env_vars: dict[str, str]) -> dict[str, Any]:
+    job: dict[str, Any] = {
+        "path": str(workdir / "job.json"),
+        "result": str(workdir / "result.json"),
+        "cells": [{"number": n, "source": s} for n, s in cells],
+        "blocking": blocking,
+        "trace": trace,
+        "precheck": precheck,
+        "backend": settings.backend,
+        "env_vars": env_vars,
+        "ship": None,
+        "rng": None,
+    }
+    if ship:
+        import cloudpickle
+
+        job["ship"] = str(workdir / "ship.pkl")
+        with open(job["ship"], "wb") as f:
+            cloudpickle.dump(ship, f)
+    wanted = {n: rng_states[n] for n, _ in cells if rng_states and n in rng_states}
+    if wanted:
+        import torch
+
+        job["rng"] = str(workdir / "rng.pt")
+        torch.save(wanted, job["rng"])
+    Path(job["path"]).write_text(json.dumps(job))
+    return job
+
+
+class _Pump:
+    """Streams a child's stdout/stderr to ours as it comes, keeps their tails, and enforces
+    the timeout and interrupts (killing the child's whole process group)."""
+
+    def __init__(self, process: subprocess.Popen[bytes], timeout: float | None,
+                 stream: bool) -> None:
+        self.process = process
+        self.deadline = time.monotonic() + timeout if timeout else None
+        self.stream = stream
+        self.kept = {"stdout": bytearray(), "stderr": bytearray()}
+        self.decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace")
+                         for name in self.kept}
+        self.shown = 0
+        self.hidden = 0
+        self.timed_out = False
+        self.interrupted = False
+
+    def run(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self.process.stdout, selectors.EVENT_READ, "stdout")
+        selector.register(self.process.stderr, selectors.EVENT_READ, "stderr")
+        try:
+            while selector.get_map():
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    self.timed_out = True
+                    self._kill_group()
+                    break
+                for key, _ in selector.select(timeout=0.1):
+                    data = os.read(key.fileobj.fileno(), 65536)
+                    if data:
+                        self._take(key.data, data)
+                    else:
+                        selector.unregister(key.fileobj)
+            self.process.wait()
+        except KeyboardInterrupt:
+            self.interrupted = True
+            self._kill_group()
+        finally:
+            selector.close()
+            self._notice_hidden()
+
+    def text(self, name: str) -> str:
+        return bytes(self.kept[name]).decode(errors="replace")
+
+    def _take(self, name: str, data: bytes) -> None:
+        kept = self.kept[name]
+        kept += data
+        del kept[:-KEPT_BYTES]
+        if not self.stream:
+            return
+        if self.shown >= SHOWN_BYTES:
+            self.hidden += len(data)
+            return
+        visible = data[: SHOWN_BYTES - self.shown]
+        self.shown += len(visible)
+        self.hidden += len(data) - len(visible)
+        out = sys.stdout if name == "stdout" else sys.stderr
+        out.write(self.decoders[name].decode(visible))
+        out.flush()
+
+    def _notice_hidden(self) -> None:
+        if self.hidden:
+            print(f"cudadiag: {self.hidden:,} more bytes of output from the isolated run were "
+                  f"not shown (the last {KEPT_BYTES >> 20} MiB of each stream are kept in the "
+                  "result)", file=sys.stderr)
+
+    def _kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def _incident_of(result: IsolatedResult, child: dict[str, Any] | None, blocking: bool,
+                 env_vars: dict[str, str]) -> Incident | None:
+    if child is not None:
+        data = child.get("incident")
+        return Incident.from_dict(data) if data else None
+    if result.timed_out or result.interrupted or result.returncode == 0:
+        return None
+    return _crash_incident(result, blocking, env_vars)
+
+
+def _crash_incident(result: IsolatedResult, blocking: bool,
+                    env_vars: dict[str, str]) -> Incident:
+    """The child died without writing its result (a signal, os._exit, an abort in a
+    library): classify what it printed."""
+    code = result.returncode or 0
+    signal_name = signal.Signals(-code).name if code < 0 else None
+    output = result.stderr + "\n" + result.stdout
+    diagnosis = classify(output)
+    headline = first_error_line(output) or (
+        f"the isolated process was killed by {signal_name}" if signal_name
+        else f"the isolated process exited with status {code} without a Python exception"
+    )
+    tail = "\n".join(result.stderr.strip().splitlines()[-30:])
+    return Incident(
+        error=ErrorInfo(type=f"ProcessDied({signal_name or code})", message=headline, text=tail),
+        diagnosis=diagnosis,
+        run=RunInfo(mode="isolated", blocking=blocking, env_vars=env_vars,
+                    signal=signal_name, cells=result.cells),
+    )
+
+
+def _message(result: IsolatedResult, timeout: float | None) -> str:
+    if result.timed_out:
+        return (f"cudadiag: the isolated run exceeded the timeout of {timeout:g} s; its whole "
+                "process group was killed")
+    if result.interrupted:
+        return "cudadiag: interrupted; the isolated run's process group was killed"
+    if result.incident is None:
+        return ("cudadiag: the isolated run did not reproduce the error "
+                f"({result.settings.note})")
+    return ""
+
+
+def _store(incident: Incident) -> None:
+    from cudadiag.kernel.store import IncidentStore
+
+    try:
+        IncidentStore().append(incident)
+    except OSError as exc:
+        print(f"cudadiag: could not write the incident log: {exc}", file=sys.stderr)

@@ -1,0 +1,164 @@
+"""The isolated child: `python -m cudadiag.isolate.worker JOB.json`.
+
+Its environment (blocking launches) was fixed by the launcher before this interpreter
+started. It replays the planned cells in a fresh `__main__`, each from the RNG states recorded
+before it ran in the kernel, compiled under `<cudadiag In[N]>` so tracebacks point at notebook
+cells, with the op tracer active. The first exception becomes the incident; later ones are its
+consequences. The incident is written as JSON to the job's result path.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import linecache
+import random
+import re
+import sys
+import time
+import types
+from contextlib import nullcontext
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from cudadiag.fdtail import DeviceMessageTail
+
+CELL_FILENAME = "<cudadiag In[{}]>"
+_CELL_FILENAME_RE = re.compile(r"^<cudadiag In\[(\d+)\]>$")
+
+
+def cell_of(filename: str) -> int | None:
+    """Return N for a `<cudadiag In[N]>` filename, else None."""
+    m = _CELL_FILENAME_RE.match(filename)
+    return int(m.group(1)) if m else None
+
+
+def main(argv: list[str]) -> int:
+    """Run the job named in argv[1]; exit status 1 when an incident was recorded."""
+    job = json.loads(Path(argv[1]).read_text())
+    tail = DeviceMessageTail()
+    tail.attach(1)
+    tail.attach(2)
+    started = time.perf_counter()
+    try:
+        result = run_job(job, tail)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        tail.detach()
+    result["wall_s"] = time.perf_counter() - started
+    Path(job["result"]).write_text(json.dumps(result, default=str))
+    return 1 if result["incident"] else 0
+
+
+def run_job(job: dict[str, Any], tail: DeviceMessageTail) -> dict[str, Any]:
+    """Execute the job's cells; return {"incident": dict | None, "cells": [...]}."""
+    import torch  # only now: the environment is already final
+
+    from cudadiag.trace import OpTracer
+
+    namespace = _fresh_main()
+    namespace.update(_load_shipped(job.get("ship")))
+    rng = torch.load(job["rng"], weights_only=False) if job.get("rng") else {}
+    tracer = OpTracer(precheck=job.get("precheck", True)) if job.get("trace", True) else None
+    failures: list[tuple[BaseException, int]] = []
+    with tracer or nullcontext():
+        for cell in job["cells"]:
+            _restore_rng(rng.get(cell["number"]), torch)
+            try:
+                _run_cell(cell["number"], cell["source"], namespace)
+            except (Exception, SystemExit) as exc:
+                failures.append((exc, cell["number"]))
+    if not failures:
+        return {"incident": None, "cells": [c["number"] for c in job["cells"]]}
+    incident = _incident(failures, job, tail, tracer)
+    return {"incident": incident.to_dict(), "cells": [c["number"] for c in job["cells"]]}
+
+
+def _run_cell(number: int, source: str, namespace: dict[str, Any]) -> None:
+    filename = CELL_FILENAME.format(number)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+
+
+def _fresh_main() -> dict[str, Any]:
+    """A new `__main__` module, so cloudpickled functions and classes find their globals."""
+    module = types.ModuleType("__main__")
+    module.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = module
+    return module.__dict__
+
+
+def _load_shipped(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    import cloudpickle
+
+    with open(path, "rb") as f:
+        values = cloudpickle.load(f)
+    return values
+
+
+def _restore_rng(states: dict[str, Any] | None, torch: Any) -> None:
+    """Put the RNG streams back where they were when this cell started in the kernel."""
+    if not states:
+        return
+    if "torch" in states:
+        torch.set_rng_state(states["torch"])
+    if "random" in states:
+        random.setstate(states["random"])
+    if "numpy" in states:
+        import numpy
+
+        numpy.random.set_state(states["numpy"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def _incident(failures: list[tuple[BaseException, int]], job: dict[str, Any],
+              tail: DeviceMessageTail, tracer: Any) -> Any:
+    from cudadiag.classify import classify
+    from cudadiag.env import collect_env
+    from cudadiag.incident import ErrorInfo, Incident, LaterError, OpInfo, RunInfo
+    from cudadiag.kernel.hooks import is_simulated
+    from cudadiag.knowledge import FAMILIES
+
+    exc, _cell = failures[0]
+    first_look = classify(exc)
+    device_lines = tail.take(wait_for_lines=first_look.asynchronous)
+    diagnosis = classify(exc, context=device_lines) if device_lines else first_look
+    error = ErrorInfo.from_exception(exc, cell_of, lambda n: None)
+    if device_lines:
+        error.text = f"{device_lines}\n{error.text}"
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    for later, cell in failures[1:]:
+        error.later.append(LaterError(
+            type=type(later).__name__, message=(str(later).strip().splitlines() or [""])[0],
+            family=classify(later).family, at=now, cell=cell,
+        ))
+    op = tracer.failed if tracer is not None else None
+    violation = getattr(exc, "violation", None)
+    if violation is not None:
+        diagnosis.details.update(
+            op=f"aten::{violation.op}", argument=violation.argument, value=violation.values[0],
+            position=list(violation.positions[0]), valid_range=[violation.low, violation.high],
+        )
+        title = FAMILIES[diagnosis.family].title
+        diagnosis.summary = f"{title}: {violation.message()}"
+        if op is None:
+            op = OpInfo(name=f"aten::{violation.op}", precheck=None)
+    return Incident(
+        error=error,
+        diagnosis=diagnosis,
+        op=op,
+        env=collect_env(),
+        run=RunInfo(mode="isolated", blocking=job.get("blocking", True),
+                    env_vars=job.get("env_vars", {}),
+                    cells=[c["number"] for c in job["cells"]],
+                    simulated=is_simulated(exc)),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
