@@ -23,6 +23,7 @@ __all__ = [
     "collect_env",
     "incidents",
     "load_ipython_extension",
+    "run_isolated",
     "testing",
     "unload_ipython_extension",
 ]
@@ -33,6 +34,14 @@ def incidents() -> list[Incident]:
     from cudadiag.kernel.store import IncidentStore
 
     return IncidentStore().load()
+
+
+def run_isolated(code: str, **options: Any) -> Any:
+    """Run `code` in a fresh process with blocking launches; see
+    cudadiag.isolate.runner.run_isolated for the options. Returns an IsolatedResult."""
+    from cudadiag.isolate.runner import run_isolated as run
+
+    return run(code, **options)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -205,20 +205,22 @@ def _ship_allowed(name: str, ship: str | list[str]) -> bool:
 
 
 def _changed_from(facts: dict[int, CellFacts], order: list[int]) -> Callable[[int], set[str]]:
-    """Return f(first) -> names that cells executed from `first` on may have changed
-    (closed over aliases)."""
+    """Return f(first) -> names that cells executed from `first` on may have rebound or
+    changed in place (in-place changes closed over aliases)."""
     groups = _alias_groups(facts.values())
 
     def changed(first: int) -> set[str]:
-        names: set[str] = set()
+        rebound: set[str] = set()
+        in_place: set[str] = set()
         for n in order:
             if n >= first:
-                names |= facts[n].rebinds | facts[n].may_change
-        closed = set(names)
+                rebound |= facts[n].rebinds
+                in_place |= facts[n].may_change
+        # a change in place reaches every alias of the object; a rebinding does not
         for group in groups:
-            if group & names:
-                closed |= group
-        return closed
+            if group & in_place:
+                in_place |= group
+        return rebound | in_place
 
     return changed
 

@@ -1,0 +1,115 @@
+"""The plan of an isolated run: which cells to replay, which values to ship."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cudadiag.isolate.plan import PlanError, analyse_cell, make_plan, python_source
+
+HISTORY = {
+    1: "import torch\nimport torch.nn.functional as F\nimport matplotlib.pyplot as plt",
+    2: "def make_model(n):\n    hidden = 8\n    return torch.nn.Linear(hidden, n)",
+    3: "model = make_model(4)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)",
+    4: "model.weight.data.zero_()",
+    5: "losses = [1, 2]\nplt.plot(losses)\n!nvidia-smi",
+    6: "%matplotlib inline\nx = torch.randn(3, 8)\ntarget = torch.tensor([0, 2, 4])",
+    7: "loss = F.cross_entropy(model(x), target)\nloss.backward()\nopt.step()",
+}
+
+
+def test_multi_cell_history_gets_the_cells_it_needs():
+    plan = make_plan(HISTORY, 7, {}, ship="none")
+    # imports, the function, the model cell and the cell that mutates the model; the
+    # unrelated plotting cell is left out
+    assert plan.replay == [1, 2, 3, 4, 6, 7]
+    assert plan.ship == []
+    assert (6, "%matplotlib inline") in plan.skipped
+    assert "replay In[1], In[2], In[3], In[4], In[6], In[7]" in plan.describe()
+    assert "skipped (magics and shell escapes): In[6]: %matplotlib inline" in plan.describe()
+
+
+def test_untouched_cpu_values_are_shipped_instead_of_replayed():
+    history = {1: "import torch", 2: "table = torch.arange(10)\nscale = 3",
+               3: "y = table * scale"}
+    namespace = {"table": torch.arange(10), "scale": 3, "torch": torch}
+    plan = make_plan(history, 3, namespace)
+    assert plan.ship == ["scale", "table"] and plan.replay == [3]
+
+
+def test_values_the_suspect_cell_may_change_are_replayed():
+    history = {1: "import torch", 2: "w = torch.zeros(3)", 3: "w.add_(1)\nprint(w)"}
+    plan = make_plan(history, 3, {"w": torch.ones(3), "torch": torch})
+    assert plan.ship == [] and plan.replay == [1, 2, 3]
+    assert "may have been changed" in plan.not_shipped["w"]
+
+
+def test_a_value_mutated_through_an_alias_is_replayed():
+    history = {
+        1: "import torch",
+        2: "C = torch.randn(27, 2)\nW1 = torch.randn(6, 100)",
+        3: "parameters = [C, W1]",
+        4: "for p in parameters:\n    p.data -= 0.1 * p.data\nout = C.sum()",
+    }
+    namespace = {"C": torch.randn(27, 2), "W1": torch.randn(6, 100), "torch": torch,
+                 "parameters": []}
+    plan = make_plan(history, 4, namespace)
+    assert "C" not in plan.ship and "parameters" not in plan.ship
+    assert plan.replay == [1, 2, 3, 4]
+
+
+def test_values_changed_by_a_later_cell_are_not_shipped():
+    history = {1: "n = 1", 2: "y = n + 1", 3: "n = 5"}
+    plan = make_plan(history, 2, {"n": 5})
+    assert plan.ship == [] and plan.replay == [1, 2]
+
+
+class _OnGpu:
+    device = torch.device("cuda", 0)
+
+
+def test_values_on_a_gpu_are_never_shipped():
+    history = {1: "import torch", 2: "t = torch.ones(2)", 3: "u = t + 1"}
+    plan = make_plan(history, 3, {"t": _OnGpu(), "torch": torch})
+    assert plan.ship == [] and plan.replay == [1, 2, 3]
+    assert plan.not_shipped["t"].startswith("lives on cuda:0")
+
+
+def test_explicit_ship_list_and_unshippable_names_are_clear_errors():
+    history = {1: "import torch", 2: "x = torch.ones(2)", 3: "y = x * 2"}
+    plan = make_plan(history, 3, {"x": torch.ones(2)}, ship=["x"])
+    assert plan.ship == ["x"] and plan.replay == [3]
+    with pytest.raises(PlanError, match="cannot ship zz"):
+        make_plan(history, 3, {"x": torch.ones(2)}, ship=["zz"], cells=[1])
+
+
+def test_a_name_nothing_provides_is_an_error_before_anything_runs():
+    with pytest.raises(PlanError, match="reads undefined_thing"):
+        make_plan({1: "import torch", 2: "undefined_thing + 1"}, 2, {})
+
+
+def test_unknown_target_and_syntax_errors_are_clear():
+    with pytest.raises(PlanError, match="not in this kernel's history"):
+        make_plan({1: "x = 1"}, 9, {})
+    with pytest.raises(PlanError, match="does not parse"):
+        make_plan({1: "x = (1"}, 1, {})
+
+
+def test_cells_option_overrides_the_analysis():
+    plan = make_plan(HISTORY, 7, {}, cells=[1, 3])
+    assert plan.replay == [1, 3, 7]
+
+
+def test_magics_and_shell_escapes_become_pass_with_a_note():
+    source, skipped = python_source("x = 1\n%time y = 2\nfiles = !ls\n  %load_ext cudadiag\nz?")
+    assert source.splitlines() == ["x = 1", "pass", "pass", "  pass", "pass"]
+    assert skipped == ["%time y = 2", "files = !ls", "z?"]
+    assert python_source("%%bash\necho hi")[0] == "pass"
+    assert python_source("%%time\nx = 1")[0] == "pass\nx = 1"
+
+
+def test_free_names_respect_local_scopes_and_order():
+    facts = analyse_cell(1, "def f(a):\n    b = a + g\n    return b\n"
+                            "vals = [i * k for i in range(3)]\nq = 1\nr = q + s")
+    assert facts.uses == {"g", "k", "s"}
+    assert facts.rebinds == {"f", "vals", "q", "r"}

@@ -1,0 +1,102 @@
+"""The op tracer: ring buffer, the failing op with its arguments, index prechecks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cudadiag import classify
+from cudadiag.testing import simulated_cuda
+from cudadiag.trace import OpTracer, PrecheckError, prechecks_active
+
+
+def test_records_recent_ops_with_argument_metadata():
+    with OpTracer(keep=3) as tracer:
+        a = torch.ones(4, 6)[:, ::2]
+        (a * 2).sum()
+    names = [c.name for c in tracer.recent]
+    assert len(names) == 3 and names[-1] == "aten::sum"
+    mul = next(c for c in tracer.recent if c.name == "aten::mul.Tensor")
+    strided = mul.args[0]
+    assert strided.shape == [4, 3] and strided.stride == [6, 2] and strided.contiguous is False
+    assert strided.dtype == "torch.float32" and strided.device == "cpu"
+    assert mul.args[1].kind == "scalar" and mul.args[1].value == "2"
+
+
+def test_the_op_that_raises_is_named_with_its_arguments():
+    with pytest.raises(RuntimeError), OpTracer(precheck=False) as tracer:
+        torch.ones(2, 3) @ torch.ones(4, 5)
+    assert tracer.failed.name == "aten::mm"
+    assert [a.shape for a in tracer.failed.args] == [[2, 3], [4, 5]]
+    assert tracer.failed.precheck is None
+
+
+@pytest.mark.parametrize(("call", "op", "text"), [
+    (lambda: F.cross_entropy(torch.randn(3, 4), torch.tensor([0, 2, 4])), "nll_loss_forward",
+     "aten::nll_loss_forward: target 4 at position 2 outside [0, 4) (ignore_index=-100)"),
+    (lambda: F.cross_entropy(torch.randn(2, 3, 5, 5), torch.full((2, 5, 5), 3)),
+     "nll_loss2d_forward", "aten::nll_loss2d_forward: target values [3, 3, 3, 3, 3, 3, 3, 3, 3, "
+                           "3] at positions [(0, 0, 0), (0, 0, 1),"),
+    (lambda: F.embedding(torch.tensor([[1, 2], [7, 0]]), torch.randn(5, 3)), "embedding",
+     "aten::embedding: indices 7 at position (1, 0) outside [0, 5)"),
+    (lambda: torch.randn(5, 3).index_select(0, torch.tensor([0, -1])), "index_select",
+     "aten::index_select: index -1 at position 1 outside [0, 5)"),
+    (lambda: torch.randn(2, 3).gather(1, torch.tensor([[0], [3]])), "gather",
+     "aten::gather: index 3 at position (1, 0) outside [0, 3)"),
+    (lambda: torch.zeros(2, 3).scatter_(1, torch.tensor([[5]]), 1.0), "scatter_",
+     "aten::scatter_: index 5 at position (0, 0) outside [0, 3)"),
+    (lambda: torch.randn(4)[torch.tensor([1, 9])], "index",
+     "aten::index: indices 9 at position 1 outside [-4, 4)"),
+    (lambda: torch.zeros(4).index_put_((torch.tensor([4]),), torch.tensor(1.0)), "index_put_",
+     "aten::index_put_: indices 4 at position 0 outside [-4, 4)"),
+])
+def test_prechecks_name_op_argument_values_and_positions(call, op, text):
+    with pytest.raises(PrecheckError) as raised, OpTracer() as tracer:
+        call()
+    assert str(raised.value).startswith(text)
+    assert tracer.failed.name.startswith(f"aten::{op}")
+    assert tracer.failed.precheck.startswith(text)
+    assert classify(raised.value).family == "index_out_of_bounds"
+
+
+def test_precheck_reads_values_before_the_kernel_and_says_what_cpu_raises():
+    with pytest.raises(PrecheckError) as raised, OpTracer():
+        F.cross_entropy(torch.randn(3, 4), torch.tensor([0, 2, 4]))
+    assert raised.value.violation.values == [4] and raised.value.violation.positions == [(2,)]
+    assert "On the CPU this kernel raises: Target 4 is out of bounds." in str(raised.value)
+
+
+def test_on_the_simulated_device_the_precheck_is_a_device_assert():
+    with pytest.raises(PrecheckError) as raised, OpTracer(), simulated_cuda():
+        F.cross_entropy(torch.randn(3, 4), torch.tensor([0, 2, 4]))
+    d = classify(raised.value)
+    assert d.family == "device_assert" and d.sticky
+    assert raised.value.simulated
+
+
+def test_without_precheck_the_kernel_runs_and_its_own_error_is_recorded():
+    with pytest.raises(IndexError, match="Target 4 is out of bounds") as raised, \
+            OpTracer(precheck=False) as tracer:
+        F.cross_entropy(torch.randn(3, 4), torch.tensor([0, 2, 4]))
+    assert not isinstance(raised.value, PrecheckError)
+    assert tracer.failed.name == "aten::nll_loss_forward"
+    target = tracer.failed.args[1]
+    assert target.name == "target" and target.value == "0..4"
+
+
+def test_ignore_index_and_valid_values_pass():
+    with OpTracer():
+        F.cross_entropy(torch.randn(3, 4), torch.tensor([0, -100, 3]))
+        F.embedding(torch.tensor([0, 4]), torch.randn(5, 2))
+
+
+def test_tracing_is_off_outside_a_tracer():
+    assert not prechecks_active()
+    assert not torch._C._is_torch_function_mode_enabled()
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    assert _get_current_dispatch_mode() is None
+    with OpTracer():
+        assert prechecks_active()
+    assert not prechecks_active()
