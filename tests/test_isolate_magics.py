@@ -32,7 +32,7 @@ PLOT = "history = []\nlabel = 'unrelated plotting cell'"
 
 
 def run(shell, source):
-    count = int(len(shell.user_ns["In"]))
+    count = len(shell.user_ns["In"])
     return shell.run_cell(source, store_history=True), count
 
 
