@@ -199,3 +199,13 @@ def test_rocm_gets_the_hip_variables_never_the_nvidia_one_alone(monkeypatch):
                           "'AMD_SERIALIZE_KERNEL')))", store=False, blocking=False)
     assert result.stdout.strip() == "[]"
     assert os.environ["CUDA_LAUNCH_BLOCKING"] == "1"
+
+
+def test_cells_mixing_magics_and_python_are_replayed_without_the_magics(shell, capsys):
+    _, cell = run(shell, "%load_ext cudadiag\n%time z = 1\nimport torch")
+    capsys.readouterr()
+    run(shell, "%%blocking_launch\ntorch.ones(2)[torch.tensor([3])]")
+    out = capsys.readouterr().out
+    assert f"skipped (magics and shell escapes): In[{cell}]: %time z = 1" in out
+    (isolated,) = _isolated(incidents())
+    assert isolated.op.precheck == "aten::index: indices 3 at position 0 outside [-2, 2)"

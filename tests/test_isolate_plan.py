@@ -104,6 +104,9 @@ def test_magics_and_shell_escapes_become_pass_with_a_note():
     source, skipped = python_source("x = 1\n%time y = 2\nfiles = !ls\n  %load_ext cudadiag\nz?")
     assert source.splitlines() == ["x = 1", "pass", "pass", "  pass", "pass"]
     assert skipped == ["%time y = 2", "files = !ls", "z?"]
+    transformed = "get_ipython().run_line_magic('time', 'y = 2')\nx = 1"
+    assert python_source(transformed) == ("pass\nx = 1", ["get_ipython().run_line_magic('time', "
+                                                          "'y = 2')"])
     assert python_source("%%bash\necho hi")[0] == "pass"
     assert python_source("%%time\nx = 1")[0] == "pass\nx = 1"
 

@@ -16,7 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-_MAGIC_LINE = re.compile(r"^(\s*)(?:[\w.]+\s*=\s*)?[!%]")
+_MAGIC_LINE = re.compile(
+    r"^(\s*)(?:[\w.]+\s*=\s*)?(?:[!%]|get_ipython\(\)\.(?:run_line_magic|run_cell_magic|"
+    r"system|getoutput)\()"
+)
 _HELP_LINE = re.compile(r"^\s*[\w.]+\?\??\s*$")
 _KEPT_LINE_MAGICS = ("%load_ext cudadiag",)
 _PYTHON_CELL_MAGICS = ("%%time", "%%capture")
@@ -111,7 +114,7 @@ def python_source(raw: str) -> tuple[str, list[str]]:
         stripped = line.strip()
         magic = _MAGIC_LINE.match(line)
         if magic or _HELP_LINE.match(line):
-            if not stripped.startswith(_KEPT_LINE_MAGICS):
+            if not stripped.startswith(_KEPT_LINE_MAGICS) and "'load_ext', 'cudadiag'" not in line:
                 skipped.append(stripped)
             indent = magic.group(1) if magic else line[: len(line) - len(line.lstrip())]
             kept.append(f"{indent}pass")

@@ -138,8 +138,12 @@ def capture_for(shell: Any) -> KernelCapture:
 
 
 def _history(shell: Any) -> dict[int, str]:
-    """Earlier cells by execution count (the running cell, last in `In`, excluded)."""
-    inputs = shell.user_ns.get("In") or [""]
+    """Earlier cells by execution count, as typed (the running cell, the last one, excluded).
+
+    `In` holds the cells after IPython's transformations (`get_ipython().run_line_magic`);
+    the raw history keeps the magics as typed, which the plan knows how to skip.
+    """
+    inputs = list(shell.history_manager.input_hist_raw) or [""]
     return {n: src for n, src in enumerate(inputs[:-1]) if n > 0 and src}
 
 

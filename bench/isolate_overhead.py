@@ -1,0 +1,51 @@
+"""Start-up cost of an isolated run: `x = 1` through %%blocking_launch against a cold
+`python -c "import torch"`, medians of several runs side by side, and their ratio.
+
+    python bench/isolate_overhead.py [--runs 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def cold_import_torch() -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.perf_counter() - start
+
+
+def blocking_launch(shell) -> float:
+    start = time.perf_counter()
+    shell.run_cell("%%blocking_launch\nx = 1", store_history=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    os.environ["CUDADIAG_HOME"] = tempfile.mkdtemp(prefix="cudadiag-bench-")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_cell("%load_ext cudadiag", store_history=True)
+    cold, isolated = [], []
+    for _ in range(args.runs):
+        cold.append(cold_import_torch())
+        isolated.append(blocking_launch(shell))
+    c, i = statistics.median(cold), statistics.median(isolated)
+    print(f"runs: {args.runs}")
+    print(f"python -c 'import torch' (cold): median {c:.3f} s")
+    print(f"%%blocking_launch x = 1:         median {i:.3f} s")
+    print(f"ratio isolated / cold import:    {i / c:.2f}")
+
+
+if __name__ == "__main__":
+    main()
