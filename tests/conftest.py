@@ -24,6 +24,14 @@ def fresh_simulated_device(monkeypatch):
     reset_simulated_device()
 
 
+@pytest.fixture(autouse=True)
+def no_watches_from_other_tests():
+    """watch() records live for the process, as they do for a kernel; tests start without."""
+    from cudadiag import batch
+
+    batch._records.clear()
+
+
 @pytest.fixture
 def shell():
     """The process's IPython InteractiveShell with cudadiag loaded; unloaded afterwards."""

@@ -14,6 +14,21 @@ from cudadiag.env import collect_env
 from cudadiag.incident import Diagnosis, EnvInfo, Incident, IncidentSchemaError
 
 __version__ = "0.1.0"
+# Names whose modules import torch: loaded on first use, so `import cudadiag` stays light.
+_LAZY = {
+    "summarize": "cudadiag.batch",
+    "watch": "cudadiag.batch",
+    "step_done": "cudadiag.batch",
+    "BatchSummary": "cudadiag.batch",
+    "check_class_targets": "cudadiag.guards",
+    "check_index_range": "cudadiag.guards",
+    "check_same_device": "cudadiag.guards",
+    "check_label_mapping": "cudadiag.guards",
+    "guard": "cudadiag.guards",
+    "GuardError": "cudadiag.guards",
+    "keep_case": "cudadiag.cases",
+    "load_cases": "cudadiag.cases",
+}
 __all__ = [
     "Diagnosis",
     "EnvInfo",
@@ -26,6 +41,7 @@ __all__ = [
     "run_isolated",
     "testing",
     "unload_ipython_extension",
+    *_LAZY,
 ]
 
 
@@ -59,7 +75,8 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    # `cudadiag.testing` imports torch; load it only when asked for.
     if name == "testing":
         return importlib.import_module("cudadiag.testing")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'cudadiag' has no attribute {name!r}")

@@ -197,6 +197,8 @@ class RunInfo:
     simulated: bool = False
     ingested_late: bool = False
     """Captured by loading the extension after the failure (from sys.last_value)."""
+    batch_replay: int | None = None
+    """The step whose recorded batch was the only one replayed (`--batch`)."""
 
 
 @dataclass

@@ -69,6 +69,7 @@ def run_isolated(
     precheck: bool = True,
     target_cell: int | None = None,
     rng_states: dict[int, dict[str, Any]] | None = None,
+    batch: tuple[int, Any] | None = None,
     launcher: Launcher | None = None,
     stream: bool = True,
     store: bool = True,
@@ -78,7 +79,8 @@ def run_isolated(
 
     `cells` are earlier cells replayed first (sources, or (execution count, source) pairs);
     `ship` holds values pickled into the child's namespace; `env` adds variables to the
-    child's environment; `rng_states` maps a cell number to the RNG states it started from.
+    child's environment; `rng_states` maps a cell number to the RNG states it started from;
+    `batch` = (step, data) makes the child's first watch() yield only that recorded batch.
     With `blocking=False` the re-run is faithful and asynchronous: no tracer, no prechecks.
     The incident, if any, is appended to the incident log unless `store` is False.
     Raises ValueError for a non-positive timeout and OSError when no process can be started.
@@ -96,6 +98,8 @@ def run_isolated(
     with tempfile.TemporaryDirectory(prefix="cudadiag-isolate-") as workdir:
         job = _write_job(Path(workdir), numbered, ship, rng_states, settings, blocking,
                          trace and blocking, precheck and blocking, extra)
+        if batch is not None:
+            _write_batch(Path(workdir), job, batch)
         started = time.perf_counter()
         process = (launcher or SubprocessLauncher()).start(str(job["path"]), child_env)
         pump = _Pump(process, timeout, stream)
@@ -154,6 +158,15 @@ def _write_job(workdir: Path, cells: list[tuple[int, str]], ship: dict[str, Any]
         torch.save(wanted, job["rng"])
     Path(job["path"]).write_text(json.dumps(job))
     return job
+
+
+def _write_batch(workdir: Path, job: dict[str, Any], batch: tuple[int, Any]) -> None:
+    import torch
+
+    step, data = batch
+    job["batch"] = {"step": step, "file": str(workdir / "batch.pt")}
+    torch.save(data, job["batch"]["file"])
+    Path(job["path"]).write_text(json.dumps(job))
 
 
 class _Pump:

@@ -56,16 +56,23 @@ def run_job(job: dict[str, Any], tail: DeviceMessageTail) -> dict[str, Any]:
     """Execute the job's cells; return {"incident": dict | None, "cells": [...]}."""
     import torch  # only now: the environment is already final
 
+    from cudadiag.batch import new_cell
     from cudadiag.trace import OpTracer
 
     namespace = _fresh_main()
     namespace.update(_load_shipped(job.get("ship")))
+    if job.get("batch"):
+        from cudadiag.batch import replay_batch
+
+        recorded = job["batch"]
+        replay_batch(recorded["step"], torch.load(recorded["file"], weights_only=False))
     rng = torch.load(job["rng"], weights_only=False) if job.get("rng") else {}
     tracer = OpTracer(precheck=job.get("precheck", True)) if job.get("trace", True) else None
     failures: list[tuple[BaseException, int]] = []
     with tracer or nullcontext():
         for cell in job["cells"]:
             _restore_rng(rng.get(cell["number"]), torch)
+            new_cell()
             try:
                 _run_cell(cell["number"], cell["source"], namespace)
             except (Exception, SystemExit) as exc:
@@ -121,7 +128,7 @@ def _incident(failures: list[tuple[BaseException, int]], job: dict[str, Any],
     from cudadiag.classify import classify
     from cudadiag.env import collect_env
     from cudadiag.incident import ErrorInfo, Incident, LaterError, OpInfo, RunInfo
-    from cudadiag.kernel.hooks import is_simulated
+    from cudadiag.kernel.hooks import attach_batch, is_simulated
     from cudadiag.knowledge import FAMILIES
 
     exc, _cell = failures[0]
@@ -148,7 +155,7 @@ def _incident(failures: list[tuple[BaseException, int]], job: dict[str, Any],
         diagnosis.summary = f"{title}: {violation.message()}"
         if op is None:
             op = OpInfo(name=f"aten::{violation.op}", precheck=None)
-    return Incident(
+    incident = Incident(
         error=error,
         diagnosis=diagnosis,
         op=op,
@@ -156,8 +163,11 @@ def _incident(failures: list[tuple[BaseException, int]], job: dict[str, Any],
         run=RunInfo(mode="isolated", blocking=job.get("blocking", True),
                     env_vars=job.get("env_vars", {}),
                     cells=[c["number"] for c in job["cells"]],
-                    simulated=is_simulated(exc)),
+                    simulated=is_simulated(exc),
+                    batch_replay=(job.get("batch") or {}).get("step")),
     )
+    attach_batch(incident)
+    return incident
 
 
 if __name__ == "__main__":

@@ -70,6 +70,9 @@ class KernelCapture:
     def pre_run_cell(self, info: Any = None, **_: Any) -> None:
         """Record the RNG states this cell starts from; warn when the context is poisoned."""
         self._rng_at_start = self._read_rng_states()
+        batch = sys.modules.get("cudadiag.batch")
+        if batch is not None:
+            batch.new_cell()
         if self.poisoned_by is not None:
             print(render.sticky_warning_line(self.poisoned_by), file=sys.stderr)
 
@@ -124,6 +127,7 @@ class KernelCapture:
                         simulated=is_simulated(exc), ingested_late=ingested_late),
             env=collect_env(),
         )
+        attach_batch(incident)
         self.current = incident
         self._save(incident)
         print(render.render_short(incident), file=sys.stderr)
@@ -177,6 +181,15 @@ class KernelCapture:
     def _cell_source(self, cell: int) -> str | None:
         history = self.shell.user_ns.get("In") or []
         return history[cell] if 0 <= cell < len(history) else None
+
+
+def attach_batch(incident: Incident) -> None:
+    """Give `incident` the step and batch of the active watch(), if one is iterating."""
+    batch = sys.modules.get("cudadiag.batch")
+    record = batch.active_watch() if batch is not None else None
+    if record is not None:
+        incident.step = record.step_info()
+        incident.batch = record.batch_info()
 
 
 def is_relevant(exc: BaseException, family: str) -> bool:

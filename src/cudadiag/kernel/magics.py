@@ -56,6 +56,9 @@ def _isolation_options(func: Any) -> Any:
         argument("--no-precheck", action="store_true",
                  help="let index-taking kernels run unchecked, to see the raw CUDA error"),
         argument("--no-trace", action="store_true", help="do not record aten operators"),
+        argument("--batch", metavar="last|STEP",
+                 help="replay one batch recorded by watch(): the child's watch() yields "
+                      "only that batch, with its original step number"),
     ]
     for option in reversed(options):
         func = option(func)
@@ -163,6 +166,7 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str], target: i
     if args.dry_run:
         return
     capture = capture_for(shell)
+    recorded = _recorded_batch(args.batch) if args.batch else None
     result = run_isolated(
         plan.sources[target],
         cells=[(n, plan.sources[n]) for n in plan.replay if n != target],
@@ -174,8 +178,27 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str], target: i
         env=env,
         trace=not args.no_trace,
         precheck=not args.no_precheck,
+        batch=recorded,
     )
     print(render.render_isolated(result, plan.describe()))
+
+
+def _recorded_batch(which: str) -> tuple[int, Any]:
+    """The (step, CPU copy) kept by the latest watch() of this kernel."""
+    import sys
+
+    batch = sys.modules.get("cudadiag.batch")
+    record = batch.latest_watch() if batch is not None else None
+    if record is None:
+        raise UsageError("--batch: no watch() has recorded a batch in this kernel; wrap the "
+                         "loop's iterable: for batch in cudadiag.watch(loader): ...")
+    try:
+        step = which if which == "last" else int(which)
+        kept = record.batch_at(step)
+    except (LookupError, ValueError) as exc:
+        raise UsageError(f"--batch {which}: {exc}") from None
+    print(f"replaying step {kept.step} of watch {record.name!r} only")
+    return kept.step, kept.batch
 
 
 def _key_value(item: str) -> tuple[str, str]:

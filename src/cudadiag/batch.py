@@ -1,0 +1,434 @@
+"""The batch in flight: summaries of what a step consumed, and watch() over a training loop.
+
+`summarize()` describes a batch by ids and dimensions rather than content (guide point 2) and
+never launches work on, or synchronises with, a GPU: tensors there get metadata only.
+`watch()` wraps the loop's iterable; while it is active the kernel hook and the isolated worker
+attach the step and the batch to every incident. The per-step cost is a reference and a CPU
+copy; summaries are computed only when an incident asks for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from cudadiag.incident import StepInfo
+
+SUMMARY_MAX_NUMEL = 10_000_000
+DISTINCT_MAX_NUMEL = 1_000_000
+LENGTHS_SHOWN = 64
+DEFAULT_MAX_BYTES = 64 * 2**20
+
+
+@dataclass
+class TensorSummary:
+    """One tensor of a batch: metadata always, values only on the CPU and within budget."""
+
+    path: str
+    shape: list[int]
+    dtype: str
+    device: str
+    stride: list[int]
+    contiguous: bool
+    numel: int
+    min: float | None = None
+    max: float | None = None
+    negatives: int | None = None
+    distinct: int | None = None
+    nan: int | None = None
+    inf: int | None = None
+    values_skipped: str | None = None
+    """Why values were not read (on a GPU, above the size budget)."""
+
+
+@dataclass
+class BatchSummary:
+    """A batch's structure and its tensors."""
+
+    structure: str
+    tensors: list[TensorSummary] = field(default_factory=list)
+    others: dict[str, str] = field(default_factory=dict)
+    """Non-tensor leaves by path: their type (and the value for short scalars)."""
+    batch_size: int | None = None
+    lengths: list[int] | None = None
+    """Sequence lengths from an attention mask, when the batch has one (first rows)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the summary as JSON-ready dicts."""
+        return dataclasses.asdict(self)
+
+    def tensor(self, path: str) -> TensorSummary:
+        """Return the summary of the tensor at `path`; raises KeyError when there is none."""
+        for t in self.tensors:
+            if t.path == path:
+                return t
+        raise KeyError(f"no tensor at {path}; paths: {[t.path for t in self.tensors]}")
+
+
+def summarize(obj: Any, *, max_numel: int = SUMMARY_MAX_NUMEL, root: str = "batch") -> BatchSummary:
+    """Return a BatchSummary of `obj`: tensors inside tuples, lists, dicts (a BatchEncoding is
+    a dict), dataclasses and namedtuples, each recorded with its path (`batch["input_ids"]`).
+
+    Never touches GPU data and never modifies the batch. Does not raise on odd objects: they
+    are listed by type under `others`.
+    """
+    with _disable_current_modes():  # cudadiag's own reads stay out of user modes and traces
+        return _summarize(obj, max_numel, root)
+
+
+def _summarize(obj: Any, max_numel: int, root: str) -> BatchSummary:
+    summary = BatchSummary(structure=_structure(obj))
+    for path, leaf in _leaves(obj, root):
+        if isinstance(leaf, torch.Tensor):
+            summary.tensors.append(_tensor_summary(path, leaf, max_numel))
+        else:
+            summary.others[path] = _describe_other(leaf)
+    if summary.tensors and summary.tensors[0].shape:
+        summary.batch_size = summary.tensors[0].shape[0]
+    mask = _attention_mask(obj)
+    if mask is not None:
+        summary.lengths = mask.sum(dim=-1)[:LENGTHS_SHOWN].tolist()
+    return summary
+
+
+def _leaves(obj: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
+    if depth > 8:
+        yield path, obj
+    elif isinstance(obj, torch.Tensor):
+        yield path, obj
+    elif isinstance(obj, Mapping):
+        for key, value in obj.items():
+            yield from _leaves(value, f"{path}[{key!r}]", depth + 1)
+    elif isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        for name in obj._fields:
+            yield from _leaves(getattr(obj, name), f"{path}.{name}", depth + 1)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _leaves(getattr(obj, f.name), f"{path}.{f.name}", depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            yield from _leaves(value, f"{path}[{i}]", depth + 1)
+    else:
+        yield path, obj
+
+
+def _structure(obj: Any, depth: int = 0) -> str:
+    if isinstance(obj, torch.Tensor):
+        return "Tensor"
+    if depth > 2:
+        return type(obj).__name__
+    if isinstance(obj, Mapping):
+        return f"{type(obj).__name__}[{', '.join(str(k) for k in obj)}]"
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return f"{type(obj).__name__}({', '.join(obj._fields)})"
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return f"{type(obj).__name__}({', '.join(f.name for f in dataclasses.fields(obj))})"
+    if isinstance(obj, (list, tuple)):
+        inner = ", ".join(_structure(v, depth + 1) for v in list(obj)[:8])
+        return f"{type(obj).__name__}[{inner}{', ...' if len(obj) > 8 else ''}]"
+    return type(obj).__name__
+
+
+def _tensor_summary(path: str, t: torch.Tensor, max_numel: int) -> TensorSummary:
+    summary = TensorSummary(
+        path=path, shape=list(t.shape), dtype=str(t.dtype).replace("torch.", ""),
+        device=str(t.device), stride=list(t.stride()), contiguous=t.is_contiguous(),
+        numel=t.numel(),
+    )
+    if t.device.type != "cpu":
+        summary.values_skipped = f"on {t.device}: metadata only (reading would synchronise)"
+    elif t.numel() > max_numel:
+        summary.values_skipped = f"{t.numel():,} elements: above the {max_numel:,} budget"
+    elif t.numel():
+        _fill_values(summary, t.detach())
+    return summary
+
+
+def _fill_values(summary: TensorSummary, t: torch.Tensor) -> None:
+    if t.dtype == torch.bool:
+        summary.min, summary.max = int(t.min()), int(t.max())
+    elif t.dtype.is_floating_point:
+        finite = t[torch.isfinite(t)]
+        summary.nan = int(torch.isnan(t).sum())
+        summary.inf = int(torch.isinf(t).sum())
+        if finite.numel():
+            summary.min, summary.max = float(finite.min()), float(finite.max())
+    elif not t.dtype.is_complex:
+        summary.min, summary.max = int(t.min()), int(t.max())
+        summary.negatives = int((t < 0).sum())
+        if t.numel() <= DISTINCT_MAX_NUMEL:
+            summary.distinct = int(torch.unique(t).numel())
+
+
+def _describe_other(value: Any) -> str:
+    if isinstance(value, (int, float, bool, str)) and len(repr(value)) <= 40:
+        return f"{type(value).__name__} {value!r}"
+    return type(value).__name__
+
+
+def _attention_mask(obj: Any) -> torch.Tensor | None:
+    if isinstance(obj, Mapping):
+        mask = obj.get("attention_mask")
+        if isinstance(mask, torch.Tensor) and mask.device.type == "cpu" and mask.dim() >= 1:
+            return mask.long()
+    return None
+
+
+# --------------------------------------------------------------------------- watch()
+
+
+@dataclass
+class KeptBatch:
+    """One recorded step: its number, a CPU copy of the batch (or None), and its size."""
+
+    step: int
+    batch: Any
+    nbytes: int
+    batch_size: int | None
+    indices: list[int] | None
+    note: str | None = None
+
+
+class WatchRecord:
+    """What one watch() has seen. Outlives the loop, so a batch can be replayed after the
+    failure."""
+
+    def __init__(self, name: str, length: int | None, keep: int, max_bytes: int) -> None:
+        self.name = name
+        self.length = length
+        self.keep = keep
+        self.max_bytes = max_bytes
+        self.step = -1
+        self.last_completed: int | None = None
+        self.first_batch_size: int | None = None
+        self.current: Any = None
+        self.kept: deque[KeptBatch] = deque()
+        self.active = True
+        self.exhausted = False
+        self.closed_in_cell: int | None = None
+        self.replayed_step: int | None = None
+
+    def record(self, item: Any, indices: list[int] | None) -> None:
+        """Note the next item (called once per step, before it is yielded)."""
+        if self.step >= 0 and self.last_completed != self.step:
+            self.last_completed = self.step
+        self.step += 1
+        self.current = item
+        size = _batch_size(item)
+        if self.first_batch_size is None:
+            self.first_batch_size = size
+        self._keep(item, size, indices)
+
+    def step_info(self) -> StepInfo:
+        """The step in flight as the incident's `step`."""
+        entry = self.kept[-1] if self.kept else None
+        size = entry.batch_size if entry else None
+        is_last = self.length is not None and self.step == self.length - 1
+        smaller = (size is not None and self.first_batch_size is not None
+                   and size < self.first_batch_size)
+        return StepInfo(
+            iteration=self.step, last_completed=self.last_completed, batch_index=self.step,
+            last_incomplete=bool(smaller or (is_last and smaller)), loader=self.name,
+        )
+
+    def batch_info(self) -> dict[str, Any]:
+        """The batch in flight as the incident's `batch`: its summary (from the CPU copy when
+        one was kept), dataset indices, and what was kept."""
+        entry = self.kept[-1] if self.kept and self.kept[-1].step == self.step else None
+        source = entry.batch if entry is not None and entry.batch is not None else self.current
+        info = summarize(source).to_dict()
+        info["step"] = self.step
+        info["indices"] = entry.indices if entry else None
+        info["kept_copy"] = bool(entry and entry.batch is not None)
+        if entry and entry.note:
+            info["note"] = entry.note
+        if self.replayed_step is not None:
+            info["replayed"] = f"only step {self.replayed_step} was replayed"
+        return info
+
+    def batch_at(self, step: int | str) -> KeptBatch:
+        """Return the kept batch of `step` ("last" for the newest); raises LookupError."""
+        usable = [k for k in self.kept if k.batch is not None]
+        if not usable:
+            raise LookupError(f"watch {self.name!r} kept no batch copy (keep={self.keep}, "
+                              f"max_bytes={self.max_bytes})")
+        if step == "last":
+            return usable[-1]
+        for kept in usable:
+            if kept.step == step:
+                return kept
+        raise LookupError(f"step {step} is not kept by watch {self.name!r}; kept steps: "
+                          f"{[k.step for k in usable]}")
+
+    def _keep(self, item: Any, size: int | None, indices: list[int] | None) -> None:
+        nbytes = _nbytes(item)
+        if nbytes > self.max_bytes:
+            kept = KeptBatch(self.step, None, nbytes, size, indices,
+                             note=f"batch of {nbytes:,} bytes is above max_bytes: summary only")
+        elif _on_device(item):
+            kept = KeptBatch(self.step, None, nbytes, size, indices,
+                             note="batch on a GPU: no CPU copy (copying would synchronise)")
+        else:
+            with _disable_current_modes():
+                kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)
+        self.kept.append(kept)
+        while len(self.kept) > self.keep or sum(
+                k.nbytes for k in self.kept if k.batch is not None) > self.max_bytes:
+            self.kept.popleft()
+
+
+_lock = threading.Lock()
+_records: list[WatchRecord] = []
+_cell = 0
+"""Counts cells (the kernel hook and the isolated worker call new_cell())."""
+_replay: dict[str, Any] = {}
+"""Set in an isolated child for single-batch replay: {"step": n, "batch": data}."""
+
+
+def watch(iterable: Iterable[Any], *, name: str | None = None, keep: int = 2,
+          max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[Any]:
+    """Yield the items of `iterable` unchanged, recording the step, the batch in flight, the
+    last completed step, dataset indices (for a DataLoader) and CPU copies of the last `keep`
+    batches within `max_bytes`.
+
+    While the returned iterator is active, incidents get `step` and `batch`. Raises ValueError
+    for a negative `keep` or `max_bytes`.
+    """
+    if keep < 0 or max_bytes < 0:
+        raise ValueError("keep and max_bytes must be zero or positive")
+    length = _length(iterable)
+    record = WatchRecord(name or _default_name(iterable), length, keep, max_bytes)
+    with _lock:
+        _records.append(record)
+        del _records[:-16]
+    return _watching(iterable, record)
+
+
+def step_done() -> None:
+    """Mark the step in flight of the innermost active watch as completed."""
+    record = active_watch()
+    if record is not None:
+        record.last_completed = record.step
+
+
+def active_watch() -> WatchRecord | None:
+    """Return the most recent watch that is still iterating: started, not exhausted, and not
+    abandoned before the current cell. (An exception that leaves the loop closes the
+    iterator while it unwinds, before any hook runs: a watch closed during the current cell
+    still counts.)"""
+    with _lock:
+        for record in reversed(_records):
+            if record.step < 0 or record.exhausted:
+                continue
+            if record.active or record.closed_in_cell == _cell:
+                return record
+    return None
+
+
+def new_cell() -> None:
+    """Note that a new cell starts: watches abandoned earlier are no longer attached."""
+    global _cell
+    _cell += 1
+
+
+def latest_watch() -> WatchRecord | None:
+    """Return the most recent watch, active or not (for replaying one of its batches)."""
+    with _lock:
+        return _records[-1] if _records else None
+
+
+def replay_batch(step: int, batch: Any) -> None:
+    """Make the next watch() in this process yield only `batch`, as step `step` (used by the
+    isolated worker for `--batch`)."""
+    _replay.update(step=step, batch=batch)
+
+
+def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
+    try:
+        if _replay:
+            step, batch = _replay.pop("step"), _replay.pop("batch")
+            record.step, record.replayed_step = step - 1, step
+            record.record(batch, None)
+            yield batch
+            return
+        iterator = iter(iterable)
+        pending = _index_recorder(iterator)
+        for item in iterator:
+            record.record(item, pending.popleft() if pending else None)
+            yield item
+        record.exhausted = True
+    finally:
+        record.active = False
+        record.closed_in_cell = _cell
+
+
+def _index_recorder(iterator: Any) -> deque[list[int]] | None:
+    """For a single-process DataLoader iterator: record each index list its batch sampler
+    hands out, without drawing anything extra from the sampler. (With worker processes the
+    first index lists are handed out while the iterator is built, before they can be seen:
+    no indices then.)"""
+    next_index = getattr(iterator, "_next_index", None)
+    if next_index is None or getattr(iterator, "_num_workers", None) != 0:
+        return None
+    handed_out: deque[list[int]] = deque()
+
+    def recording_next_index() -> Any:
+        index = next_index()
+        handed_out.append(list(index) if isinstance(index, (list, tuple)) else [index])
+        return index
+
+    iterator._next_index = recording_next_index
+    return handed_out
+
+
+def _length(iterable: Any) -> int | None:
+    try:
+        return len(iterable)
+    except TypeError:
+        return None
+
+
+def _default_name(iterable: Any) -> str:
+    return type(iterable).__name__
+
+
+def _batch_size(item: Any) -> int | None:
+    for _, leaf in _leaves(item, "batch"):
+        if isinstance(leaf, torch.Tensor) and leaf.dim() > 0:
+            return int(leaf.shape[0])
+    return None
+
+
+def _nbytes(item: Any) -> int:
+    return sum(leaf.numel() * leaf.element_size() for _, leaf in _leaves(item, "batch")
+               if isinstance(leaf, torch.Tensor))
+
+
+def _on_device(item: Any) -> bool:
+    return any(isinstance(leaf, torch.Tensor) and leaf.device.type != "cpu"
+               for _, leaf in _leaves(item, "batch"))
+
+
+def _cpu_copy(item: Any) -> Any:
+    """A copy that keeps dtype, shape and strides, so in-place changes by the loop do not
+    alter what was recorded."""
+    if isinstance(item, torch.Tensor):
+        return item.detach().clone(memory_format=torch.preserve_format)
+    if isinstance(item, Mapping):
+        return type(item)({k: _cpu_copy(v) for k, v in item.items()}) if isinstance(
+            item, dict) else {k: _cpu_copy(v) for k, v in item.items()}
+    if isinstance(item, tuple) and hasattr(item, "_fields"):
+        return type(item)(*(_cpu_copy(v) for v in item))
+    if isinstance(item, (list, tuple)):
+        return type(item)(_cpu_copy(v) for v in item)
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return dataclasses.replace(item, **{f.name: _cpu_copy(getattr(item, f.name))
+                                            for f in dataclasses.fields(item) if f.init})
+    return item

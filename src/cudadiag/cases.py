@@ -1,0 +1,106 @@
+"""The bad-case set: problematic batches kept with the project, for a validation test
+(guide point 7: keep the bad case in a small validation set that lives with the project).
+
+Each case is `NAME.pt` (the CPU batch, torch.save) and `NAME.json` (summary, reason, the guard
+verdict or incident id, creation time).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cudadiag.batch import summarize
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+@dataclass
+class Case:
+    """One kept case: its name, the batch and what was recorded about it."""
+
+    name: str
+    batch: Any
+    reason: str
+    created: str
+    summary: dict[str, Any] = field(default_factory=dict)
+    verdict: str | None = None
+    incident_id: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Case({self.name!r})"
+
+
+def keep_case(batch: Any, name: str, *, reason: str, directory: str | Path = "tests/cases",
+              verdict: str | None = None, incident_id: str | None = None,
+              overwrite: bool = False) -> Path:
+    """Store `batch` (copied to the CPU) as case `name` in `directory`; return the .pt path.
+
+    Raises ValueError for a name that is not a plain file name, FileExistsError when the case
+    exists and `overwrite` is False, RuntimeError when a GPU batch cannot be copied (a
+    poisoned CUDA context: restart and rebuild the batch).
+    """
+    if not _NAME.match(name):
+        raise ValueError(f"case name {name!r}: use letters, digits, '_', '-', '.' (no path)")
+    if not reason.strip():
+        raise ValueError("reason: say why this case is kept (e.g. 'label 4 in a 4-class task')")
+    folder = Path(directory)
+    data_path, meta_path = folder / f"{name}.pt", folder / f"{name}.json"
+    if not overwrite and (data_path.exists() or meta_path.exists()):
+        raise FileExistsError(f"case {name!r} already exists in {folder}; pass overwrite=True "
+                              "to replace it")
+    try:
+        on_cpu = _to_cpu(batch)
+    except RuntimeError as exc:
+        raise RuntimeError(f"cannot copy the batch to the CPU ({str(exc).splitlines()[0]}); "
+                           "restart the kernel and rebuild the batch") from exc
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(on_cpu, data_path)
+    meta = {
+        "name": name, "reason": reason, "verdict": verdict, "incident_id": incident_id,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "summary": summarize(on_cpu).to_dict(),
+    }
+    meta_path.write_text(json.dumps(meta, indent=2, default=str))
+    return data_path
+
+
+def load_cases(directory: str | Path = "tests/cases") -> list[Case]:
+    """Return the cases of `directory`, sorted by name, ready for pytest.mark.parametrize.
+    A missing directory gives an empty list; a case without its data file raises
+    FileNotFoundError naming it."""
+    folder = Path(directory)
+    cases = []
+    for meta_path in sorted(folder.glob("*.json")):
+        meta = json.loads(meta_path.read_text())
+        data_path = meta_path.with_suffix(".pt")
+        if not data_path.exists():
+            raise FileNotFoundError(f"case {meta_path.stem!r}: {data_path} is missing")
+        cases.append(Case(
+            name=meta.get("name", meta_path.stem),
+            batch=torch.load(data_path, weights_only=False),
+            reason=meta.get("reason", ""),
+            created=meta.get("created", ""),
+            summary=meta.get("summary", {}),
+            verdict=meta.get("verdict"),
+            incident_id=meta.get("incident_id"),
+        ))
+    return cases
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_to_cpu(v) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
