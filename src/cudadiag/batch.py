@@ -209,7 +209,10 @@ class WatchRecord:
         self.last_completed: int | None = None
         self.first_batch_size: int | None = None
         self.current: Any = None
+        self.current_size: int | None = None
+        self.current_indices: list[int] | None = None
         self.kept: deque[KeptBatch] = deque()
+        self.kept_bytes = 0
         self.active = True
         self.exhausted = False
         self.closed_in_cell: int | None = None
@@ -217,25 +220,27 @@ class WatchRecord:
 
     def record(self, item: Any, indices: list[int] | None) -> None:
         """Note the next item (called once per step, before it is yielded)."""
-        if self.step >= 0 and self.last_completed != self.step:
+        if self.step >= 0:
             self.last_completed = self.step
         self.step += 1
         self.current = item
-        size = _batch_size(item)
+        self.current_indices = indices
+        tensors = _flat_tensors(item)
+        size = next((int(t.shape[0]) for t in tensors if t.dim() > 0), None)
+        self.current_size = size
         if self.first_batch_size is None:
             self.first_batch_size = size
-        self._keep(item, size, indices)
+        self._keep(item, tensors, size, indices)
 
     def step_info(self) -> StepInfo:
         """The step in flight as the incident's `step`."""
-        entry = self.kept[-1] if self.kept else None
-        size = entry.batch_size if entry else None
-        is_last = self.length is not None and self.step == self.length - 1
+        size = self.current_size
         smaller = (size is not None and self.first_batch_size is not None
                    and size < self.first_batch_size)
         return StepInfo(
             iteration=self.step, last_completed=self.last_completed, batch_index=self.step,
-            last_incomplete=bool(smaller or (is_last and smaller)), loader=self.name,
+            last_incomplete=smaller, is_last=self.length is not None
+            and self.step == self.length - 1, loader=self.name,
         )
 
     def batch_info(self) -> dict[str, Any]:
@@ -245,7 +250,7 @@ class WatchRecord:
         source = entry.batch if entry is not None and entry.batch is not None else self.current
         info = summarize(source).to_dict()
         info["step"] = self.step
-        info["indices"] = entry.indices if entry else None
+        info["indices"] = self.current_indices
         info["kept_copy"] = bool(entry and entry.batch is not None)
         if entry and entry.note:
             info["note"] = entry.note
@@ -267,21 +272,26 @@ class WatchRecord:
         raise LookupError(f"step {step} is not kept by watch {self.name!r}; kept steps: "
                           f"{[k.step for k in usable]}")
 
-    def _keep(self, item: Any, size: int | None, indices: list[int] | None) -> None:
-        nbytes = _nbytes(item)
+    def _keep(self, item: Any, tensors: list[torch.Tensor], size: int | None,
+              indices: list[int] | None) -> None:
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        if self.keep == 0:
+            return
         if nbytes > self.max_bytes:
-            kept = KeptBatch(self.step, None, nbytes, size, indices,
+            kept = KeptBatch(self.step, None, 0, size, indices,
                              note=f"batch of {nbytes:,} bytes is above max_bytes: summary only")
-        elif _on_device(item):
-            kept = KeptBatch(self.step, None, nbytes, size, indices,
+        elif any(t.device.type != "cpu" for t in tensors):
+            kept = KeptBatch(self.step, None, 0, size, indices,
                              note="batch on a GPU: no CPU copy (copying would synchronise)")
-        else:
-            with _disable_current_modes():
+        elif torch._C._len_torch_dispatch_stack():
+            with _disable_current_modes():  # the copy is cudadiag's, not the user's work
                 kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)
+        else:
+            kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)
         self.kept.append(kept)
-        while len(self.kept) > self.keep or sum(
-                k.nbytes for k in self.kept if k.batch is not None) > self.max_bytes:
-            self.kept.popleft()
+        self.kept_bytes += kept.nbytes
+        while len(self.kept) > self.keep or self.kept_bytes > self.max_bytes:
+            self.kept_bytes -= self.kept.popleft().nbytes
 
 
 _lock = threading.Lock()
@@ -399,28 +409,27 @@ def _default_name(iterable: Any) -> str:
     return type(iterable).__name__
 
 
-def _batch_size(item: Any) -> int | None:
-    for _, leaf in _leaves(item, "batch"):
-        if isinstance(leaf, torch.Tensor) and leaf.dim() > 0:
-            return int(leaf.shape[0])
-    return None
-
-
-def _nbytes(item: Any) -> int:
-    return sum(leaf.numel() * leaf.element_size() for _, leaf in _leaves(item, "batch")
-               if isinstance(leaf, torch.Tensor))
-
-
-def _on_device(item: Any) -> bool:
-    return any(isinstance(leaf, torch.Tensor) and leaf.device.type != "cpu"
-               for _, leaf in _leaves(item, "batch"))
+def _flat_tensors(item: Any, depth: int = 0) -> list[torch.Tensor]:
+    """The tensors of a batch, without building paths (this runs every step)."""
+    if isinstance(item, torch.Tensor):
+        return [item]
+    if depth > 8:
+        return []
+    if isinstance(item, (list, tuple)):
+        return [t for v in item for t in _flat_tensors(v, depth + 1)]
+    if isinstance(item, Mapping):
+        return [t for v in item.values() for t in _flat_tensors(v, depth + 1)]
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return [t for f in dataclasses.fields(item)
+                for t in _flat_tensors(getattr(item, f.name), depth + 1)]
+    return []
 
 
 def _cpu_copy(item: Any) -> Any:
-    """A copy that keeps dtype, shape and strides, so in-place changes by the loop do not
-    alter what was recorded."""
+    """A copy that keeps dtype, shape and strides (clone preserves the memory format), so
+    in-place changes by the loop do not alter what was recorded."""
     if isinstance(item, torch.Tensor):
-        return item.detach().clone(memory_format=torch.preserve_format)
+        return (item.detach() if item.requires_grad else item).clone()
     if isinstance(item, Mapping):
         return type(item)({k: _cpu_copy(v) for k, v in item.items()}) if isinstance(
             item, dict) else {k: _cpu_copy(v) for k, v in item.items()}

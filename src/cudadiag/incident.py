@@ -157,6 +157,9 @@ class StepInfo:
     last_completed: int | None = None
     batch_index: int | None = None
     last_incomplete: bool | None = None
+    """The batch is smaller than the first one of its loader."""
+    is_last: bool | None = None
+    """The last step of a loader whose length is known."""
     loader: str | None = None
 
 

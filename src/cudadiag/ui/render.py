@@ -82,7 +82,11 @@ def render_text(incident: Incident) -> str:
     if incident.step:
         s = incident.step
         out += _section("Step", [f"iteration {s.iteration}, last completed {s.last_completed}"
-                                 + (", last incomplete batch" if s.last_incomplete else "")])
+                                 + (", last incomplete batch" if s.last_incomplete else "")
+                                 + (", the loader's last step" if s.is_last else "")
+                                 + (f" ({s.loader})" if s.loader else "")])
+    if incident.batch:
+        out += _section("Batch", _batch_lines(incident.batch))
     out += _section("Check first", d.first_checks, bullet="- ")
     out += _section("Do not conclude", d.avoid, bullet="- ")
     out += _section("Traceback (user frames)", [_frame_text(f) for f in e.traceback if f.user])
@@ -137,6 +141,29 @@ def render_table(incidents: Iterable[Incident]) -> str:
         rows.append(f"{i.id:12}  {i.created_at:25}  {i.diagnosis.family:19}  {where:10}  "
                     f"{_clip(i.diagnosis.summary, 90)}{_simulated_tag(i)}")
     return "\n".join(rows) if len(rows) > 1 else "no incidents recorded"
+
+
+def _batch_lines(batch: dict[str, Any]) -> list[str]:
+    lines = [f"structure {batch.get('structure')}"]
+    if batch.get("indices") is not None:
+        lines.append(f"dataset indices {batch['indices'][:32]}")
+    for t in batch.get("tensors", []):
+        values = ""
+        if t.get("min") is not None:
+            values = f" min {t['min']} max {t['max']}"
+        if t.get("nan"):
+            values += f" NaN {t['nan']}"
+        if t.get("inf"):
+            values += f" Inf {t['inf']}"
+        if t.get("values_skipped"):
+            values = f" ({t['values_skipped']})"
+        lines.append(f"{t['path']}: {t['dtype']}{t['shape']} on {t['device']}{values}")
+    if batch.get("lengths"):
+        lines.append(f"sequence lengths {batch['lengths']}")
+    for key in ("note", "replayed"):
+        if batch.get(key):
+            lines.append(batch[key])
+    return lines
 
 
 def _section(title: str, lines: list[str], bullet: str = "  ") -> list[str]:
