@@ -209,3 +209,61 @@ def test_cells_mixing_magics_and_python_are_replayed_without_the_magics(shell, c
     assert f"skipped (magics and shell escapes): In[{cell}]: %time z = 1" in out
     (isolated,) = _isolated(incidents())
     assert isolated.op.precheck == "aten::index: indices 3 at position 0 outside [-2, 2)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0): look at its state
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+GRANDCHILD = ("import subprocess, sys\n"
+              "p = subprocess.Popen(['sleep', '60'])\n"
+              "print('grandchild', p.pid, flush=True)\n"
+              "p.wait()")
+
+
+def test_timeout_kills_the_whole_process_group():
+    result = run_isolated(GRANDCHILD, timeout=3, store=False)
+    grandchild = int(result.stdout.split()[1])
+    assert result.timed_out and result.incident is None
+    assert not _alive(grandchild) and not _alive(result.pid)
+
+
+def test_an_interrupt_kills_the_whole_process_group_and_says_so():
+    import _thread
+    import threading
+
+    threading.Timer(3.0, _thread.interrupt_main).start()
+    result = run_isolated(GRANDCHILD, store=False)
+    grandchild = int(result.stdout.split()[1])
+    assert result.interrupted
+    assert result.message == "cudadiag: interrupted; the isolated run's process group was killed"
+    assert not _alive(grandchild) and not _alive(result.pid)
+
+
+def test_os_exit_without_an_exception_is_an_incident(capsys):
+    result = run_isolated("import os, sys\nsys.stderr.write('CUDA error: an illegal memory "
+                          "access was encountered\\n')\nsys.stderr.flush()\nos._exit(3)",
+                          store=False)
+    assert result.returncode == 3
+    assert result.incident.error.type == "ProcessDied(3)"
+    assert result.incident.diagnosis.family == "illegal_memory"
+    assert result.incident.error.message == ("CUDA error: an illegal memory access was "
+                                             "encountered")
+
+
+def test_device_lines_of_the_child_reach_the_isolated_incident(shell):
+    run(shell, SETUP)
+    _, model_cell = run(shell, MODEL)
+    run(shell, f"%cuda_isolate {model_cell} --no-precheck")
+    (isolated,) = _isolated(incidents())
+    # the simulated kernel ran and printed its assertion to the child's fd 2
+    assert isolated.diagnosis.details["assertion"] == "t >= 0 && t < n_classes"
+    assert "Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d" in isolated.error.text
+    assert isolated.error.reported_at.source == "loss = F.cross_entropy(model(x), target)"
+    assert "might be asynchronously reported" not in isolated.error.text  # blocking

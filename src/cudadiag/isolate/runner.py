@@ -16,12 +16,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cudadiag.classify import classify, first_error_line
+from cudadiag.fdtail import DEVICE_LINES_KEPT
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
 from cudadiag.isolate.launcher import (
     NVIDIA_BLOCKING,
@@ -32,6 +34,7 @@ from cudadiag.isolate.launcher import (
     blocking_settings,
     child_environment,
 )
+from cudadiag.knowledge import DEVICE_MESSAGE
 
 SHOWN_BYTES = 1 * 2**20
 """Output streamed to the notebook per run; the rest is counted, not shown."""
@@ -53,6 +56,8 @@ class IsolatedResult:
     timed_out: bool = False
     interrupted: bool = False
     cells: list[int] = field(default_factory=list)
+    pid: int | None = None
+    """The child's pid, which is also its process group id."""
     message: str = ""
     """One line for the user when the run ended without an incident to show."""
 
@@ -104,15 +109,18 @@ def run_isolated(
         process = (launcher or SubprocessLauncher()).start(str(job["path"]), child_env)
         pump = _Pump(process, timeout, stream)
         pump.run()
+        pump.finish()
         wall = time.perf_counter() - started
         result_path = Path(job["result"])
         child_result = json.loads(result_path.read_text()) if result_path.exists() else None
     result = IsolatedResult(
         incident=None, returncode=process.returncode, stdout=pump.text("stdout"),
         stderr=pump.text("stderr"), wall_s=wall, settings=settings, timed_out=pump.timed_out,
-        interrupted=pump.interrupted, cells=[n for n, _ in numbered],
+        interrupted=pump.interrupted, cells=[n for n, _ in numbered], pid=process.pid,
     )
     result.incident = _incident_of(result, child_result, blocking, extra)
+    if result.incident is not None and pump.device_lines:
+        _add_device_lines(result.incident, "\n".join(pump.device_lines))
     if result.incident is not None:
         result.incident.run.wall_s = wall
         result.incident.run.exit_status = process.returncode
@@ -183,6 +191,8 @@ class _Pump:
                          for name in self.kept}
         self.shown = 0
         self.hidden = 0
+        self.device_lines: deque[str] = deque(maxlen=DEVICE_LINES_KEPT)
+        self.partial = {name: b"" for name in self.kept}
         self.timed_out = False
         self.interrupted = False
 
@@ -214,6 +224,9 @@ class _Pump:
         return bytes(self.kept[name]).decode(errors="replace")
 
     def _take(self, name: str, data: bytes) -> None:
+        *lines, self.partial[name] = (self.partial[name] + data).split(b"\n")
+        self.partial[name] = self.partial[name][-4096:]
+        self._keep_device_lines(lines)
         kept = self.kept[name]
         kept += data
         del kept[:-KEPT_BYTES]
@@ -228,6 +241,16 @@ class _Pump:
         out = sys.stdout if name == "stdout" else sys.stderr
         out.write(self.decoders[name].decode(visible))
         out.flush()
+
+    def _keep_device_lines(self, lines: list[bytes]) -> None:
+        for raw in lines:
+            line = raw.decode(errors="replace")
+            if DEVICE_MESSAGE.search(line):
+                self.device_lines.append(line.strip())
+
+    def finish(self) -> None:
+        """Scan what is left after the last newline of each stream."""
+        self._keep_device_lines([p for p in self.partial.values() if p])
 
     def _notice_hidden(self) -> None:
         if self.hidden:
@@ -254,6 +277,18 @@ def _incident_of(result: IsolatedResult, child: dict[str, Any] | None, blocking:
     if result.timed_out or result.interrupted or result.returncode == 0:
         return None
     return _crash_incident(result, blocking, env_vars)
+
+
+def _add_device_lines(incident: Incident, lines: str) -> None:
+    """Re-read the incident with the device's own lines, which only the parent saw: they come
+    first, so a kernel assertion decides over the error the host noticed later."""
+    incident.error.text = f"{lines}\n{incident.error.text}"
+    if incident.op is not None and incident.op.precheck:
+        return  # the precheck stopped the kernel: the lines are not about this error
+    worker = incident.diagnosis
+    fresh = classify(f"{incident.error.type}: {incident.error.text}", context=lines)
+    fresh.details = {**worker.details, **fresh.details}
+    incident.diagnosis = fresh
 
 
 def _crash_incident(result: IsolatedResult, blocking: bool,

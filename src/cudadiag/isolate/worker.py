@@ -22,8 +22,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cudadiag.fdtail import DeviceMessageTail
-
 CELL_FILENAME = "<cudadiag In[{}]>"
 _CELL_FILENAME_RE = re.compile(r"^<cudadiag In\[(\d+)\]>$")
 
@@ -35,24 +33,25 @@ def cell_of(filename: str) -> int | None:
 
 
 def main(argv: list[str]) -> int:
-    """Run the job named in argv[1]; exit status 1 when an incident was recorded."""
+    """Run the job named in argv[1]; exit status 1 when an incident was recorded.
+
+    The device's own lines (kernel assertion printf, ROCm faults) go straight to the parent
+    through fds 1/2, which reads them there: a pipe inside this process would lose the last
+    ones when the process aborts.
+    """
     job = json.loads(Path(argv[1]).read_text())
-    tail = DeviceMessageTail()
-    tail.attach(1)
-    tail.attach(2)
     started = time.perf_counter()
     try:
-        result = run_job(job, tail)
+        result = run_job(job)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        tail.detach()
     result["wall_s"] = time.perf_counter() - started
     Path(job["result"]).write_text(json.dumps(result, default=str))
     return 1 if result["incident"] else 0
 
 
-def run_job(job: dict[str, Any], tail: DeviceMessageTail) -> dict[str, Any]:
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Execute the job's cells; return {"incident": dict | None, "cells": [...]}."""
     import torch  # only now: the environment is already final
 
@@ -79,7 +78,7 @@ def run_job(job: dict[str, Any], tail: DeviceMessageTail) -> dict[str, Any]:
                 failures.append((exc, cell["number"]))
     if not failures:
         return {"incident": None, "cells": [c["number"] for c in job["cells"]]}
-    incident = _incident(failures, job, tail, tracer)
+    incident = _incident(failures, job, tracer)
     return {"incident": incident.to_dict(), "cells": [c["number"] for c in job["cells"]]}
 
 
@@ -124,7 +123,7 @@ def _restore_rng(states: dict[str, Any] | None, torch: Any) -> None:
 
 
 def _incident(failures: list[tuple[BaseException, int]], job: dict[str, Any],
-              tail: DeviceMessageTail, tracer: Any) -> Any:
+              tracer: Any) -> Any:
     from cudadiag.classify import classify
     from cudadiag.env import collect_env
     from cudadiag.incident import ErrorInfo, Incident, LaterError, OpInfo, RunInfo
@@ -132,12 +131,8 @@ def _incident(failures: list[tuple[BaseException, int]], job: dict[str, Any],
     from cudadiag.knowledge import FAMILIES
 
     exc, _cell = failures[0]
-    first_look = classify(exc)
-    device_lines = tail.take(wait_for_lines=first_look.asynchronous)
-    diagnosis = classify(exc, context=device_lines) if device_lines else first_look
+    diagnosis = classify(exc)
     error = ErrorInfo.from_exception(exc, cell_of, lambda n: None)
-    if device_lines:
-        error.text = f"{device_lines}\n{error.text}"
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     for later, cell in failures[1:]:
         error.later.append(LaterError(
