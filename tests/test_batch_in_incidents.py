@@ -47,7 +47,9 @@ def test_kernel_incident_names_step_batch_and_indices(shell, simulated):
     _check_step_and_batch(incident)
     from cudadiag.ui.render import render_text
 
-    assert "iteration 3, last completed 2, last incomplete batch" in render_text(incident)
+    text = render_text(incident)
+    assert "step 3, last completed step 2 (train)" in text
+    assert "flags: last incomplete batch" in text
 
 
 @pytest.mark.parametrize("loop_end", ["pass", "break"], ids=["exhausted", "abandoned"])

@@ -28,6 +28,7 @@ _LAZY = {
     "GuardError": "cudadiag.guards",
     "keep_case": "cudadiag.cases",
     "load_cases": "cudadiag.cases",
+    "Panel": "cudadiag.ui.panel",
 }
 __all__ = [
     "Diagnosis",

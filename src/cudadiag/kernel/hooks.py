@@ -130,8 +130,20 @@ class KernelCapture:
         attach_batch(incident)
         self.current = incident
         self._save(incident)
-        print(render.render_short(incident), file=sys.stderr)
+        self.announce(incident)
         return incident
+
+    def announce(self, incident: Incident) -> None:
+        """Show the incident under the failing cell: the panel in a notebook kernel (its
+        mime bundle carries HTML and text fallbacks), the short text in a terminal."""
+        if getattr(self.shell, "kernel", None) is None:
+            print(render.render_short(incident), file=sys.stderr)
+            return
+        from IPython.display import display
+
+        from cudadiag.ui.panel import Panel
+
+        display(Panel(incident, store=self.store, shell=self.shell))
 
     def ingest_last_error(self) -> Incident | None:
         """Capture the error that failed the last cell before the extension was loaded."""

@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--family", help="only incidents of this family (e.g. device_assert)")
     show = sub.add_parser("show", help="print one incident in full (default: the newest)")
     show.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
+    panel = sub.add_parser("panel", help="show the incident panel (default: the newest)")
+    panel.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
     return parser
 
 
@@ -75,6 +77,7 @@ class CudadiagMagics(Magics):
 
         %cudadiag incidents [--family F]   list incidents (id, time, family, cell, summary)
         %cudadiag show [ID]                print one incident in full (default: the newest)
+        %cudadiag panel [ID]               the incident panel: browse, re-run, report
         """
         args = _parser().parse_args(shlex.split(line))
         store = capture_for(self.shell).store
@@ -86,6 +89,15 @@ class CudadiagMagics(Magics):
         elif args.command == "show":
             try:
                 print(render.render_text(store.get(args.id)))
+            except IncidentNotFound as exc:
+                raise UsageError(str(exc)) from None
+        elif args.command == "panel":
+            from IPython.display import display
+
+            from cudadiag.ui.panel import Panel
+
+            try:
+                display(Panel(args.id, store=store, shell=self.shell))
             except IncidentNotFound as exc:
                 raise UsageError(str(exc)) from None
 

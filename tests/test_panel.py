@@ -1,0 +1,89 @@
+"""The ipywidgets panel, driven from Python: browsing, filtering, actions, mime bundle."""
+
+from __future__ import annotations
+
+from cudadiag import Panel, classify
+from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.kernel.store import IncidentStore
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _store_with(*messages: str) -> tuple[IncidentStore, list[Incident]]:
+    store = IncidentStore()
+    made = []
+    for n, message in enumerate(messages, start=1):
+        incident = Incident(error=ErrorInfo(type="RuntimeError", message=message, text=message),
+                            diagnosis=classify(message), run=RunInfo(mode="kernel", cells=[n]),
+                            created_at=f"2026-12-02T10:00:0{n}+00:00")
+        store.append(incident)
+        made.append(incident)
+    return store, made
+
+
+def test_shows_the_newest_incident_and_lists_all_newest_first():
+    store, made = _store_with("CUDA error: device-side assert triggered",
+                              "CUDA out of memory. Tried to allocate 2.00 GiB",
+                              "Expected all tensors to be on the same device")
+    panel = Panel(store=store)
+    assert panel.incident.id == made[-1].id
+    assert [value for _, value in panel.selector.options] == [i.id for i in reversed(made)]
+    assert "device_mismatch" in panel.header.value
+    assert panel.banner.value == ""  # not sticky
+    assert panel.tabs.titles == ("First error", "Batch", "Next checks", "Environment",
+                                 "Later errors")
+
+
+def test_selecting_an_incident_shows_it_with_its_restart_banner():
+    store, made = _store_with("CUDA error: device-side assert triggered",
+                              "CUDA out of memory. Tried to allocate 2.00 GiB")
+    panel = Panel(store=store)
+    panel.selector.value = made[0].id
+    assert panel.incident.id == made[0].id
+    assert "Restart required" in panel.banner.value
+    assert "Kernel &gt; Restart Kernel" in panel.banner.value
+
+
+def test_filtering_by_family():
+    store, made = _store_with("CUDA error: device-side assert triggered",
+                              "CUDA out of memory. Tried to allocate 2.00 GiB")
+    panel = Panel(store=store)
+    assert panel.family.options == ("all families", "device_assert", "oom")
+    panel.family.value = "device_assert"
+    assert [value for _, value in panel.selector.options] == [made[0].id]
+    assert panel.incident.id == made[0].id
+
+
+def test_report_button_shows_the_markdown_report():
+    store, made = _store_with("CUDA error: device-side assert triggered")
+    panel = Panel(made[0], store=store)
+    panel.copy.click()
+    assert panel.report.value.startswith(f"## cudadiag incident `{made[0].id}`")
+    assert panel.report.layout.display == "block"
+
+
+def test_rerun_needs_a_kernel_and_a_cell():
+    store, made = _store_with("CUDA error: device-side assert triggered")
+    assert Panel(made[0], store=store).rerun.disabled  # no shell given
+
+
+def test_mime_bundle_carries_widget_html_and_text():
+    store, made = _store_with("CUDA error: device-side assert triggered")
+    bundle = Panel(store=store)._repr_mimebundle_()
+    assert WIDGET in bundle
+    assert 'class="cd-restart"' in bundle["text/html"]
+    assert bundle["text/plain"].startswith(f"cudadiag [{made[0].id}]")
+
+
+def test_an_empty_log_says_so():
+    panel = Panel(store=IncidentStore())
+    assert "no incident recorded yet" in panel.header.value
+    assert panel._repr_mimebundle_()["text/plain"] == "cudadiag: no incident recorded yet"
+
+
+def test_panel_magic_displays_the_panel(shell, capsys):
+    shell.run_cell("raise RuntimeError('CUDA error: an illegal memory access was encountered')",
+                   store_history=True)
+    shell.run_cell("%cudadiag panel", store_history=True)
+    out = capsys.readouterr().out
+    assert "cudadiag [" in out and "Illegal memory access" in out
