@@ -221,6 +221,8 @@ _TENSOR_COLUMNS = ("path", "shape", "dtype", "device", "stride", "min", "max", "
 def _tensor_row(t: dict[str, Any]) -> list[str]:
     def value(key: str) -> str:
         v = t.get(key)
+        if isinstance(v, float):
+            return f"{v:.4g}"
         return "" if v is None else str(v)
 
     if t.get("values_skipped"):
