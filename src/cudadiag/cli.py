@@ -6,9 +6,12 @@ import argparse
 import dataclasses
 import json
 import os
+import re
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 DEMO_CELLS = (
     "%load_ext cudadiag",
@@ -53,6 +56,31 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("id", nargs="?", help="incident id or unique prefix (default: newest)")
     show.add_argument("--json", action="store_true", help="print the incident as JSON")
     show.set_defaults(handler=_cmd_show)
+    run = sub.add_parser(
+        "run", help="run a script with blocking launches, the op tracer and the prechecks",
+        description="Run SCRIPT the way `CUDA_LAUNCH_BLOCKING=1 python SCRIPT` does, plus "
+                    "cudadiag's op tracer, index prechecks and watch(); print the diagnosis "
+                    "and store the incident. The exit status is the script's. A leading "
+                    "interpreter is accepted: `cudadiag run -- python train.py --epochs 1`, "
+                    "`cudadiag run -- python -m package.module`.",
+    )
+    blocking = run.add_mutually_exclusive_group()
+    blocking.add_argument("--blocking", dest="blocking", action="store_true", default=True,
+                          help="synchronous kernel launches (the default)")
+    blocking.add_argument("--no-blocking", dest="blocking", action="store_false",
+                          help="a faithful asynchronous run, without tracer and prechecks")
+    run.add_argument("--timeout", type=float, metavar="S",
+                     help="kill the run (its whole process group) after S seconds")
+    run.add_argument("--json", metavar="PATH", help="also write the incident as JSON here")
+    run.add_argument("--no-precheck", action="store_true",
+                     help="let index-taking kernels run unchecked")
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="[--] SCRIPT [ARGS...]")
+    run.set_defaults(handler=_cmd_run)
+    report = sub.add_parser("report", help="print a scrubbed Markdown report of an incident",
+                            description="Print a Markdown report ready for an issue tracker, "
+                                        "with personal data and needless paths removed.")
+    report.add_argument("id", help="incident id or unique prefix")
+    report.set_defaults(handler=_cmd_report)
     demo = sub.add_parser(
         "demo", help="run a simulated device-side assert in an IPython shell on the CPU",
         description="Run the guide's example (4 classes, targets [0, 2, 4]) on a simulated "
@@ -62,6 +90,63 @@ def _parser() -> argparse.ArgumentParser:
                       help="record the demo's incident in your incident log")
     demo.set_defaults(handler=_cmd_demo)
     return parser
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from cudadiag.isolate.runner import run_script
+    from cudadiag.ui.render import render_short
+
+    python, target, argv, module = _split_command(args.command)
+    if target is None:
+        _parser().parse_args(["run", "--help"])
+    if not module and not os.path.exists(target):
+        print(f"cudadiag run: {target}: no such script", file=sys.stderr)
+        return 2
+    try:
+        result = run_script(target, argv, module=module, python=python,
+                            blocking=args.blocking, timeout=args.timeout,
+                            precheck=not args.no_precheck)
+    except (OSError, ValueError) as exc:
+        print(f"cudadiag run: {exc}", file=sys.stderr)
+        return 2
+    if "No module named 'cudadiag" in result.stderr and python:
+        print(f"cudadiag run: {python} cannot import cudadiag; install it there or leave the "
+              "interpreter out", file=sys.stderr)
+    if result.incident is not None:
+        print(render_short(result.incident), file=sys.stderr)
+        if args.json:
+            Path(args.json).write_text(json.dumps(result.incident.to_dict(), indent=2))
+    elif result.message and result.returncode == 0:
+        print(f"cudadiag: the script finished without error ({result.settings.note})",
+              file=sys.stderr)
+    elif result.message:
+        print(result.message, file=sys.stderr)
+    return result.returncode if result.returncode is not None else 1
+
+
+def _split_command(command: list[str]) -> tuple[str | None, str | None, list[str], bool]:
+    """(interpreter or None, script or module, its arguments, is_module) from the words
+    after `cudadiag run`."""
+    words = command[1:] if command[:1] == ["--"] else list(command)
+    python = None
+    if words and re.fullmatch(r"python[\d.]*", os.path.basename(words[0])):
+        python = shutil.which(words[0]) or words[0]
+        words = words[1:]
+    if words[:1] == ["-m"]:
+        return python, (words[1] if len(words) > 1 else None), words[2:], True
+    return python, (words[0] if words else None), words[1:], False
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from cudadiag.kernel.store import IncidentNotFound, IncidentStore
+    from cudadiag.repro.report import render_report
+
+    try:
+        print(render_report(IncidentStore().get(args.id)))
+    except IncidentNotFound as exc:
+        print(f"cudadiag report: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _cmd_env(args: argparse.Namespace) -> int:

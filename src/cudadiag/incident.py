@@ -202,6 +202,10 @@ class RunInfo:
     """Captured by loading the extension after the failure (from sys.last_value)."""
     batch_replay: int | None = None
     """The step whose recorded batch was the only one replayed (`--batch`)."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """The cells that ran, by execution count (as text): what a repro starts from."""
+    command: list[str] = field(default_factory=list)
+    """For `cudadiag run`: the script (or `-m module`) and its arguments."""
 
 
 @dataclass
@@ -219,6 +223,8 @@ class Incident:
     created_at: str = field(
         default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")
     )
+    repro: dict[str, Any] | None = None
+    """The minimized repro, once exported: cells, notebook path, verdict and signature."""
     schema: int = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:

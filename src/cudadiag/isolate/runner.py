@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,10 +91,47 @@ def run_isolated(
     The incident, if any, is appended to the incident log unless `store` is False.
     Raises ValueError for a non-positive timeout and OSError when no process can be started.
     """
+    numbered = _numbered(cells or [], code, target_cell)
+    return _execute(numbered, None, blocking=blocking, timeout=timeout, env=env, ship=ship,
+                    trace=trace, precheck=precheck, rng_states=rng_states, batch=batch,
+                    launcher=launcher, stream=stream, store=store)
+
+
+def run_script(
+    target: str,
+    argv: Sequence[str] = (),
+    *,
+    module: bool = False,
+    python: str | None = None,
+    blocking: bool = True,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+    trace: bool = True,
+    precheck: bool = True,
+    stream: bool = True,
+    store: bool = True,
+) -> IsolatedResult:
+    """Run a script (or `python -m` module when `module`) the way
+    `CUDA_LAUNCH_BLOCKING=1 python train.py` does, plus the tracer, prechecks and watch(),
+    under the interpreter `python` (default: this one, which must be able to import
+    cudadiag). Returns an IsolatedResult whose returncode is the script's; the incident, if
+    any, has `run.mode = "cli"`. Raises ValueError for a non-positive timeout, OSError when
+    the interpreter cannot be started."""
+    script = {"target": target, "argv": list(argv), "module": module}
+    launcher = SubprocessLauncher(python) if python else None
+    return _execute([], script, blocking=blocking, timeout=timeout, env=env, ship=None,
+                    trace=trace, precheck=precheck, rng_states=None, batch=None,
+                    launcher=launcher, stream=stream, store=store)
+
+
+def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
+             blocking: bool, timeout: float | None, env: dict[str, str] | None,
+             ship: dict[str, Any] | None, trace: bool, precheck: bool,
+             rng_states: dict[int, dict[str, Any]] | None, batch: tuple[int, Any] | None,
+             launcher: Launcher | None, stream: bool, store: bool) -> IsolatedResult:
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout}")
     settings = blocking_settings(blocking)
-    numbered = _numbered(cells or [], code, target_cell)
     extra = {**settings.env, **(env or {})}
     child_env = child_environment(extra)
     if not blocking:
@@ -105,6 +143,9 @@ def run_isolated(
                          trace and blocking, precheck and blocking, extra)
         if batch is not None:
             _write_batch(Path(workdir), job, batch)
+        if script is not None:
+            job["script"] = script
+            Path(job["path"]).write_text(json.dumps(job))
         started = time.perf_counter()
         process = (launcher or SubprocessLauncher()).start(str(job["path"]), child_env)
         pump = _Pump(process, timeout, stream)
@@ -113,21 +154,32 @@ def run_isolated(
         wall = time.perf_counter() - started
         result_path = Path(job["result"])
         child_result = json.loads(result_path.read_text()) if result_path.exists() else None
-    result = IsolatedResult(
-        incident=None, returncode=process.returncode, stdout=pump.text("stdout"),
-        stderr=pump.text("stderr"), wall_s=wall, settings=settings, timed_out=pump.timed_out,
-        interrupted=pump.interrupted, cells=[n for n, _ in numbered], pid=process.pid,
-    )
-    result.incident = _incident_of(result, child_result, blocking, extra)
-    if result.incident is not None and pump.device_lines:
-        _add_device_lines(result.incident, "\n".join(pump.device_lines))
-    if result.incident is not None:
-        result.incident.run.wall_s = wall
-        result.incident.run.exit_status = process.returncode
-        if store:
-            _store(result.incident)
+        result = IsolatedResult(
+            incident=None, returncode=process.returncode, stdout=pump.text("stdout"),
+            stderr=pump.text("stderr"), wall_s=wall, settings=settings,
+            timed_out=pump.timed_out, interrupted=pump.interrupted,
+            cells=[n for n, _ in numbered], pid=process.pid,
+        )
+        result.incident = _incident_of(result, child_result, blocking, extra)
+        if result.incident is not None:
+            _complete(result.incident, pump, wall, process.returncode, numbered, script)
+            if store:
+                _store(result.incident, job)
     result.message = _message(result, timeout)
     return result
+
+
+def _complete(incident: Incident, pump: _Pump, wall: float, returncode: int | None,
+              numbered: list[tuple[int, str]], script: dict[str, Any] | None) -> None:
+    if pump.device_lines:
+        _add_device_lines(incident, "\n".join(pump.device_lines))
+    incident.run.wall_s = wall
+    incident.run.exit_status = returncode
+    incident.run.sources = {str(n): source for n, source in numbered}
+    if script is not None:
+        incident.run.mode = "cli"
+        incident.run.command = (["-m"] if script["module"] else []) + [
+            script["target"], *script["argv"]]
 
 
 def _numbered(cells: Sequence[Any], code: str, target: int | None) -> list[tuple[int, str]]:
@@ -324,10 +376,19 @@ def _message(result: IsolatedResult, timeout: float | None) -> str:
     return ""
 
 
-def _store(incident: Incident) -> None:
+def _store(incident: Incident, job: dict[str, Any]) -> None:
+    """Append the incident to the log and keep the run's RNG states and recorded batch beside
+    it, so a later export can replay the same run."""
     from cudadiag.kernel.store import IncidentStore
 
+    store = IncidentStore()
     try:
-        IncidentStore().append(incident)
+        store.append(incident)
+        kept = [Path(job[k]) if isinstance(job.get(k), str) else None for k in ("rng",)]
+        kept.append(Path(job["batch"]["file"]) if job.get("batch") else None)
+        for path in filter(None, kept):
+            folder = store.run_files(incident.id)
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, folder / path.name)
     except OSError as exc:
         print(f"cudadiag: could not write the incident log: {exc}", file=sys.stderr)

@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
     result["wall_s"] = time.perf_counter() - started
     Path(job["result"]).write_text(json.dumps(result, default=str))
-    return 1 if result["incident"] else 0
+    return result["exit_code"]
 
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
@@ -67,8 +67,11 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         replay_batch(recorded["step"], torch.load(recorded["file"], weights_only=False))
     rng = torch.load(job["rng"], weights_only=False) if job.get("rng") else {}
     tracer = OpTracer(precheck=job.get("precheck", True)) if job.get("trace", True) else None
-    failures: list[tuple[BaseException, int]] = []
+    failures: list[tuple[BaseException, int | None]] = []
+    exit_code = 0
     with tracer or nullcontext():
+        if job.get("script"):
+            exit_code = _run_script(job["script"], failures)
         for cell in job["cells"]:
             _restore_rng(rng.get(cell["number"]), torch)
             new_cell()
@@ -76,10 +79,35 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 _run_cell(cell["number"], cell["source"], namespace)
             except (Exception, SystemExit) as exc:
                 failures.append((exc, cell["number"]))
+    cells = [c["number"] for c in job["cells"]]
     if not failures:
-        return {"incident": None, "cells": [c["number"] for c in job["cells"]]}
+        return {"incident": None, "cells": cells, "exit_code": exit_code}
     incident = _incident(failures, job, tracer)
-    return {"incident": incident.to_dict(), "cells": [c["number"] for c in job["cells"]]}
+    return {"incident": incident.to_dict(), "cells": cells, "exit_code": 1}
+
+
+def _run_script(script: dict[str, Any], failures: list[tuple[BaseException, int | None]]
+                ) -> int:
+    """Run a script or module as `python SCRIPT ARGS` / `python -m MODULE ARGS` would;
+    return its exit code (an uncaught exception is recorded and gives 1)."""
+    import os
+    import runpy
+
+    target = script["target"]
+    sys.argv = [target, *script["argv"]]
+    try:
+        if script["module"]:
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception as exc:
+        failures.append((exc, None))
+        return 1
+    return 0
 
 
 def _run_cell(number: int, source: str, namespace: dict[str, Any]) -> None:
@@ -122,7 +150,7 @@ def _restore_rng(states: dict[str, Any] | None, torch: Any) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def _incident(failures: list[tuple[BaseException, int]], job: dict[str, Any],
+def _incident(failures: list[tuple[BaseException, int | None]], job: dict[str, Any],
               tracer: Any) -> Any:
     from cudadiag.classify import classify
     from cudadiag.env import collect_env

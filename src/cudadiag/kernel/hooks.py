@@ -120,11 +120,13 @@ class KernelCapture:
             error.text = f"{device_lines}\n{error.text}"
         if cell is None and error.reported_at is not None:
             cell = error.reported_at.cell
+        source = self._cell_source(cell) if cell is not None else None
         incident = Incident(
             error=error,
             diagnosis=diagnosis,
             run=RunInfo(mode="kernel", cells=[cell] if cell is not None else [],
-                        simulated=is_simulated(exc), ingested_late=ingested_late),
+                        simulated=is_simulated(exc), ingested_late=ingested_late,
+                        sources={str(cell): source} if source else {}),
             env=collect_env(),
         )
         attach_batch(incident)
@@ -191,7 +193,7 @@ class KernelCapture:
         return filename_map.get(filename)
 
     def _cell_source(self, cell: int) -> str | None:
-        history = self.shell.user_ns.get("In") or []
+        history = getattr(self.shell.history_manager, "input_hist_raw", None) or []
         return history[cell] if 0 <= cell < len(history) else None
 
 

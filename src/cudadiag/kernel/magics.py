@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
     panel = sub.add_parser("panel", help="show the incident panel (default: the newest)")
     panel.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
+    report = sub.add_parser("report", help="print a scrubbed Markdown report for an issue")
+    report.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
     return parser
 
 
@@ -78,6 +80,7 @@ class CudadiagMagics(Magics):
         %cudadiag incidents [--family F]   list incidents (id, time, family, cell, summary)
         %cudadiag show [ID]                print one incident in full (default: the newest)
         %cudadiag panel [ID]               the incident panel: browse, re-run, report
+        %cudadiag report [ID]              a scrubbed Markdown report for an issue tracker
         """
         args = _parser().parse_args(shlex.split(line))
         store = capture_for(self.shell).store
@@ -89,6 +92,13 @@ class CudadiagMagics(Magics):
         elif args.command == "show":
             try:
                 print(render.render_text(store.get(args.id)))
+            except IncidentNotFound as exc:
+                raise UsageError(str(exc)) from None
+        elif args.command == "report":
+            from cudadiag.repro.report import render_report
+
+            try:
+                print(render_report(store.get(args.id)))
             except IncidentNotFound as exc:
                 raise UsageError(str(exc)) from None
         elif args.command == "panel":

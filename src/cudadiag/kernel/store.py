@@ -111,6 +111,10 @@ class IncidentStore:
             )
         return matches[0]
 
+    def run_files(self, incident_id: str) -> Path:
+        """The folder that keeps an isolated run's RNG states and recorded batch."""
+        return self.home / "runs" / incident_id
+
     def _files_oldest_first(self) -> list[Path]:
         rotated = [self.home / f"{LOG_NAME}.{n}" for n in range(self.keep, 0, -1)]
         return [p for p in (*rotated, self.path) if p.exists()]

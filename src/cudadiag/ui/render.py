@@ -47,7 +47,7 @@ def render_short(incident: Incident) -> str:
     d = incident.diagnosis
     lines = [f"cudadiag [{incident.id}] {d.summary}" + _simulated_tag(incident)]
     if incident.error.reported_at:
-        lines.append(f"  reported at {_frame_text(incident.error.reported_at)}")
+        lines.append(f"  reported at {frame_text(incident.error.reported_at)}")
         if d.asynchronous:
             lines.append("  (an observation point, not necessarily the cause: CUDA reports "
                          "kernel errors asynchronously)")
@@ -78,7 +78,7 @@ def header_lines(incident: Incident) -> list[str]:
     d, e = incident.diagnosis, incident.error
     lines = [f"{d.family}: {d.summary}" + _simulated_tag(incident)]
     if e.reported_at:
-        lines.append(f"reported at {_frame_text(e.reported_at)}")
+        lines.append(f"reported at {frame_text(e.reported_at)}")
         if d.asynchronous:
             lines.append("this line is an observation point, not necessarily the cause: CUDA "
                          "reports kernel errors asynchronously; re-run isolated with blocking "
@@ -97,12 +97,12 @@ def sections(incident: Incident) -> list[Section]:
     if d.evidence and not d.evidence.endswith(e.message):
         error.append(f"first message: {d.evidence}")
     if incident.op:
-        args = ", ".join(_arg_text(a) for a in incident.op.args)
+        args = ", ".join(arg_text(a) for a in incident.op.args)
         error.append(f"operator: {incident.op.name}({args})")
         if incident.op.precheck:
             error.append(f"precheck: {incident.op.precheck}")
     error += [f"{k}: {v}" for k, v in d.details.items()]
-    error += [f"at {_frame_text(f)}" for f in e.traceback if f.user]
+    error += [f"at {frame_text(f)}" for f in e.traceback if f.user]
     parts.append(Section("error", "First error", error))
     if incident.step or incident.batch:
         parts.append(_batch_section(incident))
@@ -276,10 +276,10 @@ def render_isolated(result: Any, plan_text: str) -> str:
     lines = [f"cudadiag isolated run [{incident.id}]: {d.family} — {d.summary}"
              + _simulated_tag(incident)]
     if incident.op:
-        args = ", ".join(_arg_text(a) for a in incident.op.args)
+        args = ", ".join(arg_text(a) for a in incident.op.args)
         lines.append(f"  operator: {incident.op.name}({args})")
     if incident.error.reported_at:
-        lines.append(f"  raised at {_frame_text(incident.error.reported_at)}")
+        lines.append(f"  raised at {frame_text(incident.error.reported_at)}")
     if incident.op and incident.op.precheck:
         lines.append(f"  precheck: {incident.op.precheck}")
     elif incident.op:
@@ -306,12 +306,14 @@ def _wrap(text: str, bullet: str = "  ") -> str:
                          subsequent_indent=" " * len(bullet))
 
 
-def _frame_text(frame: Frame) -> str:
+def frame_text(frame: Frame) -> str:
+    """Return `In[N], line L in f: source` (or `file:line ...`) for a frame."""
     source = f": {frame.source}" if frame.source else ""
     return f"{frame.location()} in {frame.function}{source}"
 
 
-def _arg_text(arg: Any) -> str:
+def arg_text(arg: Any) -> str:
+    """Return `target=int64[3]@cuda:0 values 0..4` for an operator argument."""
     if arg.shape is not None:
         text = f"{arg.name}={arg.dtype.replace('torch.', '')}{list(arg.shape)}@{arg.device}"
         if arg.contiguous is False:

@@ -1,0 +1,76 @@
+"""A Markdown report ready for an issue tracker: operator, shapes, dtype, backend, versions,
+the first relevant message (not the cascade), the code, all of it scrubbed (redact.py)."""
+
+from __future__ import annotations
+
+from cudadiag.incident import Incident
+from cudadiag.repro.redact import Redactor
+from cudadiag.ui.render import arg_text, frame_text
+
+MESSAGE_LINES = 12
+
+
+def render_report(incident: Incident, redactor: Redactor | None = None) -> str:
+    """Return the scrubbed Markdown report of `incident`."""
+    scrub = redactor or Redactor()
+    versions = Redactor(scrub.home, scrub.user, scrub.host, scrub.project, addresses=False)
+    d = incident.diagnosis
+    out = [f"## {d.family}: {scrub(d.summary)}", ""]
+    if incident.run.simulated:
+        out += ["_Recorded on cudadiag's simulated CUDA device (CPU tensors)._", ""]
+    if incident.op:
+        args = ", ".join(arg_text(a) for a in incident.op.args)
+        out += [f"**Operator:** `{scrub(incident.op.name)}({scrub(args)})`"]
+        if incident.op.precheck:
+            out += [f"**Precheck:** {scrub(incident.op.precheck)}"]
+        out.append("")
+    out += ["**First relevant message** (later errors are its consequences):", "", "```text",
+            scrub(_first_message(incident)), "```", ""]
+    if incident.error.reported_at:
+        out += [f"**Reported at:** {scrub(frame_text(incident.error.reported_at))}", ""]
+    if incident.step:
+        s = incident.step
+        out += [f"**Step:** {s.iteration} (last completed {s.last_completed})"
+                + ("; last incomplete batch" if s.last_incomplete else ""), ""]
+    if incident.batch and incident.batch.get("tensors"):
+        out += ["**Batch:**", ""] + [
+            f"- `{t['path']}`: {t['dtype']} {t['shape']} on {t['device']}, stride "
+            f"{t['stride']}" + (f", values {t['min']}..{t['max']}"
+                                if t.get("min") is not None else "")
+            for t in incident.batch["tensors"]] + [""]
+    out += ["**Environment:**", ""] + [f"- {versions(line)}" for line in _env_lines(incident)]
+    out += ["", f"**Run:** {incident.run.mode}, blocking launches "
+            f"{'on' if incident.run.blocking else 'off'}"
+            + (f", {' '.join(incident.run.command)}" if incident.run.command else ""), ""]
+    code = _code(incident)
+    if code:
+        title = "Minimized code" if incident.repro else "Code that ran"
+        out += [f"**{title}:**", "", "```python", scrub(code), "```", ""]
+    return "\n".join(out)
+
+
+def _first_message(incident: Incident) -> str:
+    lines = incident.error.text.strip().splitlines()[:MESSAGE_LINES]
+    head = f"{incident.error.type}: " if not incident.error.type.startswith("ProcessDied") else ""
+    return head + "\n".join(lines) if lines else head + incident.error.message
+
+
+def _env_lines(incident: Incident) -> list[str]:
+    env = incident.env
+    if env is None:
+        return ["not recorded"]
+    lines = [f"PyTorch {env.torch}, Python {env.python}, {env.platform}",
+             f"backend {env.backend}; CUDA {env.cuda}; HIP {env.hip}; cuDNN {env.cudnn}"]
+    if env.device_name:
+        lines.append(f"device {env.device_name}, capability {env.capability}")
+    if env.arch_list:
+        lines.append(f"build arch list {' '.join(env.arch_list)}")
+    if env.extensions:
+        lines.append("extensions " + ", ".join(f"{k} {v}" for k, v in env.extensions.items()))
+    return lines
+
+
+def _code(incident: Incident) -> str:
+    cells = (incident.repro or {}).get("cells") or incident.run.sources
+    return "\n\n".join(f"# In[{n}]\n{source}" for n, source in
+                       sorted(cells.items(), key=lambda kv: int(kv[0])))
