@@ -81,6 +81,20 @@ def _parser() -> argparse.ArgumentParser:
                                         "with personal data and needless paths removed.")
     report.add_argument("id", help="incident id or unique prefix")
     report.set_defaults(handler=_cmd_report)
+    export = sub.add_parser(
+        "export", help="minimize an incident's cells into a verified repro notebook",
+        description="Minimize the cells of an isolated incident (each candidate in a fresh "
+                    "process), write a repro notebook and check it reproduces in a fresh "
+                    "kernel.")
+    export.add_argument("id", help="incident id or unique prefix")
+    export.add_argument("path", help="the notebook to write (PATH.ipynb)")
+    export.add_argument("--max-trials", type=int, default=200,
+                        help="candidates tried at most (default 200)")
+    export.add_argument("--timeout", type=float, metavar="S",
+                        help="stop minimizing after S seconds, keeping the best so far")
+    export.add_argument("--no-verify", action="store_true",
+                        help="write the notebook without executing it")
+    export.set_defaults(handler=_cmd_export)
     demo = sub.add_parser(
         "demo", help="run a simulated device-side assert in an IPython shell on the CPU",
         description="Run the guide's example (4 classes, targets [0, 2, 4]) on a simulated "
@@ -147,6 +161,32 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"cudadiag report: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from cudadiag.kernel.store import IncidentNotFound, IncidentStore
+    from cudadiag.repro.export import export_repro, stored_inputs
+    from cudadiag.repro.minimize import MinimizeError
+    from cudadiag.ui.render import render_export
+
+    if not args.path.endswith(".ipynb"):
+        print(f"cudadiag export: {args.path}: the notebook's name must end in .ipynb",
+              file=sys.stderr)
+        return 2
+    store = IncidentStore()
+    try:
+        incident = store.get(args.id)
+        inputs = stored_inputs(incident, store)
+        minimized, exported = export_repro(
+            incident, args.path, inputs, max_trials=args.max_trials, timeout=args.timeout,
+            verify=not args.no_verify, store=store,
+            progress=lambda t, n, phase: print(f"\r  trial {t}/{args.max_trials}, best {n} "
+                                               f"{phase}   ", end="", flush=True))
+    except (IncidentNotFound, ValueError, MinimizeError) as exc:
+        print(f"cudadiag export: {exc}", file=sys.stderr)
+        return 1
+    print(render_export(minimized, exported))
+    return 0 if exported.reproduces is not False else 1
 
 
 def _cmd_env(args: argparse.Namespace) -> int:

@@ -38,6 +38,14 @@ def _parser() -> argparse.ArgumentParser:
     panel.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
     report = sub.add_parser("report", help="print a scrubbed Markdown report for an issue")
     report.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
+    export = sub.add_parser("export", help="minimize, export and verify a repro notebook")
+    export.add_argument("args", nargs="*", metavar="[ID] [PATH.ipynb]",
+                        help="incident (default: the newest) and notebook path (default: "
+                             "repro-ID.ipynb)")
+    export.add_argument("--max-trials", type=int, default=200,
+                        help="candidates tried by the minimizer at most (default 200)")
+    export.add_argument("--timeout", type=float, metavar="S",
+                        help="stop minimizing after S seconds, keeping the best so far")
     return parser
 
 
@@ -81,6 +89,7 @@ class CudadiagMagics(Magics):
         %cudadiag show [ID]                print one incident in full (default: the newest)
         %cudadiag panel [ID]               the incident panel: browse, re-run, report
         %cudadiag report [ID]              a scrubbed Markdown report for an issue tracker
+        %cudadiag export [ID] [PATH.ipynb] minimize, export and verify a repro notebook
         """
         args = _parser().parse_args(shlex.split(line))
         store = capture_for(self.shell).store
@@ -94,6 +103,8 @@ class CudadiagMagics(Magics):
                 print(render.render_text(store.get(args.id)))
             except IncidentNotFound as exc:
                 raise UsageError(str(exc)) from None
+        elif args.command == "export":
+            _export(self.shell, store, args)
         elif args.command == "report":
             from cudadiag.repro.report import render_report
 
@@ -160,6 +171,84 @@ def capture_for(shell: Any) -> KernelCapture:
     if capture is None:
         capture = _captures[id(shell)] = KernelCapture(shell, IncidentStore())
     return capture
+
+
+def _export(shell: Any, store: IncidentStore, args: Any) -> None:
+    from cudadiag.repro.export import export_repro
+    from cudadiag.repro.minimize import MinimizeError
+
+    paths = [a for a in args.args if a.endswith(".ipynb")]
+    ids = [a for a in args.args if not a.endswith(".ipynb")]
+    if len(paths) > 1 or len(ids) > 1:
+        raise UsageError("usage: %cudadiag export [ID] [PATH.ipynb]")
+    try:
+        incident = store.get(ids[0] if ids else None)
+        inputs = _repro_inputs(shell, incident, store)
+    except (IncidentNotFound, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    path = paths[0] if paths else f"repro-{incident.id}.ipynb"
+    print(f"minimizing {len(inputs.cells)} cell(s) of incident {incident.id}, each candidate "
+          "in a fresh process...")
+    progress = _progress_reporter(shell, args.max_trials)
+    try:
+        minimized, exported = export_repro(incident, path, inputs, max_trials=args.max_trials,
+                                           timeout=args.timeout, progress=progress,
+                                           store=store)
+    except MinimizeError as exc:
+        raise UsageError(f"cannot minimize incident {incident.id}: {exc}") from None
+    print(render.render_export(minimized, exported))
+
+
+def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
+    """Kernel incidents: plan the failing cell from this kernel's history, with its RNG
+    states and the batch watch() kept. Isolated ones: what the log kept."""
+    from cudadiag.repro.export import ReproInputs, stored_inputs
+
+    if incident.run.mode != "kernel":
+        return stored_inputs(incident, store)
+    from cudadiag.isolate.plan import PlanError, make_plan
+
+    history = _history(shell)
+    cell = incident.run.cells[0] if incident.run.cells else None
+    if cell is None or cell not in history:
+        raise ValueError(f"incident {incident.id} did not come from this kernel's history; "
+                         "export an isolated incident instead")
+    try:
+        plan = make_plan(history, cell, shell.user_ns, ship="none")
+    except PlanError as exc:
+        raise ValueError(str(exc)) from None
+    batch = None
+    if incident.step is not None:
+        try:
+            batch = _recorded_batch(str(incident.step.iteration))
+        except UsageError:
+            batch = None
+    return ReproInputs(cells={n: plan.sources[n] for n in plan.replay},
+                       rng_states=capture_for(shell).rng_states, batch=batch)
+
+
+def _progress_reporter(shell: Any, total: int) -> Any:
+    """An IntProgress in a notebook kernel, a progress line in a terminal."""
+    if getattr(shell, "kernel", None) is not None:
+        import ipywidgets
+        from IPython.display import display
+
+        bar = ipywidgets.IntProgress(min=0, max=total, description="minimizing")
+        display(bar)
+
+        def update(trials: int, size: int, phase: str) -> None:
+            bar.value = min(trials, total)
+            bar.description = f"{phase}: {size}"
+
+        return update
+
+    def line(trials: int, size: int, phase: str) -> None:
+        import sys
+
+        sys.stdout.write(f"\r  trial {trials}/{total}, best {size} {phase}   ")
+        sys.stdout.flush()
+
+    return line
 
 
 def _history(shell: Any) -> dict[int, str]:

@@ -33,7 +33,8 @@ _IPV6 = re.compile(
     r"(?<![\w:])(?:(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}"
     r"|(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4})*)?)(?![\w:])"
 )
-_ABS_PATH = re.compile(r"(?<![\w.~])/(?:[\w.\-]+/)+[\w.\-]*")
+_ABS_PATH = re.compile(r"(?<![\w.~:/])/(?:[\w.\-]+/)+[\w.\-]*")
+"""An absolute path; not the path part of a URL (`https://host/a/b`)."""
 
 
 @dataclass

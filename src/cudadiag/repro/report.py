@@ -50,9 +50,13 @@ def render_report(incident: Incident, redactor: Redactor | None = None) -> str:
 
 
 def _first_message(incident: Incident) -> str:
-    lines = incident.error.text.strip().splitlines()[:MESSAGE_LINES]
-    head = f"{incident.error.type}: " if not incident.error.type.startswith("ProcessDied") else ""
-    return head + "\n".join(lines) if lines else head + incident.error.message
+    """The device's lines, then the exception as Python printed it (type: message)."""
+    error = incident.error
+    lines = error.text.strip().splitlines()[:MESSAGE_LINES] or [error.message]
+    if not error.type.startswith("ProcessDied") and error.message in lines:
+        at = lines.index(error.message)
+        lines[at] = f"{error.type}: {error.message}"
+    return "\n".join(lines)
 
 
 def _env_lines(incident: Incident) -> list[str]:

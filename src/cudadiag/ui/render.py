@@ -291,6 +291,28 @@ def render_isolated(result: Any, plan_text: str) -> str:
     return "\n".join(lines)
 
 
+def render_export(minimized: Any, exported: Any) -> str:
+    """Return the text shown after an export: the verdict, what was kept, the cost."""
+    verdict = {True: "yes", False: "no", None: "not checked"}[exported.reproduces]
+    kept = ", ".join(f"In[{n}]" for n in minimized.cells)
+    lines = [
+        f"\ncudadiag repro notebook: {exported.path}",
+        f"  reproduces: {verdict}" + (f" (observed: {exported.observed.get('ename')}, "
+                                      f"{exported.observed.get('family')})"
+                                      if exported.observed else ""),
+        f"  kept {len(minimized.cells)} of {minimized.original_cells} cells ({kept}), "
+        f"{minimized.statements} of {minimized.original_statements} statements",
+        f"  signature: {minimized.signature.family}, {minimized.signature.error_type}"
+        + (f", {minimized.signature.op}" if minimized.signature.op else ""),
+        f"  {minimized.trials} trials in {minimized.wall_s:.1f} s"
+        + (f"; stopped early ({minimized.stopped}): the best candidate so far was kept"
+           if minimized.stopped else ""),
+    ]
+    if exported.batch_file:
+        lines.append(f"  batch saved beside it: {exported.batch_file}")
+    return "\n".join(lines)
+
+
 def render_table(incidents: Iterable[Incident]) -> str:
     """Return one line per incident: id, time, family, where, summary."""
     rows = [f"{'id':12}  {'time':25}  {'family':19}  {'where':10}  summary"]

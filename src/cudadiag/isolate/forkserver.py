@@ -1,0 +1,67 @@
+"""A pre-started interpreter that has imported torch (never initialising CUDA) and forks one
+fresh child per run: the cheap way to get many fresh processes (the minimizer runs dozens).
+
+The server is started with the run's environment, blocking variables included, so they are
+in place before the interpreter starts, as for a plain new process. Protocol over a Unix
+socket, one run at a time: the parent sends the job path with the child's stdout/stderr
+pipe ends attached (SCM_RIGHTS); the server answers `started PID`, then `exited PID CODE`.
+
+    python -m cudadiag.isolate.forkserver FD
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import traceback
+
+
+def serve(fd: int) -> None:
+    """Answer runs until the parent closes the socket."""
+    import torch
+
+    from cudadiag.isolate import worker
+    from cudadiag.trace import OpTracer
+
+    with OpTracer():  # a dispatch mode's first use imports torch._dynamo: pay it once, here
+        torch.ones(1).add(1)
+
+    channel = socket.socket(fileno=fd)
+    while True:
+        message, fds, _, _ = socket.recv_fds(channel, 4096, 2)
+        if not message:
+            return
+        pid = os.fork()
+        if pid == 0:
+            channel.close()
+            _run_child(worker, message.decode(), fds)
+        for received in fds:
+            os.close(received)
+        channel.sendall(f"started {pid}\n".encode())
+        _, status = os.waitpid(pid, 0)
+        channel.sendall(f"exited {pid} {os.waitstatus_to_exitcode(status)}\n".encode())
+
+
+def _run_child(worker: object, job_path: str, fds: list[int]) -> None:
+    """In the forked child: own process group, output to the run's pipes, run, exit."""
+    code = 1
+    try:
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        for received in fds:
+            os.close(received)
+        code = worker.main(["worker", job_path])
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
