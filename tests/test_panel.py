@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from cudadiag import Panel, classify
+import nbformat
+import pytest
+
+from cudadiag import Panel, classify, incidents
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
 from cudadiag.kernel.store import IncidentStore
 
@@ -62,9 +65,11 @@ def test_report_button_shows_the_markdown_report():
     assert panel.report.layout.display == "block"
 
 
-def test_rerun_needs_a_kernel_and_a_cell():
+def test_rerun_and_export_need_a_kernel():
     store, made = _store_with("CUDA error: device-side assert triggered")
-    assert Panel(made[0], store=store).rerun.disabled  # no shell given
+    panel = Panel(made[0], store=store)  # no shell given
+    assert panel.rerun.disabled and panel.export.disabled
+    assert panel.export.description == "Export repro notebook"
 
 
 def test_mime_bundle_carries_widget_html_and_text():
@@ -87,3 +92,22 @@ def test_panel_magic_displays_the_panel(shell, capsys):
     shell.run_cell("%cudadiag panel", store_history=True)
     out = capsys.readouterr().out
     assert "cudadiag [" in out and "Illegal memory access" in out
+
+
+@pytest.mark.slow
+def test_panel_buttons_rerun_isolated_and_export(shell, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shell.run_cell("import torch, torch.nn.functional as F", store_history=True)
+    shell.run_cell("loss = F.cross_entropy(torch.randn(3, 4), torch.tensor([0, 2, 4]))",
+                   store_history=True)
+    (kernel_incident,) = incidents()
+    panel = Panel(kernel_incident, shell=shell)
+    assert not panel.rerun.disabled
+    panel.rerun.click()
+    assert panel.incident.run.mode == "isolated"  # the new incident is shown
+    assert panel.incident.op.name == "aten::nll_loss_forward"
+    assert panel.selector.options[0][1] == panel.incident.id
+    panel.export.click()
+    exported = tmp_path / f"repro-{panel.incident.id}.ipynb"
+    assert exported.exists()
+    assert nbformat.read(exported, as_version=4).metadata["cudadiag"]["reproduces"] is True

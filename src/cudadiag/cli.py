@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-precheck", action="store_true",
                      help="let index-taking kernels run unchecked")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="[--] SCRIPT [ARGS...]")
-    run.set_defaults(handler=_cmd_run)
+    run.set_defaults(handler=_cmd_run, parser=run)
     report = sub.add_parser("report", help="print a scrubbed Markdown report of an incident",
                             description="Print a Markdown report ready for an issue tracker, "
                                         "with personal data and needless paths removed.")
@@ -112,7 +112,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     python, target, argv, module = _split_command(args.command)
     if target is None:
-        _parser().parse_args(["run", "--help"])
+        args.parser.error("name the script to run: cudadiag run [--] [python] SCRIPT [ARGS...]"
+                          " or cudadiag run -- python -m MODULE [ARGS...]")
     if not module and not os.path.exists(target):
         print(f"cudadiag run: {target}: no such script", file=sys.stderr)
         return 2

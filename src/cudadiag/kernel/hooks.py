@@ -63,6 +63,11 @@ class KernelCapture:
                 pass
 
     @property
+    def cell_running(self) -> bool:
+        """True between a cell's pre_run_cell and post_run_cell."""
+        return self._rng_at_start is not None
+
+    @property
     def poisoned_by(self) -> Incident | None:
         """The sticky incident that made this kernel's CUDA context unusable, if any."""
         return self.current if self.current and self.current.diagnosis.sticky else None

@@ -258,7 +258,9 @@ def _history(shell: Any) -> dict[int, str]:
     the raw history keeps the magics as typed, which the plan knows how to skip.
     """
     inputs = list(shell.history_manager.input_hist_raw) or [""]
-    return {n: src for n, src in enumerate(inputs[:-1]) if n > 0 and src}
+    if capture_for(shell).cell_running:
+        inputs = inputs[:-1]  # a magic typed in a cell; a panel button runs between cells
+    return {n: src for n, src in enumerate(inputs) if n > 0 and src}
 
 
 def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str], target: int) -> None:

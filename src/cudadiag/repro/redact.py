@@ -65,10 +65,12 @@ class Redactor:
         return text
 
     def _paths(self, text: str) -> str:
+        # only where the path starts: /mnt/root/x is not the home /root
         if self.project and self.project not in ("/", ""):
-            text = text.replace(self.project.rstrip("/") + "/", "./")
+            text = re.sub(rf"(?<![\w./-]){re.escape(self.project.rstrip('/'))}/", "./", text)
         if self.home and self.home not in ("/", ""):
-            text = text.replace(self.home.rstrip("/"), "~")
+            text = re.sub(rf"(?<![\w./-]){re.escape(self.home.rstrip('/'))}(?![\w.-])", "~",
+                          text)
         return _ABS_PATH.sub(_shorten_path, text)
 
 

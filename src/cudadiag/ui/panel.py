@@ -58,14 +58,18 @@ class Panel(widgets.VBox):
         self.family.observe(self._on_family, names="value")
         self.selector.observe(self._on_select, names="value")
         self.rerun.on_click(self._on_rerun)
+        self.export = widgets.Button(description="Export repro notebook", icon="download",
+                                     layout=widgets.Layout(width="auto"),
+                                     tooltip="minimize, write and verify a repro notebook")
         self.copy.on_click(self._on_copy)
+        self.export.on_click(self._on_export)
         self._fill_selector()
         self.children = [
             widgets.HBox([self.selector, self.family]),
             self.header,
             self.banner,
             self.tabs,
-            widgets.HBox([self.rerun, self.copy]),
+            widgets.HBox([self.rerun, self.copy, self.export]),
             self.report,
             self.output,
         ]
@@ -78,7 +82,7 @@ class Panel(widgets.VBox):
             self.header.value = "<b>cudadiag: no incident recorded yet</b>"
             self.banner.value = ""
             self.tabs.children = []
-            self.rerun.disabled = self.copy.disabled = True
+            self.rerun.disabled = self.copy.disabled = self.export.disabled = True
             return
         parts = {p.key: p for p in render.sections(incident)}
         head = render.header_lines(incident)
@@ -97,6 +101,7 @@ class Panel(widgets.VBox):
                               f"%cuda_isolate {incident.run.cells[0]}" if incident.run.cells
                               else "no cell to re-run")
         self.copy.disabled = False
+        self.export.disabled = self.shell is None
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         bundle = super()._repr_mimebundle_(**kwargs) or {}
@@ -155,6 +160,15 @@ class Panel(widgets.VBox):
             self.incident = newest
         self._fill_selector()
         self.show(self.incident)
+
+    def _on_export(self, _button: Any) -> None:
+        if self.incident is None or self.shell is None:
+            return
+        self.export.disabled = True
+        self.output.clear_output()
+        with self.output:
+            self.shell.run_line_magic("cudadiag", f"export {self.incident.id}")
+        self.export.disabled = False
 
     def _on_copy(self, _button: Any) -> None:
         if self.incident is None:
