@@ -1,5 +1,6 @@
 """Start-up cost of an isolated run: `x = 1` through %%blocking_launch against a cold
-`python -c "import torch"`, medians of several runs side by side, and their ratio.
+`python -c "import torch"`, medians of several runs side by side, and their ratio; plus the
+same run through the fork-server launcher (a pre-started interpreter, as the minimizer uses).
 
     python bench/isolate_overhead.py [--runs 7]
 """
@@ -36,15 +37,24 @@ def main() -> None:
 
     shell = InteractiveShell.instance()
     shell.run_cell("%load_ext cudadiag", store_history=True)
-    cold, isolated = [], []
-    for _ in range(args.runs):
-        cold.append(cold_import_torch())
-        isolated.append(blocking_launch(shell))
-    c, i = statistics.median(cold), statistics.median(isolated)
+    from cudadiag.isolate.launcher import ForkServerLauncher
+    from cudadiag.isolate.runner import run_isolated
+
+    cold, isolated, forked = [], [], []
+    with ForkServerLauncher() as launcher:
+        run_isolated("x = 1", launcher=launcher, stream=False, store=False)  # start it
+        for _ in range(args.runs):
+            cold.append(cold_import_torch())
+            isolated.append(blocking_launch(shell))
+            start = time.perf_counter()
+            run_isolated("x = 1", launcher=launcher, stream=False, store=False)
+            forked.append(time.perf_counter() - start)
+    c, i, f = statistics.median(cold), statistics.median(isolated), statistics.median(forked)
     print(f"runs: {args.runs}")
     print(f"python -c 'import torch' (cold): median {c:.3f} s")
     print(f"%%blocking_launch x = 1:         median {i:.3f} s")
     print(f"ratio isolated / cold import:    {i / c:.2f}")
+    print(f"fork-server run of x = 1 (warm): median {f:.3f} s, ratio to cold import {f / c:.3f}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cudadiag import incidents
+from scenarios import run
 
 LOADER = (
     "import torch, torch.nn.functional as F, cudadiag\n"
@@ -21,10 +22,6 @@ TRAIN = (
     "    loss.item()"
 )
 
-
-def run(shell, source):
-    count = len(shell.user_ns["In"])
-    return shell.run_cell(source, store_history=True), count
 
 
 def _check_step_and_batch(incident):

@@ -13,27 +13,11 @@ from IPython.core.error import UsageError
 
 from cudadiag import incidents, run_isolated
 from cudadiag.isolate.launcher import blocking_settings
+from scenarios import MODEL, SETUP, run
 
 pytestmark = pytest.mark.slow
 
-SETUP = (
-    "import torch, torch.nn.functional as F\n"
-    "from cudadiag.testing import simulated_cuda\n"
-    "sim = simulated_cuda().start()"
-)
-MODEL = (
-    "torch.manual_seed(0)\n"
-    "model = torch.nn.Linear(8, 4)\n"
-    "x = torch.randn(3, 8)\n"
-    "target = torch.tensor([0, 2, 4])\n"
-    "loss = F.cross_entropy(model(x), target)"
-)
 PLOT = "history = []\nlabel = 'unrelated plotting cell'"
-
-
-def run(shell, source):
-    count = len(shell.user_ns["In"])
-    return shell.run_cell(source, store_history=True), count
 
 
 def _isolated(found):

@@ -7,25 +7,7 @@ import torch
 
 from cudadiag import incidents
 from cudadiag.kernel.magics import capture_for
-
-SETUP = (
-    "import torch, torch.nn.functional as F\n"
-    "from cudadiag.testing import simulated_cuda\n"
-    "sim = simulated_cuda().start()"
-)
-MODEL = (
-    "torch.manual_seed(0)\n"
-    "model = torch.nn.Linear(8, 4)\n"
-    "x = torch.randn(3, 8)\n"
-    "target = torch.tensor([0, 2, 4])\n"
-    "loss = F.cross_entropy(model(x), target)"
-)
-
-
-def run(shell, source):
-    """Run one cell the way a notebook does; return (result, execution count)."""
-    count = shell.execution_count
-    return shell.run_cell(source, store_history=True), count
+from scenarios import MODEL, SETUP, run
 
 
 def _fail_with_device_assert(shell):

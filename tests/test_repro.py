@@ -123,3 +123,14 @@ def test_export_refuses_a_path_that_is_not_a_notebook(tmp_path):
     with pytest.raises(ValueError, match=r"must end in \.ipynb"):
         export_notebook(incident, tmp_path / "r.txt", {1: "pass"},
                         signature=Signature.of(incident), verify=False)
+
+
+@pytest.mark.slow
+def test_an_interrupted_minimization_keeps_the_best_candidate():
+    def ctrl_c_at_trial_10(trials: int, best: int, phase: str) -> None:
+        if trials == 10:
+            raise KeyboardInterrupt  # what Ctrl-C does between two trials
+
+    result = minimize(history(False), progress=ctrl_c_at_trial_10)
+    assert result.stopped == "interrupted" and result.trials == 11
+    assert 17 in result.cells and len(result.cells) < 20

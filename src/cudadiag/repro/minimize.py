@@ -140,6 +140,8 @@ class _Search:
                     granularity = min(len(best), granularity * 2)
         except _Budget:
             pass
+        except KeyboardInterrupt:  # between trials (a trial's own Ctrl-C is caught by it)
+            self.stopped = "interrupted"
         return best
 
 
@@ -192,7 +194,9 @@ def minimize(
         numbers = search.ddmin(list(cells), lambda keep: {n: cells[n] for n in keep}, "cells")
         kept = {n: cells[n] for n in numbers}
         units = _statements(kept)
-        best_units = search.ddmin(units, _program, "statements") if len(units) > 1 else units
+        if len(units) > 1 and not search.stopped:
+            units = search.ddmin(units, _program, "statements")
+        best_units = units
         return MinimizeResult(
             cells=_program(best_units), signature=signature, trials=search.trials + 1,
             wall_s=time.monotonic() - started, original_cells=len(cells),
