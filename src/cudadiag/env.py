@@ -13,6 +13,8 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from cudadiag.incident import EnvInfo
 
@@ -167,7 +169,8 @@ def _fill_device(info: EnvInfo, torch: object) -> None:
         )
 
 
-def _safe(fn, default):
+def _safe(fn: Callable[[], Any], default: Any) -> Any:
+    """fn(), or `default` when it raises: a broken driver must not break the record."""
     try:
         return fn()
     except Exception:

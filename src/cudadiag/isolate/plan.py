@@ -56,6 +56,7 @@ class CellFacts:
 
     @property
     def defines(self) -> set[str]:
+        """Names this cell binds or changes in place."""
         return self.rebinds | self.mutates
 
 
