@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import threading
 import time
 from collections import deque
@@ -31,47 +32,59 @@ class DeviceMessageTail:
         self.lines: deque[str] = deque(maxlen=DEVICE_LINES_KEPT)
         self._redirected: list[tuple[int, int, int]] = []
         """(fd, saved copy of its old target, read end of our pipe)"""
-        self._threads: list[threading.Thread] = []
+        self._thread: threading.Thread | None = None
 
-    def attach(self, fd: int) -> None:
-        """Route `fd` through the tail. Does nothing if the fd cannot be duplicated."""
-        if any(entry[0] == fd for entry in self._redirected):
+    def attach(self, *fds: int) -> None:
+        """Route each fd through the tail (one thread serves them all, so what is written to
+        stdout and stderr keeps its order). Skips an fd that cannot be duplicated."""
+        if self._thread is not None:
             return
-        try:
-            saved = os.dup(fd)
-            read_end, write_end = os.pipe()
-            os.dup2(write_end, fd)
-            os.close(write_end)
-        except OSError:
-            return
-        thread = threading.Thread(target=self._pump, args=(read_end, saved), daemon=True,
-                                  name=f"cudadiag-fd{fd}")
-        thread.start()
-        self._redirected.append((fd, saved, read_end))
-        self._threads.append(thread)
+        for fd in fds:
+            try:
+                saved = os.dup(fd)
+                read_end, write_end = os.pipe()
+                os.dup2(write_end, fd)
+                os.close(write_end)
+            except OSError:
+                continue
+            self._redirected.append((fd, saved, read_end))
+        if self._redirected:
+            self._thread = threading.Thread(target=self._pump, daemon=True,
+                                            name="cudadiag-device-lines")
+            self._thread.start()
 
     def detach(self) -> None:
-        """Point every fd back where it pointed before; the threads drain and exit."""
+        """Point every fd back where it pointed before; the thread drains and exits."""
         for fd, saved, _ in self._redirected:
             with contextlib.suppress(OSError):
                 os.dup2(saved, fd)
-        for thread in self._threads:
-            thread.join(timeout=1.0)
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
         for _, saved, _ in self._redirected:
             with contextlib.suppress(OSError):
                 os.close(saved)
         self._redirected.clear()
-        self._threads.clear()
+        self._thread = None
 
-    def _pump(self, read_end: int, target: int) -> None:
-        partial = b""
-        while chunk := _read(read_end):
-            _write_all(target, chunk)
-            *complete, partial = (partial + chunk).split(b"\n")
-            self._keep(complete)
-            partial = partial[-4096:]
-        self._keep([partial])
-        os.close(read_end)
+    def _pump(self) -> None:
+        selector = selectors.DefaultSelector()
+        partial: dict[int, bytes] = {}
+        for _, saved, read_end in self._redirected:
+            selector.register(read_end, selectors.EVENT_READ, saved)
+            partial[read_end] = b""
+        while selector.get_map():
+            for key, _ in selector.select():
+                chunk = _read(key.fd)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    self._keep([partial.pop(key.fd)])
+                    os.close(key.fd)
+                    continue
+                _write_all(key.data, chunk)
+                *complete, rest = (partial[key.fd] + chunk).split(b"\n")
+                partial[key.fd] = rest[-4096:]
+                self._keep(complete)
+        selector.close()
 
     def _keep(self, raw_lines: list[bytes]) -> None:
         for raw in raw_lines:

@@ -49,8 +49,7 @@ class KernelCapture:
         """Register the cell callbacks on the shell and watch its output for device lines."""
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
         self.shell.events.register("post_run_cell", self.post_run_cell)
-        self.device_tail.attach(1)
-        self.device_tail.attach(2)
+        self.device_tail.attach(1, 2)
 
     def unregister(self) -> None:
         """Remove the cell callbacks (IPython cannot unregister magics; they stay)."""
