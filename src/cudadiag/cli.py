@@ -251,8 +251,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print("cudadiag demo: a simulated CUDA device on the CPU (no GPU needed)\n")
     for source in DEMO_CELLS:
         prompt = f"In [{shell.execution_count}]: "
-        print(prompt + source.replace("\n", "\n" + " " * (len(prompt) - 5) + "...: "))
-        sys.stdout.flush()
+        # on stderr, like cudadiag's own notes: one pipe keeps them in order
+        print(prompt + source.replace("\n", "\n" + " " * (len(prompt) - 5) + "...: "),
+              file=sys.stderr)
+        sys.stderr.flush()
         shell.run_cell(source, store_history=True)
         sys.stdout.flush()
         sys.stderr.flush()
