@@ -124,6 +124,14 @@ def test_indices_follow_a_shuffling_sampler_without_changing_the_data():
     assert got == expected
 
 
+def test_indices_with_worker_processes():
+    loader = DataLoader(TensorDataset(torch.arange(30)), batch_size=8, shuffle=True,
+                        num_workers=2)
+    for (values,) in watch(loader):
+        assert active_watch().current_indices == values.tolist()  # dataset[i] == i
+    assert latest_watch().step == 3
+
+
 def test_last_completed_is_explicit_with_step_done():
     it = iter(watch([torch.zeros(2), torch.zeros(2)]))
     next(it)

@@ -368,8 +368,7 @@ def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
             record.record(batch, None)
             yield batch
             return
-        iterator = iter(iterable)
-        pending = _index_recorder(iterator)
+        iterator, pending = _iterate_recording_indices(iterable)
         for item in iterator:
             record.record(item, pending.popleft() if pending else None)
             yield item
@@ -379,23 +378,48 @@ def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
         record.closed_in_cell = _cell
 
 
-def _index_recorder(iterator: Any) -> deque[list[int]] | None:
-    """For a single-process DataLoader iterator: record each index list its batch sampler
-    hands out, without drawing anything extra from the sampler. (With worker processes the
-    first index lists are handed out while the iterator is built, before they can be seen:
-    no indices then.)"""
-    next_index = getattr(iterator, "_next_index", None)
-    if next_index is None or getattr(iterator, "_num_workers", None) != 0:
-        return None
+class _RecordingSampler:
+    """Wraps a DataLoader's batch sampler: hands out the same index lists, noting each."""
+
+    def __init__(self, sampler: Any, handed_out: deque[list[int]]) -> None:
+        self.sampler = sampler
+        self.handed_out = handed_out
+
+    def __iter__(self) -> Iterator[Any]:
+        for index in self.sampler:
+            self.handed_out.append(list(index) if isinstance(index, (list, tuple))
+                                   else [index])
+            yield index
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
+def _iterate_recording_indices(iterable: Any) -> tuple[Iterator[Any], deque[list[int]] | None]:
+    """iter(iterable); for a DataLoader, also the index lists its batch sampler hands out, in
+    order (batches come back in that order unless `in_order=False`).
+
+    The loader reads its sampler through the `_index_sampler` property when the iterator is
+    built (worker processes prefetch index lists right then), so the property is swapped, for
+    this loader only, for the duration of iter(): nothing extra is drawn from the sampler and
+    the data are unchanged.
+    """
+    owner = next((c for c in type(iterable).__mro__ if "_index_sampler" in vars(c)), None)
+    prop = vars(owner).get("_index_sampler") if owner else None
+    if not isinstance(prop, property) or getattr(iterable, "in_order", True) is False:
+        return iter(iterable), None
     handed_out: deque[list[int]] = deque()
 
-    def recording_next_index() -> Any:
-        index = next_index()
-        handed_out.append(list(index) if isinstance(index, (list, tuple)) else [index])
-        return index
+    def index_sampler(loader: Any) -> Any:
+        sampler = prop.fget(loader)
+        return _RecordingSampler(sampler, handed_out) if loader is iterable else sampler
 
-    iterator._next_index = recording_next_index
-    return handed_out
+    owner._index_sampler = property(index_sampler)
+    try:
+        iterator = iter(iterable)
+    finally:
+        owner._index_sampler = prop
+    return iterator, handed_out
 
 
 def _length(iterable: Any) -> int | None:
