@@ -212,7 +212,7 @@ GRANDCHILD = ("import subprocess, sys\n"
 
 
 def test_timeout_kills_the_whole_process_group():
-    result = run_isolated(GRANDCHILD, timeout=3, store=False)
+    result = run_isolated(GRANDCHILD, timeout=8, store=False)  # room for torch's import
     grandchild = int(result.stdout.split()[1])
     assert result.timed_out and result.incident is None
     assert not _alive(grandchild) and not _alive(result.pid)
@@ -222,7 +222,7 @@ def test_an_interrupt_kills_the_whole_process_group_and_says_so():
     import _thread
     import threading
 
-    threading.Timer(3.0, _thread.interrupt_main).start()
+    threading.Timer(8.0, _thread.interrupt_main).start()  # room for torch's import
     result = run_isolated(GRANDCHILD, store=False)
     grandchild = int(result.stdout.split()[1])
     assert result.interrupted
