@@ -203,6 +203,29 @@ SAMPLES = [
      "device-side assert triggered", "device_assert", True),
     ("accelerate: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB.",
      "oom", False),
+    # more wordings from the same sources
+    ("RuntimeError: CUDA driver error: an illegal memory access was encountered",
+     "illegal_memory", True),
+    ("RuntimeError: Input, output and indices must be on the current device",
+     "device_mismatch", False),
+    ("RuntimeError: Expected tensor for 'out' to have the same device as tensor for argument "
+     "#2 'mat1'; but device 1 does not equal 0 (while checking arguments for addmm)",
+     "device_mismatch", False),
+    ("RuntimeError: Expected tensor for argument #1 'indices' to have one of the following "
+     "scalar types: Long, Int; but got torch.cuda.FloatTensor instead (while checking "
+     "arguments for embedding)", "dtype_mismatch", False),
+    ("RuntimeError: Expected target size [32, 10], got [32]", "shape_mismatch", False),
+    ("IndexError: Dimension out of range (expected to be in range of [-1, 0], but got 1)",
+     "shape_mismatch", False),
+    ("RuntimeError: Unable to find a valid cuDNN algorithm to run convolution",
+     "library_status", False),
+    ("torch.distributed.DistNetworkError: Connection reset by peer", "distributed", False),
+    ("torch.cuda.DeferredCudaCallError: CUDA call failed lazily at initialization with error: "
+     "device >= 0 && device < num_gpus INTERNAL ASSERT FAILED", "driver", False),
+    ("RuntimeError: Attempting to deserialize object on CUDA device 3 but "
+     "torch.cuda.device_count() is 1.", "driver", False),
+    ("RuntimeError: nvrtc: error: invalid value for --gpu-architecture (-arch)",
+     "op_unavailable", False),
     # nothing known
     ("KeyError: 'labels'", "unknown", False),
 ]

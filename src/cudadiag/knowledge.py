@@ -343,7 +343,7 @@ def _runtime_error_signatures() -> list[Signature]:
         texts = [err.text] + ([err.hip_text] if err.hip_text else [])
         for text in texts:
             phrase = re.escape(text)
-            prefix = r"(?:(?P<api>CUDA|HIP) error: |cuda runtime error \(\d+\) : )"
+            prefix = r"(?:(?P<api>CUDA|HIP)(?: driver)? error: |cuda runtime error \(\d+\) : )"
             pattern = f"(?:{prefix}{phrase}|{phrase})" if err.distinctive else prefix + phrase
             fixed: dict[str, object] = {"error_code": err.code, "cuda_error": err.name}
             if err.family == "oom":
@@ -383,7 +383,7 @@ SIGNATURES: tuple[Signature, ...] = (
                         r"InternalError|InvalidUsage|InvalidArgument|RemoteError))\b"),
     _sig("distributed", r"NCCL communicator was aborted"),
     _sig("distributed", r"Some NCCL operations have failed or timed out"),
-    _sig("distributed", r"DistBackendError"),
+    _sig("distributed", r"DistBackendError|DistNetworkError|DistStoreError"),
     _sig("distributed", r"ChildFailedError"),
     # --- out of memory
     _sig("oom", rf"(?P<api>CUDA|HIP) out of memory\. Tried to allocate (?P<requested>{_SIZE})",
@@ -421,6 +421,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("op_unavailable", r"No available kernel\. +Aborting execution"),
     _sig("op_unavailable", r"FlashAttention only supports [^\n]+"),
     _sig("op_unavailable", r"Unsupported gpu architecture '(?P<capability>compute_\d+\w*)'"),
+    _sig("op_unavailable", r"invalid value for --gpu-architecture"),
+    _sig("op_unavailable", r"cuDNN version incompatibility"),
     # --- device / dtype mismatch
     _sig("device_mismatch", r"Expected all tensors to be on the same device"),
     _sig("device_mismatch",
@@ -441,6 +443,8 @@ SIGNATURES: tuple[Signature, ...] = (
                             r"found '(?P<device_b>\w+)'"),
     _sig("device_mismatch",
          r"can't convert (?P<device_a>[\w:]+) device type tensor to numpy"),
+    _sig("device_mismatch", r"must be on the current device"),
+    _sig("device_mismatch", r"to have the same device as tensor for argument"),
     _sig("dtype_mismatch", r"expected scalar type (?P<expected>\w+) but found (?P<found>\w+)"),
     _sig("dtype_mismatch",
          r"Expected object of scalar type (?P<expected>\w+) but got scalar type (?P<found>\w+)"),
@@ -460,6 +464,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Expected floating point type for target with class probabilities, got "
          r"(?P<found>\w+)"),
     _sig("dtype_mismatch", r"Index put requires the source and destination dtypes match"),
+    _sig("dtype_mismatch",
+         r"Expected tensor for argument #\d+ '(?P<argument>\w+)' to have one of the following "
+         r"scalar types"),
     # --- shape mismatch
     _sig("shape_mismatch",
          r"mat1 and mat2 shapes cannot be multiplied \((?P<shape_a>\d+x\d+) and "
@@ -482,6 +489,8 @@ SIGNATURES: tuple[Signature, ...] = (
                            r"input size"),
     _sig("shape_mismatch", r"0D or 1D target tensor expected, multi-target not supported"),
     _sig("shape_mismatch", r"only batches of spatial targets supported"),
+    _sig("shape_mismatch", r"Expected target size (?P<shape>\[[^\]]*\]), got"),
+    _sig("shape_mismatch", r"Dimension out of range \(expected to be in range of"),
     # --- index out of bounds (CPU twins of device asserts)
     _sig("index_out_of_bounds", r"Target (?P<value>-?\d+) is out of bounds"),
     _sig("index_out_of_bounds", r"index out of range in self"),
@@ -496,6 +505,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?P<status>CUBLAS_STATUS_\w+)(?: when calling `(?P<call>[^`(]+))?"),
     _sig("library_status", r"(?P<status>CUDNN_STATUS_\w+)"),
     _sig("library_status", r"cuDNN Frontend error: (?P<reason>[^\n]+)"),
+    _sig("library_status", r"Unable to find a valid cuDNN algorithm to run convolution"),
+    _sig("library_status", r"GET was unable to find an engine to execute this computation"),
     _sig("library_status", r"(?P<status>CUSOLVER_STATUS_\w+|CUSPARSE_STATUS_\w+|CUFFT_\w+)"),
     _sig("library_status",
          r"(?P<status>HIPBLAS_STATUS_\w+|rocblas_status_\w+|miopenStatus\w+|HIPFFT_\w+)",
@@ -510,6 +521,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("driver", r"Attempting to deserialize object on a CUDA device but "
                    r"torch\.cuda\.is_available\(\) is False"),
     _sig("driver", r"Cannot re-initialize CUDA in forked subprocess"),
+    _sig("driver", r"CUDA call failed lazily at initialization"),
+    _sig("driver", r"Attempting to deserialize object on CUDA device \d+ but "
+                   r"torch\.cuda\.device_count\(\) is \d+"),
     _sig("driver", r"CUDA initialization: (?P<reason>[^\n]+)"),
     _sig("driver", r"NVIDIA-SMI has failed"),
     *_runtime_error_signatures(),
