@@ -37,8 +37,8 @@ class DeviceMessageTail:
     def attach(self, *fds: int) -> None:
         """Route each fd through the tail (one thread serves them all, so what is written to
         stdout and stderr keeps its order). Skips an fd that cannot be duplicated."""
-        if self._thread is not None:
-            return
+        if self._thread is not None or os.name == "nt":
+            return  # Windows cannot select() on pipes: the lines stay where they go
         for fd in fds:
             try:
                 saved = os.dup(fd)

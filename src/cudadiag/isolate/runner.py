@@ -89,7 +89,8 @@ def run_isolated(
     `batch` = (step, data) makes the child's first watch() yield only that recorded batch.
     With `blocking=False` the re-run is faithful and asynchronous: no tracer, no prechecks.
     The incident, if any, is appended to the incident log unless `store` is False.
-    Raises ValueError for a non-positive timeout and OSError when no process can be started.
+    Raises ValueError for a non-positive timeout and OSError when no process can be started
+    (or on Windows).
     """
     numbered = _numbered(cells or [], code, target_cell)
     return _execute(numbered, None, blocking=blocking, timeout=timeout, env=env, ship=ship,
@@ -131,6 +132,9 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
              launcher: Launcher | None, stream: bool, store: bool) -> IsolatedResult:
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout}")
+    if os.name == "nt":
+        raise OSError("isolated runs need process groups and select() on pipes: Linux or "
+                      "macOS (the live-kernel capture works on Windows)")
     settings = blocking_settings(blocking)
     extra = {**settings.env, **(env or {})}
     child_env = child_environment(extra)

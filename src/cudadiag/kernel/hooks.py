@@ -8,6 +8,7 @@ state does not advance it).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import random
 import sys
@@ -50,10 +51,12 @@ class KernelCapture:
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
         self.shell.events.register("post_run_cell", self.post_run_cell)
         self.device_tail.attach(1, 2)
+        atexit.register(self.device_tail.detach)  # forward what is still in the pipe
 
     def unregister(self) -> None:
         """Remove the cell callbacks (IPython cannot unregister magics; they stay)."""
         self.device_tail.detach()
+        atexit.unregister(self.device_tail.detach)
         for event, callback in (("pre_run_cell", self.pre_run_cell),
                                 ("post_run_cell", self.post_run_cell)):
             try:

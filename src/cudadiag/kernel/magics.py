@@ -265,7 +265,6 @@ def _history(shell: Any) -> dict[int, str]:
 
 def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str], target: int) -> None:
     from cudadiag.isolate.plan import PlanError, make_plan
-    from cudadiag.isolate.runner import run_isolated
 
     ship = args.ship if args.ship in ("auto", "none") else [
         n.strip() for n in args.ship.split(",") if n.strip()]
@@ -278,9 +277,20 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str], target: i
     print(plan.describe())
     if args.dry_run:
         return
-    capture = capture_for(shell)
     recorded = _recorded_batch(args.batch) if args.batch else None
-    result = run_isolated(
+    try:
+        result = _isolated_run(shell, plan, target, args, env, recorded)
+    except (OSError, ValueError) as exc:  # Windows, a bad --timeout, no interpreter
+        raise UsageError(f"cannot run isolated: {exc}") from None
+    print(render.render_isolated(result, plan.describe()))
+
+
+def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, str],
+                  recorded: tuple[int, Any] | None) -> Any:
+    from cudadiag.isolate.runner import run_isolated
+
+    capture = capture_for(shell)
+    return run_isolated(
         plan.sources[target],
         cells=[(n, plan.sources[n]) for n in plan.replay if n != target],
         target_cell=target,
@@ -293,7 +303,6 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str], target: i
         precheck=not args.no_precheck,
         batch=recorded,
     )
-    print(render.render_isolated(result, plan.describe()))
 
 
 def _recorded_batch(which: str) -> tuple[int, Any]:
