@@ -149,3 +149,11 @@ def test_device_lines_written_to_the_stream_reach_the_incident(shell):
     assert incident.diagnosis.details["assertion"] == "t >= 0 && t < n_classes"
     assert incident.diagnosis.details["kernel"] == "nll_loss_forward_reduce_cuda_kernel_2d"
     assert "Assertion `t >= 0" in incident.error.text
+
+
+def test_a_simulated_error_at_item_shows_no_torch_wrapper_frames(shell):
+    """Like a real CUDA error raised from C++: the traceback ends at the user's line."""
+    _fail_with_device_assert(shell)
+    (incident,) = incidents()
+    files = [f.file for f in incident.error.traceback]
+    assert not any("torch" in f for f in files), files

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 from torch.utils._pytree import tree_map
 
 from cudadiag import contracts, trace
@@ -48,7 +48,10 @@ SYNCHRONISING_OPS = frozenset({
     "unique_dim", "unique_consecutive",
 })
 # Tensor methods that read data on the host without going through the dispatcher.
-_HOST_READS = ("tolist", "cpu", "numpy", "__repr__", "__str__", "__format__", "__array__")
+# Checked in Python before the dispatcher is reached, so the traceback ends at the user's
+# line (a dispatch mode's frames include torch's own wrappers).
+_HOST_READS = ("item", "tolist", "cpu", "numpy", "__repr__", "__str__", "__format__",
+               "__array__", "__float__", "__int__", "__bool__", "__index__")
 
 
 class SimulatedAcceleratorError(_BaseAcceleratorError):
@@ -277,7 +280,8 @@ def _synchronising(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
-        _STATE.surface()
+        if _simulator_on_stack():
+            _STATE.surface()
         return method(*args, **kwargs)
 
     wrapper._cudadiag_sim = True  # type: ignore[attr-defined]
@@ -291,12 +295,19 @@ def _synchronising_to(method: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
         targets = [*args, kwargs.get("device")]
-        if any(str(t) == "cpu" for t in targets if isinstance(t, (str, torch.device))):
+        to_host = any(str(t) == "cpu" for t in targets if isinstance(t, (str, torch.device)))
+        if to_host and _simulator_on_stack():
             _STATE.surface()
         return method(self, *args, **kwargs)
 
     wrapper._cudadiag_sim = True  # type: ignore[attr-defined]
     return wrapper
+
+
+def _simulator_on_stack() -> bool:
+    """False inside `_disable_current_modes()`: cudadiag's own reads of a batch copy are
+    host work, not the simulated device's."""
+    return any(isinstance(mode, SimulatedCuda) for mode in _get_current_dispatch_mode_stack())
 
 
 def _release(key: int) -> None:
