@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,7 +225,7 @@ class WatchRecord:
         self.step += 1
         self.current = item
         self.current_indices = indices
-        tensors = _flat_tensors(item)
+        tensors = tensors_of(item)
         size = next((int(t.shape[0]) for t in tensors if t.dim() > 0), None)
         self.current_size = size
         if self.first_batch_size is None:
@@ -433,35 +433,42 @@ def _default_name(iterable: Any) -> str:
     return type(iterable).__name__
 
 
-def _flat_tensors(item: Any, depth: int = 0) -> list[torch.Tensor]:
-    """The tensors of a batch, without building paths (this runs every step)."""
+def tensors_of(item: Any, depth: int = 0) -> list[torch.Tensor]:
+    """Return the tensors of a batch, in order, without building paths (this runs every
+    step of watch())."""
     if isinstance(item, torch.Tensor):
         return [item]
     if depth > 8:
         return []
     if isinstance(item, (list, tuple)):
-        return [t for v in item for t in _flat_tensors(v, depth + 1)]
+        return [t for v in item for t in tensors_of(v, depth + 1)]
     if isinstance(item, Mapping):
-        return [t for v in item.values() for t in _flat_tensors(v, depth + 1)]
+        return [t for v in item.values() for t in tensors_of(v, depth + 1)]
     if dataclasses.is_dataclass(item) and not isinstance(item, type):
         return [t for f in dataclasses.fields(item)
-                for t in _flat_tensors(getattr(item, f.name), depth + 1)]
+                for t in tensors_of(getattr(item, f.name), depth + 1)]
     return []
+
+
+def map_tensors(item: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """Return `item` with `fn` applied to every tensor inside tuples, lists, dicts (other
+    mappings become dicts), namedtuples and dataclasses; other leaves are kept as they are."""
+    if isinstance(item, torch.Tensor):
+        return fn(item)
+    if isinstance(item, Mapping):
+        mapped = {k: map_tensors(v, fn) for k, v in item.items()}
+        return type(item)(mapped) if isinstance(item, dict) else mapped
+    if isinstance(item, tuple) and hasattr(item, "_fields"):
+        return type(item)(*(map_tensors(v, fn) for v in item))
+    if isinstance(item, (list, tuple)):
+        return type(item)(map_tensors(v, fn) for v in item)
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return dataclasses.replace(item, **{f.name: map_tensors(getattr(item, f.name), fn)
+                                            for f in dataclasses.fields(item) if f.init})
+    return item
 
 
 def _cpu_copy(item: Any) -> Any:
     """A copy that keeps dtype, shape and strides (clone preserves the memory format), so
     in-place changes by the loop do not alter what was recorded."""
-    if isinstance(item, torch.Tensor):
-        return (item.detach() if item.requires_grad else item).clone()
-    if isinstance(item, Mapping):
-        return type(item)({k: _cpu_copy(v) for k, v in item.items()}) if isinstance(
-            item, dict) else {k: _cpu_copy(v) for k, v in item.items()}
-    if isinstance(item, tuple) and hasattr(item, "_fields"):
-        return type(item)(*(_cpu_copy(v) for v in item))
-    if isinstance(item, (list, tuple)):
-        return type(item)(_cpu_copy(v) for v in item)
-    if dataclasses.is_dataclass(item) and not isinstance(item, type):
-        return dataclasses.replace(item, **{f.name: _cpu_copy(getattr(item, f.name))
-                                            for f in dataclasses.fields(item) if f.init})
-    return item
+    return map_tensors(item, lambda t: (t.detach() if t.requires_grad else t).clone())

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from cudadiag.batch import summarize
+from cudadiag.batch import map_tensors, summarize
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -56,7 +56,7 @@ def keep_case(batch: Any, name: str, *, reason: str, directory: str | Path = "te
         raise FileExistsError(f"case {name!r} already exists in {folder}; pass overwrite=True "
                               "to replace it")
     try:
-        on_cpu = _to_cpu(batch)
+        on_cpu = map_tensors(batch, lambda t: t.detach().cpu())
     except RuntimeError as exc:
         raise RuntimeError(f"cannot copy the batch to the CPU ({str(exc).splitlines()[0]}); "
                            "restart the kernel and rebuild the batch") from exc
@@ -92,15 +92,3 @@ def load_cases(directory: str | Path = "tests/cases") -> list[Case]:
             incident_id=meta.get("incident_id"),
         ))
     return cases
-
-
-def _to_cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_to_cpu(v) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(v) for v in value)
-    return value

@@ -168,7 +168,7 @@ def make_plan(
         if cell.star_import or cell.defines & needed:
             replay.append(number)
             needed = (needed - cell.rebinds) | cell.uses
-    missing = sorted(n for n in needed if n not in _available_builtins())
+    missing = sorted(needed)  # uses never hold builtins (analyse_cell drops them)
     explicit = [n for n in (ship if isinstance(ship, list) else []) if n in missing]
     if explicit:
         raise PlanError(f"cannot ship {', '.join(explicit)}: " + "; ".join(
@@ -295,10 +295,6 @@ def _non_cpu_device(value: Any, depth: int = 0) -> str | None:
             if found:
                 return found
     return None
-
-
-def _available_builtins() -> frozenset[str]:
-    return _BUILTINS
 
 
 def _root(node: ast.AST) -> str | None:

@@ -388,9 +388,8 @@ def _store(incident: Incident, job: dict[str, Any]) -> None:
     store = IncidentStore()
     try:
         store.append(incident)
-        kept = [Path(job[k]) if isinstance(job.get(k), str) else None for k in ("rng",)]
-        kept.append(Path(job["batch"]["file"]) if job.get("batch") else None)
-        for path in filter(None, kept):
+        kept = [job["rng"], (job.get("batch") or {}).get("file")]
+        for path in map(Path, filter(None, kept)):
             folder = store.run_files(incident.id)
             folder.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, folder / path.name)

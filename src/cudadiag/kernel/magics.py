@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -243,8 +244,6 @@ def _progress_reporter(shell: Any, total: int) -> Any:
         return update
 
     def line(trials: int, size: int, phase: str) -> None:
-        import sys
-
         sys.stdout.write(f"\r  trial {trials}/{total}, best {size} {phase}   ")
         sys.stdout.flush()
 
@@ -307,8 +306,6 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
 
 def _recorded_batch(which: str) -> tuple[int, Any]:
     """The (step, CPU copy) kept by the latest watch() of this kernel."""
-    import sys
-
     batch = sys.modules.get("cudadiag.batch")
     record = batch.latest_watch() if batch is not None else None
     if record is None:

@@ -17,6 +17,7 @@ from typing import Any
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from cudadiag.batch import tensors_of
 from cudadiag.classify import classify
 from cudadiag.incident import Incident
 from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
@@ -136,9 +137,9 @@ def _batch_cell(batch: tuple[int, Any] | None, path: Path) -> tuple[str | None, 
     import torch
 
     step, data = batch
-    elements = sum(t.numel() for t in _tensors(data))
+    elements = sum(t.numel() for t in tensors_of(data))
     intro = ["import torch", "from cudadiag.batch import replay_batch", ""]
-    if elements <= INLINE_MAX_ELEMENTS and all(_inlinable(t) for t in _tensors(data)):
+    if elements <= INLINE_MAX_ELEMENTS and all(_inlinable(t) for t in tensors_of(data)):
         body = [f"batch = {_literal(data)}"]
         file = None
     else:
@@ -172,18 +173,6 @@ def _rng_cell(states: dict[int, dict[str, Any]], path: Path) -> str | None:
         '    if "numpy" in states:', "        import numpy",
         '        numpy.random.set_state(states["numpy"])',
     ])
-
-
-def _tensors(data: Any) -> list[Any]:
-    import torch
-
-    if isinstance(data, torch.Tensor):
-        return [data]
-    if isinstance(data, dict):
-        return [t for v in data.values() for t in _tensors(v)]
-    if isinstance(data, (list, tuple)):
-        return [t for v in data for t in _tensors(v)]
-    return []
 
 
 def _inlinable(t: Any) -> bool:

@@ -46,11 +46,7 @@ def render_short(incident: Incident) -> str:
     """Return the few lines shown under a failing cell."""
     d = incident.diagnosis
     lines = [f"cudadiag [{incident.id}] {d.summary}" + _simulated_tag(incident)]
-    if incident.error.reported_at:
-        lines.append(f"  reported at {frame_text(incident.error.reported_at)}")
-        if d.asynchronous:
-            lines.append("  (an observation point, not necessarily the cause: CUDA reports "
-                         "kernel errors asynchronously)")
+    lines += [f"  {line}" for line in header_lines(incident)[1:]]
     if d.first_checks:
         lines.append(f"  check first: {d.first_checks[0]}")
     if d.sticky:
