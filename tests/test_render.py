@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from cudadiag import classify
 from cudadiag.incident import ErrorInfo, Frame, Incident, LaterError, RunInfo, StepInfo
-from cudadiag.ui.render import render_html, render_markdown, render_short, render_text
+from cudadiag.ui.render import (
+    SHOW_IN_IPYTHON,
+    SHOW_IN_TERMINAL,
+    render_html,
+    render_short,
+    render_text,
+)
 
 ASSERT = "CUDA error: device-side assert triggered"
 
@@ -42,14 +48,6 @@ def test_text_has_banner_error_batch_checks_and_later_errors():
     assert "[simulated]" in text
 
 
-def test_markdown_is_ready_for_an_issue_tracker():
-    md = render_markdown(incident())
-    assert md.startswith("## cudadiag incident `")
-    assert "### Restart required" in md and "> The CUDA context (simulated)" in md
-    assert "| path | shape | dtype | device | stride |" in md
-    assert "- Check the indices and targets" in md
-
-
 def test_html_escapes_and_marks_its_parts():
     inc = incident()
     inc.error.message = "<script>alert(1)</script>"
@@ -60,7 +58,13 @@ def test_html_escapes_and_marks_its_parts():
     assert "on cuda:0: metadata only" in html
 
 
-def test_short_text_points_at_the_full_report():
-    short = render_short(incident())
+def test_short_text_points_at_the_full_report_with_the_readers_command():
+    inc = incident()
+    short = render_short(inc, show=SHOW_IN_IPYTHON)
     assert short.startswith("cudadiag [") and "Device-side assertion" in short
-    assert "details: %cudadiag show" in short
+    assert short.endswith(f"details: %cudadiag show {inc.id}")
+    assert render_short(inc, show=SHOW_IN_TERMINAL).endswith(f"details: cudadiag show {inc.id}")
+
+
+def test_short_text_of_an_unsaved_incident_has_no_hint():
+    assert "show" not in render_short(incident(), show=None)

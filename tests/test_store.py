@@ -41,7 +41,7 @@ def test_an_updated_incident_replaces_its_earlier_record():
     assert only.error.message == "updated"
 
 
-def test_corrupt_and_newer_lines_are_skipped_with_one_warning():
+def test_corrupt_lines_are_skipped_with_one_warning_and_newer_ones_listed():
     store = IncidentStore()
     good = make_incident()
     store.append(good)
@@ -51,9 +51,10 @@ def test_corrupt_and_newer_lines_are_skipped_with_one_warning():
         f.write('{"truncated": \n')
         f.write("not json at all\n")
         f.write(json.dumps(newer) + "\n")
-    with pytest.warns(UserWarning, match="skipped 3 unreadable") as caught:
-        loaded = store.load()
-    assert [i.id for i in loaded] == [good.id]
+    with pytest.warns(UserWarning, match="skipped 2 unreadable") as caught:
+        contents = store.contents()
+    assert [i.id for i in contents.incidents] == [good.id]
+    assert [r.id for r in contents.newer] == [newer["id"]]
     assert len(caught) == 1
 
 

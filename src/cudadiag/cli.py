@@ -108,7 +108,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from cudadiag.isolate.runner import run_script
-    from cudadiag.ui.render import render_short
+    from cudadiag.kernel.store import IncidentStore
+    from cudadiag.ui.render import SHOW_IN_TERMINAL, render_short
 
     python, target, argv, module = _split_command(args.command)
     if target is None:
@@ -128,7 +129,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"cudadiag run: {python} cannot import cudadiag; install it there or leave the "
               "interpreter out", file=sys.stderr)
     if result.incident is not None:
-        print(render_short(result.incident), file=sys.stderr)
+        saved = IncidentStore().is_saved(result.incident.id)
+        print(render_short(result.incident, show=SHOW_IN_TERMINAL if saved else None),
+              file=sys.stderr)
         if args.json:
             Path(args.json).write_text(json.dumps(result.incident.to_dict(), indent=2))
     elif result.message and result.returncode == 0:
@@ -222,10 +225,12 @@ def _cmd_incidents(args: argparse.Namespace) -> int:
     from cudadiag.kernel.store import IncidentStore
     from cudadiag.ui.render import render_table
 
-    incidents = IncidentStore().load()
+    contents = IncidentStore().contents()
+    incidents, newer = contents.incidents, contents.newer
     if args.family:
         incidents = [i for i in incidents if i.diagnosis.family == args.family]
-    print(render_table(incidents))
+        newer = [r for r in newer if r.family == args.family]
+    print(render_table(incidents, newer))
     return 0
 
 

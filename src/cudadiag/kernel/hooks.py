@@ -27,7 +27,7 @@ from cudadiag.incident import (
     exception_chain,
     qualified_type_name,
 )
-from cudadiag.kernel.store import IncidentStore
+from cudadiag.kernel.store import IncidentNotSaved, IncidentStore
 from cudadiag.ui import render
 
 RNG_CELLS_KEPT = 256
@@ -138,15 +138,17 @@ class KernelCapture:
         )
         attach_batch(incident)
         self.current = incident
-        self._save(incident)
-        self.announce(incident)
+        saved = self._save(incident)
+        self.announce(incident, saved=saved)
         return incident
 
-    def announce(self, incident: Incident) -> None:
+    def announce(self, incident: Incident, saved: bool = True) -> None:
         """Show the incident under the failing cell: the panel in a notebook kernel (its
-        mime bundle carries HTML and text fallbacks), the short text in a terminal."""
+        mime bundle carries HTML and text fallbacks), the short text in a terminal. An
+        incident that was not saved gets no `show` hint: it could not be opened."""
         if getattr(self.shell, "kernel", None) is None:
-            print(render.render_short(incident), file=sys.stderr)
+            show = render.SHOW_IN_IPYTHON if saved else None
+            print(render.render_short(incident, show=show), file=sys.stderr)
             return
         from IPython.display import display
 
@@ -173,12 +175,15 @@ class KernelCapture:
         """Return the RNG states recorded at the start of cell `cell` (None if not kept)."""
         return self.rng_states.get(cell)
 
-    def _save(self, incident: Incident) -> None:
+    def _save(self, incident: Incident) -> bool:
+        """Write `incident` to the log; return False, after one line that says what failed
+        and that the record waits in memory, when it could not be written."""
         try:
             self.store.append(incident)
-        except OSError as exc:
-            print(f"cudadiag: could not write the incident log {self.store.path}: {exc}",
-                  file=sys.stderr)
+        except IncidentNotSaved as exc:
+            print(f"cudadiag: {exc}", file=sys.stderr)
+            return False
+        return True
 
     def _read_rng_states(self) -> dict[str, Any]:
         states: dict[str, Any] = {"random": random.getstate()}

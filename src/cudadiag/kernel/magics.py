@@ -95,10 +95,12 @@ class CudadiagMagics(Magics):
         args = _parser().parse_args(shlex.split(line))
         store = capture_for(self.shell).store
         if args.command == "incidents":
-            incidents = store.load()
+            contents = store.contents()
+            incidents, newer = contents.incidents, contents.newer
             if args.family:
                 incidents = [i for i in incidents if i.diagnosis.family == args.family]
-            print(render.render_table(incidents))
+                newer = [r for r in newer if r.family == args.family]
+            print(render.render_table(incidents, newer))
         elif args.command == "show":
             try:
                 print(render.render_text(store.get(args.id)))

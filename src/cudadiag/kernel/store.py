@@ -1,20 +1,31 @@
-"""The incident log on disk: JSON lines, appended atomically, bounded by rotation.
+"""The incident log on disk: JSON lines, appended whole and synced, bounded by rotation.
 
 An incident that changes (a later error appended) is written again with the same id; the
 last record of an id wins. The log lives in the user cache directory, or `$CUDADIAG_HOME`,
 so it survives kernel restarts and is shared by every kernel and the `cudadiag` command.
+
+Nothing is lost quietly: a write is looped until every byte is down and then synced; a write
+that fails is cut back off the file, and the record stays in this process's memory to be
+written with the next record (or at exit); a torn last line left by a writer that died is set
+aside before the next append, so it never swallows the next record. Everything created here
+is private to the user (folders 0700, files 0600).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from cudadiag.incident import Incident, IncidentSchemaError
+from cudadiag.incident import SCHEMA, Incident, IncidentSchemaError
 
 try:
     import fcntl
@@ -22,12 +33,52 @@ except ImportError:  # Windows: appends of one write() each are still whole line
     fcntl = None  # type: ignore[assignment]
 
 LOG_NAME = "incidents.jsonl"
+TORN_NAME = "incidents.torn"
+"""Where torn last lines of the log are set aside (a writer died mid-record)."""
 MAX_BYTES = 8 * 2**20
 KEEP_ROTATED = 3
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+_TAIL_CHUNK = 64 * 2**10
+
+_unsaved: dict[str, dict[str, bytes]] = {}
+"""Records this process could not write, by log path, then incident id (oldest first)."""
+_exit_retry_registered = False
 
 
 class IncidentNotFound(LookupError):
     """No incident, or more than one, matches the id given."""
+
+
+class IncidentFromNewerVersion(IncidentNotFound):
+    """The id names a record that a newer cudadiag wrote and this version cannot read."""
+
+
+class IncidentNotSaved(OSError):
+    """An incident could not be written to the log; it is kept in memory and retried with
+    the next write and at exit. Its message says what failed, where, and that."""
+
+
+@dataclass(frozen=True)
+class NewerRecord:
+    """A record of the log written by a newer cudadiag: what can be told without reading it."""
+
+    id: str
+    created_at: str
+    schema: Any
+    family: str | None = None
+
+    def describe(self) -> str:
+        """Return `recorded by a newer cudadiag (schema N)`."""
+        return f"recorded by a newer cudadiag (schema {self.schema})"
+
+
+@dataclass
+class LogContents:
+    """What the log holds: the incidents this version reads, and the newer records."""
+
+    incidents: list[Incident]
+    newer: list[NewerRecord]
 
 
 def default_home() -> Path:
@@ -55,65 +106,176 @@ class IncidentStore:
         return self.home / LOG_NAME
 
     def append(self, incident: Incident) -> None:
-        """Write `incident` as one line. Raises OSError when the log cannot be written."""
-        line = (json.dumps(incident.to_dict(), default=str) + "\n").encode()
-        self.home.mkdir(parents=True, exist_ok=True)
-        with self._locked():
-            self._rotate_if_full(len(line))
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+        """Write `incident` as one line, after any record of this process still unsaved.
+
+        Raises IncidentNotSaved when the log cannot be written: the record is kept in memory
+        and written with the next append (or at exit).
+        """
+        record = (json.dumps(incident.to_dict(), default=str) + "\n").encode()
+        unsaved = _unsaved.setdefault(self._key, {})
+        unsaved.pop(incident.id, None)
+        unsaved[incident.id] = record
+        try:
+            self._write_unsaved(unsaved)
+        except OSError as exc:
+            _retry_at_exit()
+            raise IncidentNotSaved(self._not_saved_message(list(unsaved), exc)) from exc
+
+    def is_saved(self, incident_id: str) -> bool:
+        """Return False while the incident's latest record waits in memory to be written."""
+        return incident_id not in _unsaved.get(self._key, {})
 
     def load(self) -> list[Incident]:
-        """Return every incident, oldest first; unreadable lines are skipped with one warning."""
-        latest: dict[str, Incident] = {}
+        """Return every incident this version reads, oldest first (see `contents`)."""
+        return self.contents().incidents
+
+    def contents(self) -> LogContents:
+        """Return the incidents, oldest first, with the records still unsaved in this
+        process, and the records written by a newer cudadiag. Unreadable lines are skipped
+        with one warning."""
+        latest: dict[str, Incident | NewerRecord] = {}
         skipped = 0
-        for path in self._files_oldest_first():
-            try:
-                lines = path.read_bytes().splitlines()
-            except OSError:
+        for raw in self._records():
+            entry = _read_record(raw)
+            if entry is None:
+                skipped += 1
                 continue
-            for raw in lines:
-                if not raw.strip():
-                    continue
-                try:
-                    incident = Incident.from_dict(json.loads(raw))
-                except (ValueError, TypeError, KeyError, IncidentSchemaError):
-                    skipped += 1
-                    continue
-                latest.pop(incident.id, None)
-                latest[incident.id] = incident
+            latest.pop(entry.id, None)
+            latest[entry.id] = entry
         if skipped:
             warnings.warn(
                 f"cudadiag: skipped {skipped} unreadable line(s) in the incident log {self.home}",
                 stacklevel=2,
             )
-        return sorted(latest.values(), key=lambda i: i.created_at)
+        entries = sorted(latest.values(), key=lambda e: e.created_at)
+        return LogContents(incidents=[e for e in entries if isinstance(e, Incident)],
+                           newer=[e for e in entries if isinstance(e, NewerRecord)])
 
     def get(self, incident_id: str | None = None) -> Incident:
         """Return the incident whose id starts with `incident_id` (the newest when None).
 
-        Raises IncidentNotFound when none or several match.
+        Raises IncidentNotFound when none or several match, IncidentFromNewerVersion when the
+        one that matches was recorded by a newer cudadiag.
         """
-        incidents = self.load()
-        if not incidents:
+        contents = self.contents()
+        incidents, newer = contents.incidents, contents.newer
+        if not incidents and not newer:
             raise IncidentNotFound(f"the incident log {self.path} holds no incident yet")
         if incident_id is None:
-            return incidents[-1]
-        matches = [i for i in incidents if i.id.startswith(incident_id)]
+            if incidents:
+                return incidents[-1]
+            raise IncidentFromNewerVersion(
+                f"every incident of {self.path} was {newer[-1].describe()}; upgrade cudadiag "
+                "(pip install -U cudadiag) to read them")
+        matches = [e for e in (*incidents, *newer) if e.id.startswith(incident_id)]
         if len(matches) != 1:
             known = ", ".join(i.id for i in incidents[-5:])
             what = "no incident" if not matches else f"{len(matches)} incidents"
             raise IncidentNotFound(
                 f"{what} with an id starting with {incident_id!r}; recent ids: {known}"
             )
-        return matches[0]
+        (match,) = matches
+        if isinstance(match, NewerRecord):
+            raise IncidentFromNewerVersion(
+                f"incident {match.id} was {match.describe()}; this cudadiag reads schema "
+                f"{SCHEMA} and older. Upgrade cudadiag (pip install -U cudadiag) to show it.")
+        return match
 
     def run_files(self, incident_id: str) -> Path:
         """The folder that keeps an isolated run's RNG states and recorded batch."""
         return self.home / "runs" / incident_id
+
+    @property
+    def _key(self) -> str:
+        return os.path.abspath(self.path)
+
+    def _records(self) -> Iterator[bytes]:
+        for path in self._files_oldest_first():
+            try:
+                yield from path.read_bytes().splitlines()
+            except OSError:
+                continue
+        yield from list(_unsaved.get(self._key, {}).values())
+
+    def _write_unsaved(self, unsaved: dict[str, bytes]) -> None:
+        self.home.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+        with self._locked():
+            self._set_aside_torn_tail()
+            for incident_id, record in list(unsaved.items()):
+                self._rotate_if_full(len(record))
+                self._write_record(record)
+                del unsaved[incident_id]
+
+    def _write_record(self, record: bytes) -> None:
+        """Append `record` whole and sync it; on failure cut the file back to where it was."""
+        created = not self.path.exists()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                _write_all(fd, record)
+                os.fsync(fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
+        finally:
+            os.close(fd)
+        if created:
+            _sync_folder(self.home)
+
+    def _set_aside_torn_tail(self) -> None:
+        """A last line without its newline is a record whose writer died: a whole record
+        gets its newline, a fragment moves to incidents.torn (or, when that cannot be
+        written, gets a newline of its own) so the next record starts on its own line."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            return
+        try:
+            _make_private(fd)
+            size = os.fstat(fd).st_size
+            if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+                return
+            start = _last_line_start(fd, size)
+            tail = os.pread(fd, size - start, start)
+            if _read_record(tail) is not None or not self._quarantine(tail):
+                _write_all(fd, b"\n")
+            else:
+                os.ftruncate(fd, start)
+                warnings.warn(
+                    f"cudadiag: the incident log {self.path} ended in a torn record "
+                    f"({len(tail)} bytes from a write that did not finish); it was moved to "
+                    f"{self.home / TORN_NAME}",
+                    stacklevel=4,
+                )
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _quarantine(self, fragment: bytes) -> bool:
+        path = self.home / TORN_NAME
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+        except OSError:
+            return False
+        try:
+            start = os.fstat(fd).st_size
+            _write_all(fd, fragment + b"\n")
+            os.fsync(fd)
+            return True
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            return False
+        finally:
+            os.close(fd)
+
+    def _not_saved_message(self, ids: list[str], exc: OSError) -> str:
+        what = f"incident {ids[0]}" if len(ids) == 1 else f"incidents {', '.join(ids)}"
+        reason = exc.strerror or str(exc)
+        return (f"{what} could not be saved to {self.path} ({reason}); kept in memory, it "
+                "will be written with the next incident or when Python exits")
 
     def _files_oldest_first(self) -> list[Path]:
         rotated = [self.home / f"{LOG_NAME}.{n}" for n in range(self.keep, 0, -1)]
@@ -131,16 +293,100 @@ class IncidentStore:
             if older.exists():
                 older.replace(self.home / f"{LOG_NAME}.{n + 1}")
         self.path.replace(self.home / f"{LOG_NAME}.1")
+        _sync_folder(self.home)
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
         if fcntl is None:
             yield
             return
-        fd = os.open(self.home / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.home / ".lock", os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+def _read_record(raw: bytes) -> Incident | NewerRecord | None:
+    """The incident a line holds, a NewerRecord for a newer schema, None if unreadable."""
+    if not raw.strip():
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(data, dict) and _is_newer(data.get("schema")) and "id" in data:
+        family = (data.get("diagnosis") or {}).get("family") \
+            if isinstance(data.get("diagnosis"), dict) else None
+        return NewerRecord(id=str(data["id"]), created_at=str(data.get("created_at", "")),
+                           schema=data.get("schema"),
+                           family=family if isinstance(family, str) else None)
+    try:
+        return Incident.from_dict(data)
+    except (ValueError, TypeError, KeyError, IncidentSchemaError):
+        return None
+
+
+def _is_newer(schema: Any) -> bool:
+    return schema is not None and (not isinstance(schema, int) or schema > SCHEMA)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written (a write may be short on a nearly full disk)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(f"write returned {written} with {len(view)} bytes left")
+        view = view[written:]
+
+
+def _last_line_start(fd: int, size: int) -> int:
+    """The offset just after the last newline before `size` (0 if there is none)."""
+    end = size
+    while end > 0:
+        begin = max(0, end - _TAIL_CHUNK)
+        at = os.pread(fd, end - begin, begin).rfind(b"\n")
+        if at >= 0:
+            return begin + at + 1
+        end = begin
+    return 0
+
+
+def _make_private(fd: int) -> None:
+    """Logs written by older versions may be readable by others: make them the user's."""
+    if os.fstat(fd).st_mode & 0o077:
+        os.fchmod(fd, PRIVATE_FILE)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a new or renamed file's name durable (no-op where folders cannot be opened)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _retry_at_exit() -> None:
+    global _exit_retry_registered
+    if not _exit_retry_registered:
+        atexit.register(_write_unsaved_at_exit)
+        _exit_retry_registered = True
+
+
+def _write_unsaved_at_exit() -> None:
+    """Last chance for records that could not be written: try once more, say what is lost."""
+    for key, unsaved in list(_unsaved.items()):
+        if not unsaved:
+            continue
+        store = IncidentStore(Path(key).parent)
+        try:
+            store._write_unsaved(unsaved)
+        except OSError as exc:
+            print(f"cudadiag: incident(s) {', '.join(unsaved)} could not be saved to {key} "
+                  f"({exc.strerror or exc}) and are lost with this process",
+                  file=sys.stderr)

@@ -67,17 +67,19 @@ def export_notebook(incident: Incident, path: str | Path, cells: dict[int, str],
         *([new_code_cell(batch_cell)] if batch_cell else []),
         *([new_code_cell(rng_cell)] if rng_cell else []),
         *(new_code_cell(f"# In[{n}]\n" + (f"restore_rng({n})\n" if rng_cell else "")
-                        + scrub(source)) for n, source in cells.items()),
+                        + scrub.code(source)) for n, source in cells.items()),
         new_markdown_cell(_closing(incident)),
     ]
-    nb.metadata["cudadiag"] = {"incident": incident.id, "signature": signature.to_dict(),
-                               "reproduces": None}
+    nb.metadata["cudadiag"] = scrub.strings({"incident": incident.id,
+                                             "signature": signature.to_dict(),
+                                             "reproduces": None})
     nbformat.validate(nb)
     nbformat.write(nb, path)
     result = ExportResult(path=path, reproduces=None, observed={}, batch_file=batch_file)
     if verify:
         result.reproduces, result.observed = verify_notebook(nb, path, signature, backend_vars)
-        nb.metadata["cudadiag"].update(reproduces=result.reproduces, observed=result.observed)
+        nb.metadata["cudadiag"].update(reproduces=result.reproduces,
+                                       observed=scrub.strings(result.observed))
         nbformat.write(nb, path)
     return result
 

@@ -1,32 +1,92 @@
 """Scrub text before it leaves the machine (a report, an exported notebook): guide point 12,
 a precise request with personal data and needless paths removed.
 
-The home directory becomes `~`; the user and host names never appear; e-mail addresses, IP
-addresses and tokens (Hugging Face `hf_`, OpenAI-style `sk-`, GitHub `ghp_`/`gho_`/...,
-AWS access key ids, bearer tokens) are masked; absolute paths outside the project are
-shortened to their last two parts.
+Secrets are found as values, then masked wherever they appear: the values of environment
+variables whose names look secret (SECRET_ENV_NAMES), what detect-secrets' detectors find
+(AWS, GitHub, Slack, JWT, URL credentials, keyword assignments, high-entropy strings...), and
+cudadiag's own shapes for what those do not cover (OWN_SECRET_SHAPES: Hugging Face tokens,
+newer OpenAI and GitHub tokens, Authorization headers, private key bodies). Then the home
+directory becomes `~`, the user and host names, e-mail and IP addresses are masked, and
+absolute paths outside the project are shortened to their last two parts.
+
+Code is scrubbed token by token (`Redactor.code`): only string literals and comments change,
+and a cell that parsed still parses.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import fnmatch
+import functools
 import getpass
+import io
 import os
 import re
 import socket
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import tokenize
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-_TOKENS = (
-    (re.compile(r"\bhf_[A-Za-z0-9]{10,}\b"), "hf_[REDACTED]"),
-    (re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{16,}\b"), "sk-[REDACTED]"),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"), "gh_[REDACTED]"),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}\b"), "github_pat_[REDACTED]"),
-    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "[AWS-KEY-REDACTED]"),
-    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*"), r"\1 [REDACTED]"),
-    (re.compile(r"(?i)\b((?:api[_-]?key|token|secret|password|passwd)\s*[=:]\s*)"
-                r"['\"]?[^\s'\"]{6,}['\"]?"), r"\1[REDACTED]"),
+SECRET_ENV_NAMES = (
+    "*TOKEN*", "*SECRET*", "*KEY*", "*PASSWORD*", "*PASSWD*", "*PASSPHRASE*", "*CREDENTIAL*",
+    "*_AUTH*", "AUTH_*", "*_PAT", "*_DSN", "*COOKIE*", "HF_*", "HUGGING_FACE_*", "AWS_*",
+    "AZURE_*", "WANDB_API_KEY", "OPENAI_*", "ANTHROPIC_*", "DATABASE_URL",
 )
+"""Environment variables whose values are masked wherever they appear (case-insensitive
+shell patterns)."""
+SECRET_MIN_LENGTH = 6
+"""Shorter values are not worth masking: they would mask ordinary words and numbers."""
+NOT_SECRET_VALUES = frozenset({"true", "false", "yes", "no", "none", "null", "enabled",
+                               "disabled", "offline", "online", "default", "auto"})
+
+OWN_SECRET_SHAPES = (
+    r"\bhf_[A-Za-z0-9]{10,}",
+    r"\bsk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}",
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
+    r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+    r"\bglpat-[A-Za-z0-9_\-]{20,}",
+    r"\bAIza[0-9A-Za-z_\-]{35}",
+    r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",
+    r"\beyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]+",
+    r"(?i)\b(?:bearer|basic|token)\s+([A-Za-z0-9\-._~+/]{8,}=*)",
+    r"(?i)\bauthorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token)\s+)?([^\s'\"]{8,})",
+    r"(?i)\bx-[\w-]*(?:key|token)['\"]?\s*[:=]\s*['\"]?([^\s'\"]{8,})",
+    r"(?i)\w*(?:token|credential|access_key|secret_key)\w*['\"]?\]?\s*[:=]\s*['\"]?"
+    r"([^\s'\"(){}\[\],]{6,})",
+)
+"""Secret shapes detect-secrets does not know (its GitHub detector wants exactly 36
+characters, its OpenAI one the old key format, its JWT one stops before the signature, its
+keywords do not include `token`). A
+pattern's value is its first group, else the whole match."""
+
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN[A-Z ]*PRIVATE KEY(?: BLOCK)?-----(.*?)(?:-----END[A-Z ]*PRIVATE KEY"
+    r"(?: BLOCK)?-----|\Z)", re.DOTALL)
+_KEY_BODY = re.compile(r"(?<!\\)[A-Za-z0-9+/=]{16,}")
+"""The base64 runs of a private key (not a `\\n` escape's letter)."""
+
+DETECT_SECRETS_PLUGINS = (
+    ("aws", "AWSKeyDetector"), ("artifactory", "ArtifactoryDetector"),
+    ("azure_storage_key", "AzureStorageKeyDetector"), ("basic_auth", "BasicAuthDetector"),
+    ("discord", "DiscordBotTokenDetector"), ("github_token", "GitHubTokenDetector"),
+    ("gitlab_token", "GitLabTokenDetector"), ("jwt", "JwtTokenDetector"),
+    ("mailchimp", "MailchimpDetector"), ("npm", "NpmDetector"), ("openai", "OpenAIDetector"),
+    ("pypi_token", "PypiTokenDetector"), ("sendgrid", "SendGridDetector"),
+    ("slack", "SlackDetector"), ("square_oauth", "SquareOAuthDetector"),
+    ("stripe", "StripeDetector"), ("telegram_token", "TelegramBotTokenDetector"),
+    ("twilio", "TwilioKeyDetector"),
+)
+"""detect-secrets' shape detectors used (module in detect_secrets.plugins, class). Its
+private-key detector finds only the BEGIN line (the body is masked by _PRIVATE_KEY), its IP
+detector is replaced by the address rule below; keywords and entropy are used apart."""
+_INDIRECT = re.compile(r"[(\[]")
+"""An unquoted keyword value that calls or indexes something names the secret's source."""
+HIGH_ENTROPY_MIN_LENGTH = 16
+"""Shorter quoted strings are ids and hashes more often than secrets."""
+
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}\b")
 _IPV4 = re.compile(r"\b(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)\b")
 _IPV6 = re.compile(
@@ -35,11 +95,14 @@ _IPV6 = re.compile(
 )
 _ABS_PATH = re.compile(r"(?<![\w.~:/])/(?:[\w.\-]+/)+[\w.\-]*")
 """An absolute path; not the path part of a URL (`https://host/a/b`)."""
+SECRET = "[REDACTED]"
+_FSTRING_MIDDLE = getattr(tokenize, "FSTRING_MIDDLE", None)  # Python 3.12+
 
 
 @dataclass
 class Redactor:
-    """Scrubs text for this machine: its home, user and host names, the project root."""
+    """Scrubs text for this machine: its secrets, home, user and host names, the project
+    root."""
 
     home: str = field(default_factory=lambda: str(Path.home()))
     user: str = field(default_factory=lambda: _safe(getpass.getuser))
@@ -47,13 +110,48 @@ class Redactor:
     project: str | None = field(default_factory=os.getcwd)
     addresses: bool = True
     """Mask IP addresses (off for version strings such as cuDNN's 9.1.0.70)."""
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    """The environment whose secret-looking variables' values are masked."""
+
+    def __post_init__(self) -> None:
+        self._env_secrets = secret_env_values(self.env)
 
     def __call__(self, text: str) -> str:
         """Return `text` scrubbed; never raises."""
         if not text:
             return text
-        for pattern, replacement in _TOKENS:
-            text = pattern.sub(replacement, text)
+        return self._scrub(text, self.secrets_in(text))
+
+    def code(self, source: str) -> str:
+        """Return Python source scrubbed in its string literals and comments only; when
+        `source` parses, the result parses (a literal that would not is replaced whole by a
+        same-quoted placeholder). Source that does not parse (IPython magics) is scrubbed
+        as text."""
+        if not source or not _parses(source):
+            return self(source)
+        secrets = self.secrets_in(source)
+        return scrub_literals(source, lambda piece: self._scrub(piece, secrets))
+
+    def strings(self, value: Any) -> Any:
+        """Return a copy of a JSON-like value (dicts, lists) with every string scrubbed."""
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, Mapping):
+            return {key: self.strings(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.strings(item) for item in value]
+        return value
+
+    def secrets_in(self, text: str) -> dict[str, str]:
+        """Return the secret values `text` holds, each with its placeholder."""
+        found = {value: f"[REDACTED:{name}]" for value, name in self._env_secrets
+                 if value in text}
+        for value in (*_own_secrets(text), *_detect_secrets(text)):
+            found.setdefault(value, SECRET)
+        return found
+
+    def _scrub(self, text: str, secrets: Mapping[str, str]) -> str:
+        text = _mask(text, secrets)
         text = _EMAIL.sub("[EMAIL]", text)
         if self.addresses:
             text = _IPV4.sub("[IP]", text)
@@ -74,18 +172,179 @@ class Redactor:
         return _ABS_PATH.sub(_shorten_path, text)
 
 
+def secret_env_values(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Return (value, name) for the variables of `env` whose names look secret and whose
+    values are worth masking, longest value first."""
+    found = []
+    for name, value in env.items():
+        if not any(fnmatch.fnmatchcase(name.upper(), p) for p in SECRET_ENV_NAMES):
+            continue
+        value = value.strip()
+        if (len(value) < SECRET_MIN_LENGTH or value.lower() in NOT_SECRET_VALUES
+                or (value.startswith(("/", "~")) and os.path.exists(os.path.expanduser(value)))):
+            continue  # a path to a key file is not the key
+        found.append((value, name))
+    return sorted(found, key=lambda pair: -len(pair[0]))
+
+
+def scrub_literals(source: str, scrub: Callable[[str], str]) -> str:
+    """Return `source` (which parses) with `scrub` applied to each string literal and
+    comment token; the result parses."""
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    edits = []
+    for token, new in _scrubbed_tokens(source, scrub):
+        start = offsets[token.start[0] - 1] + token.start[1]
+        end = offsets[token.end[0] - 1] + token.end[1]
+        edits.append((start, end, new, _placeholder(token)))
+    scrubbed = _apply(source, [(s, e, new) for s, e, new, _ in edits])
+    if _parses(scrubbed):
+        return scrubbed
+    return _apply(source, [(s, e, whole) for s, e, _, whole in edits])
+
+
+def _scrubbed_tokens(source: str, scrub: Callable[[str], str]
+                     ) -> Iterator[tuple[tokenize.TokenInfo, str]]:
+    """The string, f-string part and comment tokens that scrubbing changes, with their new
+    text (a literal that no longer parses gets its placeholder)."""
+    kinds = {tokenize.STRING, tokenize.COMMENT, _FSTRING_MIDDLE} - {None}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in kinds:
+            continue
+        new = scrub(token.string)
+        if new == token.string:
+            continue
+        if token.type == tokenize.STRING and not _parses(new, mode="eval"):
+            new = _placeholder(token)
+        elif token.type == tokenize.COMMENT and "\n" in new:
+            new = _placeholder(token)
+        yield token, new
+
+
+def _placeholder(token: tokenize.TokenInfo) -> str:
+    """The token with its whole content masked: same prefix and quotes for a literal."""
+    if token.type == tokenize.COMMENT:
+        return f"# {SECRET}"
+    if token.type != tokenize.STRING:
+        return SECRET  # an f-string's literal part
+    text = token.string
+    body = text.lstrip("rRbBuUfF")
+    prefix = text[:len(text) - len(body)]
+    quote = body[:3] if body[:3] in ('"""', "'''") else body[0]
+    return f"{prefix}{quote}{SECRET}{quote}"
+
+
+def _apply(source: str, edits: list[tuple[int, int, str]]) -> str:
+    for start, end, new in sorted(edits, reverse=True):
+        source = source[:start] + new + source[end:]
+    return source
+
+
+def _parses(source: str, mode: str = "exec") -> bool:
+    try:
+        compile(source, "<cell>", mode, ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _mask(text: str, secrets: Mapping[str, str]) -> str:
+    if not secrets:
+        return text
+    values = sorted(secrets, key=len, reverse=True)
+    pattern = re.compile("|".join(map(re.escape, values)))
+    return pattern.sub(lambda m: secrets[m.group(0)], text)
+
+
+def _own_secrets(text: str) -> Iterator[str]:
+    for pattern in _own_patterns():
+        for match in pattern.finditer(text):
+            yield match.group(1) if pattern.groups else match.group(0)
+    for block in _PRIVATE_KEY.finditer(text):
+        yield from _KEY_BODY.findall(block.group(1))
+
+
+@functools.cache
+def _own_patterns() -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in OWN_SECRET_SHAPES)
+
+
+def _detect_secrets(text: str) -> Iterator[str]:
+    """The secret values detect-secrets' detectors find in `text`, line by line."""
+    shapes, entropy, keyword_patterns, filters = _detectors()
+    for line in text.splitlines():
+        for plugin in shapes:
+            yield from filter(_worth_masking, map(_bare, plugin.analyze_string(line)))
+        if "'" in line or '"' in line:
+            for plugin in entropy:
+                for value in plugin.analyze_string(line):
+                    if (len(value) >= HIGH_ENTROPY_MIN_LENGTH
+                            and plugin.calculate_shannon_entropy(value) > plugin.entropy_limit
+                            and not filters.is_potential_uuid(value)
+                            and not filters.is_sequential_string(value)):
+                        yield value
+        for patterns, unquoted in keyword_patterns:
+            for regex, group in patterns.items():  # every match: a dict has several keys
+                for match in regex.finditer(line):
+                    value = match.group(group)
+                    if unquoted:  # `password: hunter22 (old)`, not `= get_password()`
+                        value = _bare(value.split()[0] if value.split() else value)
+                        if _INDIRECT.search(value):
+                            continue
+                    if _worth_masking(value) and not filters.is_templated_secret(value):
+                        yield value
+
+
+@functools.cache
+def _detectors() -> tuple[Any, ...]:
+    """detect-secrets' plugins, built once (the import costs ~0.2 s: only when scrubbing)."""
+    import importlib
+
+    from detect_secrets.filters import heuristic
+    from detect_secrets.plugins import keyword
+    from detect_secrets.plugins.high_entropy_strings import (
+        Base64HighEntropyString,
+        HexHighEntropyString,
+    )
+
+    shapes = tuple(getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), name)()
+                   for module, name in DETECT_SECRETS_PLUGINS)
+    # the keyword detector's patterns: quoted values (code), and unquoted ones (config, text)
+    keyword_patterns = ((keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP, False),
+                        (keyword.CONFIG_DENYLIST_REGEX_TO_GROUP, True))
+    return (shapes, (Base64HighEntropyString(), HexHighEntropyString()), keyword_patterns,
+            heuristic)
+
+
+def _bare(value: str) -> str:
+    """A detector's match without the quotes or separators some patterns include."""
+    return value.strip().strip("'\"`=:,;")
+
+
+def _worth_masking(value: str) -> bool:
+    return len(value) >= 4 and "REDACTED" not in value and value.lower() not in (
+        NOT_SECRET_VALUES)
+
+
 def _shorten_path(match: re.Match[str]) -> str:
     parts = [p for p in match.group(0).split("/") if p]
     return ".../" + "/".join(parts[-2:]) if len(parts) > 2 else match.group(0)
 
 
 def _safe(read: Callable[[], str]) -> str:
-    try:
+    with contextlib.suppress(Exception):  # no user database in a container: nothing to mask
         return read()
-    except Exception:  # no user database in a container: nothing to redact then
-        return ""
+    return ""
 
 
 def redact(text: str) -> str:
     """Return `text` scrubbed for this machine (see Redactor)."""
     return Redactor()(text)
+
+
+def without_addresses(redactor: Redactor) -> Redactor:
+    """The same scrubbing with IP addresses kept (for version strings such as 9.1.0.70)."""
+    return replace(redactor, addresses=False)

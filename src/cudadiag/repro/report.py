@@ -1,19 +1,21 @@
-"""A Markdown report ready for an issue tracker: operator, shapes, dtype, backend, versions,
-the first relevant message (not the cascade), the code, all of it scrubbed (redact.py)."""
+"""The report: Markdown ready for an issue tracker (operator, shapes, dtype, backend,
+versions, the first relevant message, not the cascade, the code), all of it scrubbed
+(redact.py). The one report renderer: the panel's "Report to copy", `%cudadiag report`,
+`cudadiag report` and the exported notebook's header all use it."""
 
 from __future__ import annotations
 
 from cudadiag.incident import Incident
-from cudadiag.repro.redact import Redactor
+from cudadiag.repro.redact import Redactor, without_addresses
 from cudadiag.ui.render import arg_text, frame_text
 
 MESSAGE_LINES = 12
 
 
 def render_report(incident: Incident, redactor: Redactor | None = None) -> str:
-    """Return the scrubbed Markdown report of `incident`."""
+    """Return the scrubbed Markdown report of `incident` (its code blocks still parse)."""
     scrub = redactor or Redactor()
-    versions = Redactor(scrub.home, scrub.user, scrub.host, scrub.project, addresses=False)
+    versions = without_addresses(scrub)
     d = incident.diagnosis
     out = [f"## {d.family}: {scrub(d.summary)}", ""]
     if incident.run.simulated:
@@ -42,10 +44,10 @@ def render_report(incident: Incident, redactor: Redactor | None = None) -> str:
     out += ["", f"**Run:** {incident.run.mode}, blocking launches "
             f"{'on' if incident.run.blocking else 'off'}"
             + (f", {' '.join(incident.run.command)}" if incident.run.command else ""), ""]
-    code = _code(incident)
+    code = _code(incident, scrub)
     if code:
         title = "Minimized code" if incident.repro else "Code that ran"
-        out += [f"**{title}:**", "", "```python", scrub(code), "```", ""]
+        out += [f"**{title}:**", "", "```python", code, "```", ""]
     return "\n".join(out)
 
 
@@ -74,7 +76,7 @@ def _env_lines(incident: Incident) -> list[str]:
     return lines
 
 
-def _code(incident: Incident) -> str:
+def _code(incident: Incident, scrub: Redactor) -> str:
     cells = (incident.repro or {}).get("cells") or incident.run.sources
-    return "\n\n".join(f"# In[{n}]\n{source}" for n, source in
+    return "\n\n".join(f"# In[{n}]\n{scrub.code(source)}" for n, source in
                        sorted(cells.items(), key=lambda kv: int(kv[0])))

@@ -14,6 +14,7 @@ import ipywidgets as widgets
 
 from cudadiag.incident import Incident
 from cudadiag.kernel.store import IncidentStore
+from cudadiag.repro.report import render_report
 from cudadiag.ui import render
 
 TABS = (
@@ -108,7 +109,9 @@ class Panel(widgets.VBox):
         data = bundle[0] if isinstance(bundle, tuple) else bundle
         if self.incident is not None:
             data["text/html"] = render.render_html(self.incident)
-            data["text/plain"] = render.render_short(self.incident)
+            saved = self.store.is_saved(self.incident.id)
+            data["text/plain"] = render.render_short(
+                self.incident, show=render.SHOW_IN_IPYTHON if saved else None)
         else:
             data["text/html"] = "<b>cudadiag: no incident recorded yet</b>"
             data["text/plain"] = "cudadiag: no incident recorded yet"
@@ -173,10 +176,11 @@ class Panel(widgets.VBox):
     def _on_copy(self, _button: Any) -> None:
         if self.incident is None:
             return
-        self.report.value = render.render_markdown(self.incident)
+        self.report.value = render_report(self.incident)
         self.report.layout.display = "block"
         with self.output:
-            print("The Markdown report is in the box above: select it and copy (Ctrl+C).")
+            print("The Markdown report (personal data and secrets removed) is in the box "
+                  "above: select it and copy (Ctrl+C).")
 
 
 def _option_label(incident: Incident) -> str:

@@ -1,5 +1,6 @@
-"""Renderings of incidents: plain text (what `%cudadiag show` and the CLI print), Markdown
-(the report to copy) and HTML (the panel's sections and its static fallback).
+"""Renderings of incidents: plain text (what `%cudadiag show` and the CLI print) and HTML
+(the panel's sections and its static fallback). The report to copy is repro/report.py's, the
+one scrubbed Markdown rendering.
 
 No widget import here: this module must work in a terminal and in static views. The content
 is built once, as sections; each format only lays it out.
@@ -14,6 +15,7 @@ from html import escape
 from typing import Any
 
 from cudadiag.incident import Frame, Incident
+from cudadiag.kernel.store import NewerRecord
 
 RESTART_FRONTENDS = (
     "JupyterLab / Notebook 7: Kernel > Restart Kernel…; VS Code: the Restart button of the "
@@ -42,8 +44,16 @@ def sticky_warning_line(incident: Incident) -> str:
     )
 
 
-def render_short(incident: Incident) -> str:
-    """Return the few lines shown under a failing cell."""
+SHOW_IN_IPYTHON = "%cudadiag show"
+"""How a notebook or IPython user opens an incident (the hint of the short text)."""
+SHOW_IN_TERMINAL = "cudadiag show"
+"""How a shell user opens an incident."""
+
+
+def render_short(incident: Incident, *, show: str | None) -> str:
+    """Return the few lines shown under a failing cell. `show` is the command that opens the
+    incident where this text is read (SHOW_IN_IPYTHON, SHOW_IN_TERMINAL), None when it cannot
+    be opened (it was not saved): then no hint is given."""
     d = incident.diagnosis
     lines = [f"cudadiag [{incident.id}] {d.summary}" + _simulated_tag(incident)]
     lines += [f"  {line}" for line in header_lines(incident)[1:]]
@@ -51,7 +61,8 @@ def render_short(incident: Incident) -> str:
         lines.append(f"  check first: {d.first_checks[0]}")
     if d.sticky:
         lines.append("  " + restart_reminder(incident))
-    lines.append(f"  details: %cudadiag show {incident.id}")
+    if show:
+        lines.append(f"  details: {show} {incident.id}")
     return "\n".join(lines)
 
 
@@ -126,24 +137,6 @@ def render_text(incident: Incident) -> str:
         if part.table:
             out += ["  " + " | ".join(row) for row in part.table]
     return "\n".join(out)
-
-
-def render_markdown(incident: Incident) -> str:
-    """Return the report as Markdown (what "Copy report" gives)."""
-    head = header_lines(incident)
-    out = [f"## cudadiag incident `{incident.id}`", "", f"**{_md(head[0])}**", ""]
-    out += [f"- {_md(line)}" for line in head[1:]]
-    for part in sections(incident):
-        out += ["", f"### {part.title}", ""]
-        if part.key == "restart":
-            out += [f"> {_md(line)}" for line in part.lines]
-            continue
-        out += [f"- {_md(line)}" if part.bullets else f"{_md(line)}  " for line in part.lines]
-        if part.table:
-            out += ["", "| " + " | ".join(part.table[0]) + " |",
-                    "|" + "---|" * len(part.table[0])]
-            out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in part.table[1:]]
-    return "\n".join(out) + "\n"
 
 
 def render_html(incident: Incident) -> str:
@@ -257,10 +250,6 @@ _BANNER_STYLE = ("border: 2px solid #c62828; background: #ffebee; color: #b71c1c
                  "padding: 6px 10px; margin: 6px 0; border-radius: 4px")
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;")
-
-
 def render_isolated(result: Any, plan_text: str) -> str:
     """Return the short text shown after an isolated run (an IsolatedResult)."""
     settings = f"{result.settings.note}; {result.wall_s:.1f} s"
@@ -309,14 +298,22 @@ def render_export(minimized: Any, exported: Any) -> str:
     return "\n".join(lines)
 
 
-def render_table(incidents: Iterable[Incident]) -> str:
-    """Return one line per incident: id, time, family, where, summary."""
-    rows = [f"{'id':12}  {'time':25}  {'family':19}  {'where':10}  summary"]
-    for i in incidents:
-        where = f"In[{i.run.cells[0]}]" if i.run.cells else i.run.mode
-        rows.append(f"{i.id:12}  {i.created_at:25}  {i.diagnosis.family:19}  {where:10}  "
-                    f"{_clip(i.diagnosis.summary, 90)}{_simulated_tag(i)}")
-    return "\n".join(rows) if len(rows) > 1 else "no incidents recorded"
+def render_table(incidents: Iterable[Incident], newer: Iterable[NewerRecord] = ()) -> str:
+    """Return one line per incident, oldest first: id, time, family, where, summary; records
+    of a newer cudadiag get their id, time and `recorded by a newer cudadiag`."""
+    rows = [(i.created_at, f"{i.id:12}  {i.created_at:25}  {i.diagnosis.family:19}  "
+                           f"{_where(i):10}  {_clip(i.diagnosis.summary, 90)}"
+                           f"{_simulated_tag(i)}") for i in incidents]
+    rows += [(r.created_at, f"{r.id:12}  {r.created_at:25}  {r.family or '?':19}  {'?':10}  "
+                            f"{r.describe()}; upgrade cudadiag to read it") for r in newer]
+    if not rows:
+        return "no incidents recorded"
+    header = f"{'id':12}  {'time':25}  {'family':19}  {'where':10}  summary"
+    return "\n".join([header, *(row for _, row in sorted(rows, key=lambda r: r[0]))])
+
+
+def _where(incident: Incident) -> str:
+    return f"In[{incident.run.cells[0]}]" if incident.run.cells else incident.run.mode
 
 
 def _wrap(text: str, bullet: str = "  ") -> str:
