@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import getpass
 import socket
 from pathlib import Path
@@ -13,7 +14,7 @@ from cudadiag import classify
 from cudadiag.incident import EnvInfo, ErrorInfo, Frame, Incident, RunInfo
 from cudadiag.repro.minimize import Signature
 from cudadiag.repro.notebook import export_notebook
-from cudadiag.repro.redact import Redactor, redact
+from cudadiag.repro.redact import Redactor, redact, secret_env_values
 from cudadiag.repro.report import render_report
 
 USER = getpass.getuser()
@@ -99,3 +100,147 @@ def test_reports_and_notebooks_carry_no_secrets(tmp_path, render):
     for name, secret in SECRETS.items():
         assert secret not in text, name
     assert HOME not in text
+
+
+def test_a_password_in_a_string_keeps_its_closing_quote():
+    scrubbed = Redactor(env={}).code('PW = "password=hunter2hunter2"\n')
+    assert scrubbed == 'PW = "password=[REDACTED]"\n'
+
+
+SECRET_ENV = {
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYzEXAMPLEKEY",
+    "HF_TOKEN": "hf_QwErTyUiOpAsDfGhJkLzXcVbNm",
+    "WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567",
+    "MY_SERVICE_PASSWORD": "correct horse battery",
+    "DB_PASSWD": "plain-words-here",
+    "GITLAB_PAT": "tokenlike_but_no_known_shape",
+    "X_AUTH_HEADER": "Digest opaque-value",
+    "OPENAI_ORG": "org-abcdef123456",
+    "CLOUD_CREDENTIALS": "c2VjcmV0OnZhbHVl",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECRET_ENV))
+def test_values_of_secret_looking_variables_are_masked_whatever_their_shape(name):
+    value = SECRET_ENV[name]
+    scrub = Redactor(env=SECRET_ENV, project=None)
+    text = f"failed with {value} at step 3; retry ({value})"
+    assert scrub(text) == f"failed with [REDACTED:{name}] at step 3; retry ([REDACTED:{name}])"
+    code = scrub.code(f"value = {value!r}\nprint(value)  # {value}\n")
+    assert value not in code
+    ast.parse(code)
+
+
+def test_short_plain_and_path_values_are_not_worth_masking(tmp_path):
+    env = {"HF_HUB_OFFLINE": "1", "MY_TOKEN": "true", "API_KEY": "abc",
+           "HF_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "EDITOR": "vim-in-a-tmux"}
+    assert secret_env_values(env) == []
+    text = "step 1 true abc vim-in-a-tmux"
+    assert Redactor(env=env, project=None)(text) == text
+
+
+# Each sample parses; its secrets must vanish and the scrubbed sample must still parse.
+ADVERSARIAL = [
+    ('PW = "password=hunter2hunter2"', ["hunter2hunter2"]),
+    ("PW = 'password=hunter2hunter2'", ["hunter2hunter2"]),
+    ('PW = """password=hunter2hunter2"""', ["hunter2hunter2"]),
+    ("PW = '''password: hunter2hunter2'''", ["hunter2hunter2"]),
+    ('PW = r"password=hunter2hunter2\\d"', ["hunter2hunter2"]),
+    ('PW = b"password=hunter2hunter2"', ["hunter2hunter2"]),
+    ('PW = rb"password=hunter2hunter2"', ["hunter2hunter2"]),
+    ('PW = f"password={user}hunter2hunter2"', []),
+    ("PW = f\"{'hf_AbCdEfGhIjKlMnOpQrStUvWx'}\"", ["hf_AbCdEfGhIjKlMnOpQrStUvWx"]),
+    ('PW = "pass\\"word=hunter2hunter2"', []),
+    ('creds = {"password": "hunter22", "api_key": "k3y-v4lu3-x"}', ["hunter22", "k3y-v4lu3-x"]),
+    ("creds = dict(password='hunter22', user='jane')", ["hunter22"]),
+    ('os.environ["HF_TOKEN"] = "hf_AbCdEfGhIjKlMnOpQrStUvWx"', ["hf_AbCdEfGhIjKlMnOpQrStUvWx"]),
+    ('url = "postgres://jane:s3cr3tpass@db.example.com:5432/x"', ["s3cr3tpass"]),
+    ('h = {"Authorization": "Bearer abcdefghij.klmnopqrstu"}', ["abcdefghij.klmnopqrstu"]),
+    ('h = {"Authorization": "token ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"}',
+     ["ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"]),
+    ("jwt = 'eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+     "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U'", ["dozjgNryP4J3jVmNHl0w5N"]),
+    ('KEY = """-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAxyzxyzxyzxyz0123456789\n'
+     'abcdefghijklmnopqrstuvwxyz0123+/==\n-----END RSA PRIVATE KEY-----"""',
+     ["MIIEowIBAAKCAQEAxyz", "abcdefghijklmnopqrstuvwxyz0123"]),
+    ('KEY = "-----BEGIN PRIVATE KEY-----\\nMIIEowIBAAKCAQEAxyzxyzxyz0123\\n'
+     '-----END PRIVATE KEY-----"', ["MIIEowIBAAKCAQEAxyz"]),
+    ('aws_id = "AKIAIOSFODNN7EXAMPLE"', ["AKIAIOSFODNN7EXAMPLE"]),
+    ('aws_secret_access_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"',
+     ["wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"]),
+    ("gh = 'github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz'",
+     ["github_pat_11ABCDEFG0123456789"]),
+    ("gh = ('ghp_' 'ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789')", []),
+    ('slack = "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"',
+     ["xoxb-123456789012"]),
+    ('blob = "q8Zk3nP0vR2xT7mW9yB4cL6dF1gH5jKa"', ["q8Zk3nP0vR2xT7mW9yB4cL6dF1gH5jKa"]),
+    ('hexkey = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"',
+     ["9f86d081884c7d659a2feaa0c55ad015"]),
+    ("x = 1  # password: hunter2hunter2, mail jane.doe@example.com", ["hunter2hunter2",
+                                                                     "jane.doe@example.com"]),
+    ('token = "sk-proj-abcdefghijklmnopqrstuvwxyz012345"; t = 2',
+     ["sk-proj-abcdefghijklmnopqrstuvwxyz012345"]),
+    ('if token == "abcdefgh12345":\n    pass', ["abcdefgh12345"]),
+    ('path = "' + HOME + '/data/x.pt"\nopen(path)', [HOME + "/"]),
+    ('msg = f"""\n{x!r:>10} at {HOME!s} ' + HOME + '/y\n"""', [HOME + "/y"]),
+    ("def f(password='hunter22', *, key=b'\\x00secretvalue'):\n    return password",
+     ["hunter22"]),
+    ("s = 'it''s' \"ok\" '''x''' + \"\"\"password=hunter2hunter2\"\"\"", ["hunter2hunter2"]),
+    ('print("a\\\\", "password=hunter2hunter2")', ["hunter2hunter2"]),
+    ("x = [\n    'password=hunter2hunter2',  # the key: AKIAIOSFODNN7EXAMPLE\n]",
+     ["hunter2hunter2", "AKIAIOSFODNN7EXAMPLE"]),
+    ('await session.login(password="hunter22")', ["hunter22"]),
+]
+
+
+@pytest.mark.parametrize(("sample", "secrets"), ADVERSARIAL,
+                         ids=[f"sample{n}" for n in range(len(ADVERSARIAL))])
+def test_scrubbed_code_still_parses_and_holds_no_secret(sample, secrets):
+    from cudadiag.repro.redact import _parses
+
+    assert _parses(sample), "a sample must parse before scrubbing"
+    scrubbed = Redactor(env=SECRET_ENV).code(sample)
+    assert _parses(scrubbed), scrubbed
+    for secret in secrets:
+        assert secret not in scrubbed, scrubbed
+
+
+def test_a_literal_that_scrubbing_would_break_becomes_a_same_quoted_placeholder():
+    scrub = Redactor(env={"DB_PASSWORD": '"hunter22"'})  # quotes and all, as .env files do
+    assert scrub.code("pw = b'x' + \"hunter22\"\n") == "pw = b'x' + \"[REDACTED]\"\n"
+
+
+def test_only_literals_and_comments_change_in_code():
+    scrub = Redactor(user="jane", host="box", env={}, project=None)
+    source = "jane = box + 1  # jane on box\nprint('jane@box')\n"
+    assert scrub.code(source) == "jane = box + 1  # [USER] on [HOST]\nprint('[USER]@[HOST]')\n"
+
+
+def test_cells_that_are_not_python_are_scrubbed_as_text():
+    scrub = Redactor(env={})
+    assert scrub.code(f"!ls {HOME}/data\n%env HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWx") == (
+        "!ls ~/data\n%env HF_TOKEN=[REDACTED]")
+
+
+def test_exported_notebook_metadata_and_cells_are_scrubbed(tmp_path, monkeypatch):
+    from cudadiag.repro import notebook
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_ENV["AWS_SECRET_ACCESS_KEY"])
+    observed = {"ename": "RuntimeError", "family": "device_assert",
+                "evalue": f"{USER}@{HOST} {HOME}/x.pt {SECRETS['hf']} "
+                          f"{SECRET_ENV['AWS_SECRET_ACCESS_KEY']}"}
+    monkeypatch.setattr(notebook, "verify_notebook", lambda *args: (True, observed))
+    incident = _incident("CUDA error: device-side assert triggered")
+    cells = {1: f"pw = 'password={SECRETS['password']}'",
+             2: f"aws = {SECRET_ENV['AWS_SECRET_ACCESS_KEY']!r}\nx = '{HOME}/data'"}
+    path = tmp_path / "r.ipynb"
+    export_notebook(incident, path, cells, signature=Signature.of(incident), verify=True)
+    nb = nbformat.read(path, as_version=4)
+    text = path.read_text()
+    for secret in (HOME, SECRETS["hf"], SECRET_ENV["AWS_SECRET_ACCESS_KEY"], "hunter2hunter2"):
+        assert secret not in text, secret
+    evalue = nb.metadata["cudadiag"]["observed"]["evalue"]
+    assert "[REDACTED:AWS_SECRET_ACCESS_KEY]" in evalue and "~/x.pt" in evalue
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            ast.parse(cell.source)

@@ -54,7 +54,7 @@ OWN_SECRET_SHAPES = (
     r"(?i)\b(?:bearer|basic|token)\s+([A-Za-z0-9\-._~+/]{8,}=*)",
     r"(?i)\bauthorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token)\s+)?([^\s'\"]{8,})",
     r"(?i)\bx-[\w-]*(?:key|token)['\"]?\s*[:=]\s*['\"]?([^\s'\"]{8,})",
-    r"(?i)\w*(?:token|credential|access_key|secret_key)\w*['\"]?\]?\s*[:=]\s*['\"]?"
+    r"(?i)(?:token|credential|access_key|secret_key)\w*['\"]?\]?\s*(?:[:=]|[!=]=)\s*['\"]?"
     r"([^\s'\"(){}\[\],]{6,})",
 )
 """Secret shapes detect-secrets does not know (its GitHub detector wants exactly 36
@@ -199,6 +199,8 @@ def scrub_literals(source: str, scrub: Callable[[str], str]) -> str:
         start = offsets[token.start[0] - 1] + token.start[1]
         end = offsets[token.end[0] - 1] + token.end[1]
         edits.append((start, end, new, _placeholder(token)))
+    if not edits:
+        return source
     scrubbed = _apply(source, [(s, e, new) for s, e, new, _ in edits])
     if _parses(scrubbed):
         return scrubbed
@@ -273,11 +275,12 @@ def _own_patterns() -> tuple[re.Pattern[str], ...]:
 
 
 def _detect_secrets(text: str) -> Iterator[str]:
-    """The secret values detect-secrets' detectors find in `text`, line by line."""
-    shapes, entropy, keyword_patterns, filters = _detectors()
+    """The secret values detect-secrets' detectors find in `text`: the shapes over the
+    whole text (none spans lines), keywords and quoted high-entropy strings line by line."""
+    shapes, entropy, keyword_patterns, keyword_hint, filters = _detectors()
+    for plugin in shapes:
+        yield from filter(_worth_masking, map(_bare, plugin.analyze_string(text)))
     for line in text.splitlines():
-        for plugin in shapes:
-            yield from filter(_worth_masking, map(_bare, plugin.analyze_string(line)))
         if "'" in line or '"' in line:
             for plugin in entropy:
                 for value in plugin.analyze_string(line):
@@ -286,6 +289,8 @@ def _detect_secrets(text: str) -> Iterator[str]:
                             and not filters.is_potential_uuid(value)
                             and not filters.is_sequential_string(value)):
                         yield value
+        if not keyword_hint.search(line):
+            continue  # the keyword patterns are costly; most lines name no secret
         for patterns, unquoted in keyword_patterns:
             for regex, group in patterns.items():  # every match: a dict has several keys
                 for match in regex.finditer(line):
@@ -315,8 +320,9 @@ def _detectors() -> tuple[Any, ...]:
     # the keyword detector's patterns: quoted values (code), and unquoted ones (config, text)
     keyword_patterns = ((keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP, False),
                         (keyword.CONFIG_DENYLIST_REGEX_TO_GROUP, True))
+    keyword_hint = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
     return (shapes, (Base64HighEntropyString(), HexHighEntropyString()), keyword_patterns,
-            heuristic)
+            keyword_hint, heuristic)
 
 
 def _bare(value: str) -> str:
