@@ -318,8 +318,8 @@ def _read_record(raw: bytes) -> Incident | NewerRecord | None:
     except ValueError:
         return None
     if isinstance(data, dict) and _is_newer(data.get("schema")) and "id" in data:
-        family = (data.get("diagnosis") or {}).get("family") \
-            if isinstance(data.get("diagnosis"), dict) else None
+        diagnosis = data.get("diagnosis")
+        family = diagnosis.get("family") if isinstance(diagnosis, dict) else None
         return NewerRecord(id=str(data["id"]), created_at=str(data.get("created_at", "")),
                            schema=data.get("schema"),
                            family=family if isinstance(family, str) else None)
