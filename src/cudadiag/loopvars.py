@@ -33,6 +33,7 @@ MAX_FRAMES = 8
 MAX_SCALARS = 12
 MAX_STRING = 40
 MAX_INT_DIGITS = 30
+MAX_FLOAT = 10
 SECRET_MASK = "'***'"
 
 _SECRET_NAME = re.compile(
@@ -70,18 +71,20 @@ def loop_context(exc: BaseException,
 
 
 def value_text(value: Any) -> str:
-    """Return how a value is shown: the literal for built-in and numpy scalars (strings and
-    huge ints clipped), `<tensor int64[32]@cuda:0>` for a tensor, `<list of 3>` for a
+    """Return how a value is shown: the literal for built-in and numpy scalars (strings, long
+    floats and huge ints shortened), `<tensor int64[32]@cuda:0>` for a tensor, `<list of 3>` for a
     built-in container, `<ClassName>` for anything else. Runs no user code."""
     kind = type(value)
-    if kind is bool or kind is float or value is None:
+    if kind is bool or value is None:
         return repr(value)
+    if kind is float:
+        return repr(value) if len(repr(value)) <= MAX_FLOAT else f"{value:.6g}"
     if kind is int:
         return _int_text(value)
     if kind is str:
         return repr(value) if len(value) <= MAX_STRING else repr(value[:MAX_STRING]) + "…"
     if _is_numpy_scalar(value):
-        return str(value.item())
+        return value_text(value.item())
     if _is_plain_tensor(value):
         device = "" if value.device.type == "cpu" else f"@{value.device}"
         return f"<tensor {str(value.dtype).replace('torch.', '')}{list(value.shape)}{device}>"
