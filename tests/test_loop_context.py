@@ -277,3 +277,77 @@ def test_the_short_text_cuts_long_lists_and_says_how_many_more():
     assert "dataset indices [0, 1, 2, 3, 4, 5, 6, 7, … and 56 more]" in short
     assert "dataset indices [0, 1," in render_text(incident)
     assert "31, … and 32 more]" in render_text(incident)
+
+
+SCRIPT = """\
+import argparse
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_epoch(model, loader, epoch, lr):
+    for batch_idx, (x, y) in enumerate(loader):
+        if epoch == 1 and batch_idx == 3:
+            y = y.clone()
+            y[5] = 4  # one class more than the model has
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=0.05)
+    args = parser.parse_args()
+    labels = torch.tensor([i % 4 for i in range(64)])
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), labels), batch_size=8)
+    model = torch.nn.Linear(8, 4)
+    for epoch in range(args.epochs):
+        train_epoch(model, loader, epoch, args.lr)
+
+
+main()
+"""
+
+
+@pytest.mark.slow
+def test_a_scripts_loops_in_the_run_summary_and_its_report(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "train.py").write_text(SCRIPT)
+
+    def cudadiag(*args):
+        return subprocess.run([sys.executable, "-m", "cudadiag.cli", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+
+    ran = cudadiag("run", "--json", "incident.json", "--", "python", "train.py")
+    assert ran.returncode == 1
+    assert ("  loop: epoch=1 (train.py in main) › batch_idx=3, x=<tensor float32[8, 8]>, "
+            "y=<tensor int64[8]> (train.py in train_epoch)") in ran.stderr
+    assert "locals of train.py in train_epoch: epoch=1, lr=0.05" in ran.stderr
+    assert "check first: one class more than the output layer: target 4 needs 5" in ran.stderr
+    incident = json.loads((tmp_path / "incident.json").read_text())
+    report = cudadiag("report", incident["id"]).stdout
+    assert ("# train.py:12 in train_epoch\n"
+            "for batch_idx, (x, y) in enumerate(loader):  # batch_idx=3, "
+            "x=<tensor float32[8, 8]>, y=<tensor int64[8]>\n"
+            "    ...\n"
+            "    loss = F.cross_entropy(model(x), y)  # <- raised here\n") in report
+    assert "for epoch in range(args.epochs):  # epoch=1" in report
+
+
+@pytest.mark.slow
+def test_an_isolated_run_records_the_loop_of_the_replayed_cell(shell, capsys):
+    run(shell, SETUP)
+    run(shell, DATA)
+    _, cell = run(shell, "for step in range(5):\n"
+                         "    ix = torch.tensor([step, 777 if step == 3 else 1])\n"
+                         "    F.cross_entropy(model(X[ix]), Y[ix]).item()")
+    run(shell, "%cuda_isolate")
+    isolated = next(i for i in incidents() if i.run.mode == "isolated")
+    (frame,) = isolated.loop.frames
+    assert (frame.cell, frame.loops[0].values) == (cell, {"step": "3"})
+    assert frame.statement == "    F.cross_entropy(model(X[ix]), Y[ix]).item()"

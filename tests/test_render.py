@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from cudadiag import classify
-from cudadiag.incident import ErrorInfo, Frame, Incident, LaterError, RunInfo, StepInfo
+from cudadiag.incident import (
+    ErrorInfo,
+    Frame,
+    FrameContext,
+    Incident,
+    LaterError,
+    LoopContext,
+    LoopInfo,
+    RunInfo,
+    StepInfo,
+)
 from cudadiag.ui.render import render_html, render_markdown, render_short, render_text
 
 ASSERT = "CUDA error: device-side assert triggered"
@@ -64,3 +74,38 @@ def test_short_text_points_at_the_full_report():
     short = render_short(incident())
     assert short.startswith("cudadiag [") and "Device-side assertion" in short
     assert "details: %cudadiag show" in short
+
+
+def _with_loop() -> Incident:
+    inc = incident()
+    inc.loop = LoopContext([FrameContext(
+        file="<ipython-input-4-x>", line=6, function="train", cell=4,
+        statement="            running += loss.item()", statement_line=6,
+        loops=[LoopInfo("for", 2, "    for epoch in range(2):", {"epoch": "1"}),
+               LoopInfo("for", 3, "        for i, (x, y) in enumerate(loader):",
+                        {"i": "23", "x": "<tensor float32[6, 8]>"})],
+        scalars={"lr": "0.1", "bs": "32"})])
+    return inc
+
+
+def test_short_text_names_the_iteration_and_the_watch_step():
+    short = render_short(_with_loop())
+    assert ("  loop when the error was noticed (the failing kernel may belong to an earlier "
+            "step): epoch=1, i=23, x=<tensor float32[6, 8]> (In[4] in train)") in short
+    assert "  locals of In[4] in train: lr=0.1, bs=32" in short
+    assert ("  watch(train): step 3, last completed 2; last incomplete batch; dataset indices "
+            "[24, 25]") in short
+
+
+def test_the_loop_section_keeps_the_code_as_written():
+    inc = _with_loop()
+    text = render_text(inc)
+    assert ("Where in the loop\n"
+            "  # In[4], line 6 in train\n"
+            "  for epoch in range(2):  # epoch=1\n"
+            "      for i, (x, y) in enumerate(loader):  # i=23, x=<tensor float32[6, 8]>\n"
+            "          ...\n"
+            "          running += loss.item()  # <- the error was noticed here\n"
+            "  # locals: lr=0.1, bs=32") in text
+    html = render_html(inc)
+    assert "<pre># In[4], line 6 in train\nfor epoch in range(2):" in html
