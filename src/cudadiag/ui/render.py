@@ -15,7 +15,7 @@ from html import escape
 from typing import Any
 
 from cudadiag.incident import Frame, FrameContext, Incident
-from cudadiag.shortlist import cut_list, cut_pairs
+from cudadiag.shortlist import cut_join, cut_list, cut_pairs
 
 SHORT_VALUES = 8
 """Loop variables and locals shown per frame in the lines under the cell."""
@@ -300,7 +300,9 @@ def _batch_section(incident: Incident) -> Section:
     if batch.get("indices") is not None:
         lines.append(f"dataset indices {cut_list(batch['indices'], FULL_INDICES)}")
     if batch.get("lengths"):
-        lines.append(f"sequence lengths {batch['lengths']}")
+        kept = batch["lengths"]  # the summary keeps the first rows only
+        left = max(batch.get("batch_size") or 0, len(kept)) - len(kept)
+        lines.append(f"sequence lengths [{cut_join(kept, len(kept), omitted=left)}]")
     lines += [batch[k] for k in ("note", "replayed") if batch.get(k)]
     if flags:
         lines.insert(0, "flags: " + "; ".join(flags))
