@@ -84,11 +84,17 @@ def header_lines(incident: Incident) -> list[str]:
     lines = [f"{d.family}: {d.summary}" + _simulated_tag(incident)]
     if e.reported_at:
         lines.append(f"reported at {frame_text(e.reported_at)}")
-        if d.asynchronous:
+        if noticed_later(incident):
             lines.append("this line is an observation point, not necessarily the cause: CUDA "
                          "reports kernel errors asynchronously; re-run isolated with blocking "
                          "launches to find the operator")
     return lines + iteration_lines(incident)
+
+
+def noticed_later(incident: Incident) -> bool:
+    """Return True when the error was raised after the fact (an asynchronous kernel error
+    without blocking launches): the traceback's line is where it was noticed."""
+    return incident.diagnosis.asynchronous and not incident.run.blocking
 
 
 def iteration_lines(incident: Incident) -> list[str]:
@@ -100,7 +106,7 @@ def iteration_lines(incident: Incident) -> list[str]:
     looped = [f for f in frames if f.loops]
     if looped:
         where = ("loop when the error was noticed (the failing kernel may belong to an "
-                 "earlier step)" if incident.diagnosis.asynchronous else "loop")
+                 "earlier step)" if noticed_later(incident) else "loop")
         lines.append(f"{where}: " + " › ".join(
             f"{_loop_values(f)} ({_frame_place(f)})" for f in looped))
     if frames and frames[-1].scalars:
@@ -145,7 +151,7 @@ def loop_code(incident: Incident) -> list[str]:
     out: list[str] = []
     for n, frame in enumerate(frames):
         if n == len(frames) - 1:
-            mark = ("the error was noticed here" if incident.diagnosis.asynchronous
+            mark = ("the error was noticed here" if noticed_later(incident)
                     else "raised here")
         else:
             mark = "the call that failed"
