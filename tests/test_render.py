@@ -109,3 +109,12 @@ def test_the_loop_section_keeps_the_code_as_written():
             "  # locals: lr=0.1, bs=32") in text
     html = render_html(inc)
     assert "<pre># In[4], line 6 in train\nfor epoch in range(2):" in html
+
+
+def test_with_blocking_launches_the_line_is_where_it_was_raised():
+    inc = _with_loop()
+    inc.run = RunInfo(mode="isolated", blocking=True, simulated=True)
+    short = render_short(inc)
+    assert "  loop: epoch=1, i=23" in short
+    assert "observation point" not in short and "noticed" not in short
+    assert "running += loss.item()  # <- raised here" in render_text(inc)

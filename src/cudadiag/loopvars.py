@@ -64,7 +64,9 @@ def loop_context(exc: BaseException,
               for tb, summary in zip(entries, summaries, strict=True) if summary.user]
     if not frames:
         return None
-    contexts = [_frame_context(frame, line, summary.cell) for frame, line, summary in frames]
+    parsed: dict[str, tuple[list[str], ast.Module | None]] = {}
+    contexts = [_frame_context(frame, line, summary.cell, parsed)
+                for frame, line, summary in frames]
     kept = [c for c in contexts[:-1] if c.loops] + contexts[-1:]
     omitted = max(0, len(kept) - MAX_FRAMES)
     return LoopContext(frames=kept[omitted:], frames_omitted=omitted)
@@ -108,11 +110,16 @@ def _walk(tb: Any) -> Iterator[Any]:
         tb = tb.tb_next
 
 
-def _frame_context(frame: FrameType, line: int, cell: int | None) -> FrameContext:
+def _frame_context(frame: FrameType, line: int, cell: int | None,
+                   parsed: dict[str, tuple[list[str], ast.Module | None]]) -> FrameContext:
+    """The context of one frame; `parsed` caches each file's lines and tree (a recursion
+    repeats the same file a thousand times)."""
     code = frame.f_code
     context = FrameContext(file=code.co_filename, line=line, function=code.co_name, cell=cell)
-    lines = linecache.getlines(code.co_filename, frame.f_globals)
-    tree = _parse(lines)
+    if code.co_filename not in parsed:
+        lines = linecache.getlines(code.co_filename, frame.f_globals)
+        parsed[code.co_filename] = (lines, _parse(lines))
+    lines, tree = parsed[code.co_filename]
     scope = _scope(tree, line, code.co_name) if tree is not None else None
     if scope is None:
         return context
@@ -223,10 +230,10 @@ def _targets(target: ast.expr) -> Iterator[ast.expr]:
         yield target
 
 
-def _assignments(body: list[ast.stmt]) -> tuple[set[str], list[ast.expr]]:
-    """(every name or attribute the statements assign, those they increment), not looking
-    inside nested functions and classes."""
-    assigned: set[str] = set()
+def _assignments(body: list[ast.stmt]) -> tuple[dict[str, None], list[ast.expr]]:
+    """(every name or attribute the statements assign, in order; those they increment), not
+    looking inside nested functions and classes."""
+    assigned: dict[str, None] = {}
     incremented: list[ast.expr] = []
     pending: list[ast.AST] = list(body)
     while pending:
@@ -236,7 +243,7 @@ def _assignments(body: list[ast.stmt]) -> tuple[set[str], list[ast.expr]]:
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name | ast.Attribute):
             incremented.append(node.target)
         for target in _assigned_targets(node):
-            assigned.add(ast.unparse(target))
+            assigned[ast.unparse(target)] = None
         pending.extend(ast.iter_child_nodes(node))
     return assigned, incremented
 
@@ -294,13 +301,9 @@ def _scalars(frame: FrameType, scope: ast.AST, shown: set[str]) -> tuple[dict[st
     return kept, len(found) - len(kept)
 
 
-def _module_names(module: ast.AST) -> list[str]:
-    names: dict[str, None] = {}
-    for node in ast.walk(module):
-        for target in _assigned_targets(node):
-            if isinstance(target, ast.Name):
-                names[target.id] = None
-    return list(names)
+def _module_names(module: ast.Module) -> list[str]:
+    """The names a module's own statements assign, in order (not those of its functions)."""
+    return [name for name in _assignments(module.body)[0] if name.isidentifier()]
 
 
 def _masked(name: str, value: Any) -> str:
