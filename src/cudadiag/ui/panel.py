@@ -17,7 +17,7 @@ from cudadiag.kernel.store import IncidentStore
 from cudadiag.ui import render
 
 TABS = (
-    ("First error", ("error",)),
+    ("First error", ("error", "loop")),
     ("Batch", ("batch",)),
     ("Next checks", ("checks", "avoid")),
     ("Environment", ("env",)),
