@@ -251,6 +251,13 @@ def test_a_nested_functions_frame_has_only_its_own_loops():
     assert inner.scalars == {"n": "3"}
 
 
+def test_a_frame_without_source_keeps_its_location_only():
+    with pytest.raises(ZeroDivisionError) as info:
+        exec(compile("for q in range(3):\n    1 / (q - 1)", "<nowhere>", "exec"), {})
+    frame = loop_context(info.value).frames[-1]
+    assert (frame.file, frame.line, frame.loops, frame.statement) == ("<nowhere>", 2, [], "")
+
+
 def test_the_short_text_cuts_long_lists_and_says_how_many_more():
     from cudadiag import classify
     from cudadiag.incident import (

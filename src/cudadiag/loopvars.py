@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from pure_eval import CannotEval, Evaluator
+from pure_eval import Evaluator
 
 from cudadiag.incident import ErrorInfo, FrameContext, LoopContext, LoopInfo
 
@@ -65,8 +65,13 @@ def loop_context(exc: BaseException,
     if not frames:
         return None
     parsed: dict[str, tuple[list[str], ast.Module | None]] = {}
-    contexts = [_frame_context(frame, line, summary.cell, parsed)
-                for frame, line, summary in frames]
+    contexts = []
+    for frame, line, summary in frames:
+        try:
+            contexts.append(_frame_context(frame, line, summary.cell, parsed))
+        except Exception:  # a frame we cannot read must not cost the incident
+            contexts.append(FrameContext(file=summary.file, line=line,
+                                         function=summary.function, cell=summary.cell))
     kept = [c for c in contexts[:-1] if c.loops] + contexts[-1:]
     omitted = max(0, len(kept) - MAX_FRAMES)
     return LoopContext(frames=kept[omitted:], frames_omitted=omitted)
@@ -276,11 +281,11 @@ _UNREADABLE = object()
 
 
 def _evaluate(evaluator: Evaluator, node: ast.expr) -> Any:
+    """The value of a name or attribute, or _UNREADABLE when pure_eval cannot read it without
+    running code (CannotEval) or reading it failed."""
     try:
         return evaluator[node]
-    except CannotEval:
-        return _UNREADABLE
-    except Exception:  # a C-level getattr_static failure: the value stays unknown
+    except Exception:
         return _UNREADABLE
 
 
