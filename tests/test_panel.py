@@ -111,3 +111,15 @@ def test_panel_buttons_rerun_isolated_and_export(shell, tmp_path, monkeypatch):
     exported = tmp_path / f"repro-{panel.incident.id}.ipynb"
     assert exported.exists()
     assert nbformat.read(exported, as_version=4).metadata["cudadiag"]["reproduces"] is True
+
+
+def test_the_first_tab_shows_the_failing_statement_in_its_loop(shell):
+    shell.run_cell("import torch", store_history=True)
+    shell.run_cell("for step in range(4):\n    torch.zeros(2)[torch.tensor([step])]",
+                   store_history=True)
+    assert len(incidents()) == 1
+    panel = Panel(store=IncidentStore())
+    assert "loop: step=2 (In[" in panel.header.value
+    first_tab = panel.tabs.children[0].value
+    assert "<pre># In[" in first_tab
+    assert "for step in range(4):  # step=2" in first_tab

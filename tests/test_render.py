@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from cudadiag import classify
-from cudadiag.incident import ErrorInfo, Frame, Incident, LaterError, RunInfo, StepInfo
+from cudadiag.incident import (
+    ErrorInfo,
+    Frame,
+    FrameContext,
+    Incident,
+    LaterError,
+    LoopContext,
+    LoopInfo,
+    RunInfo,
+    StepInfo,
+)
 from cudadiag.ui.render import (
     SHOW_IN_IPYTHON,
     SHOW_IN_TERMINAL,
@@ -68,3 +78,47 @@ def test_short_text_points_at_the_full_report_with_the_readers_command():
 
 def test_short_text_of_an_unsaved_incident_has_no_hint():
     assert "show" not in render_short(incident(), show=None)
+
+
+def _with_loop() -> Incident:
+    inc = incident()
+    inc.loop = LoopContext([FrameContext(
+        file="<ipython-input-4-x>", line=6, function="train", cell=4,
+        statement="            running += loss.item()", statement_line=6,
+        loops=[LoopInfo("for", 2, "    for epoch in range(2):", {"epoch": "1"}),
+               LoopInfo("for", 3, "        for i, (x, y) in enumerate(loader):",
+                        {"i": "23", "x": "<tensor float32[6, 8]>"})],
+        scalars={"lr": "0.1", "bs": "32"})])
+    return inc
+
+
+def test_short_text_names_the_iteration_and_the_watch_step():
+    short = render_short(_with_loop(), show=SHOW_IN_IPYTHON)
+    assert ("  loop when the error was noticed (the failing kernel may belong to an earlier "
+            "step): epoch=1, i=23, x=<tensor float32[6, 8]> (In[4] in train)") in short
+    assert "  locals of In[4] in train: lr=0.1, bs=32" in short
+    assert ("  watch(train): step 3, last completed 2; last incomplete batch; dataset indices "
+            "[24, 25]") in short
+
+
+def test_the_loop_section_keeps_the_code_as_written():
+    inc = _with_loop()
+    text = render_text(inc)
+    assert ("Where in the loop\n"
+            "  # In[4], line 6 in train\n"
+            "  for epoch in range(2):  # epoch=1\n"
+            "      for i, (x, y) in enumerate(loader):  # i=23, x=<tensor float32[6, 8]>\n"
+            "          ...\n"
+            "          running += loss.item()  # <- the error was noticed here\n"
+            "  # locals: lr=0.1, bs=32") in text
+    html = render_html(inc)
+    assert "<pre># In[4], line 6 in train\nfor epoch in range(2):" in html
+
+
+def test_with_blocking_launches_the_line_is_where_it_was_raised():
+    inc = _with_loop()
+    inc.run = RunInfo(mode="isolated", blocking=True, simulated=True)
+    short = render_short(inc, show=SHOW_IN_IPYTHON)
+    assert "  loop: epoch=1, i=23" in short
+    assert "observation point" not in short and "noticed" not in short
+    assert "running += loss.item()  # <- raised here" in render_text(inc)

@@ -20,6 +20,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from cudadiag.incident import StepInfo
+from cudadiag.shortlist import cut_join
 
 SUMMARY_MAX_NUMEL = 10_000_000
 DISTINCT_MAX_NUMEL = 1_000_000
@@ -131,8 +132,7 @@ def _structure(obj: Any, depth: int = 0) -> str:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return f"{type(obj).__name__}({', '.join(f.name for f in dataclasses.fields(obj))})"
     if isinstance(obj, (list, tuple)):
-        inner = ", ".join(_structure(v, depth + 1) for v in list(obj)[:8])
-        return f"{type(obj).__name__}[{inner}{', ...' if len(obj) > 8 else ''}]"
+        return f"{type(obj).__name__}[{cut_join(obj, 8, lambda v: _structure(v, depth + 1))}]"
     return type(obj).__name__
 
 

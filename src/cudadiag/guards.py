@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from cudadiag.shortlist import cut_join, cut_list
+
 MAX_REPORTED = 10
 ROW_SUM_TOLERANCE = 1e-3
 
@@ -61,7 +63,8 @@ def check_class_targets(target: torch.Tensor, num_classes: int, *, ignore_index:
         values, positions = _offending(target, bad)
         raise GuardError(
             f"{name}: {int(bad.sum())} value(s) outside [0, {num_classes}) (ignore_index="
-            f"{ignore_index}): {_listing(values, positions)}. Check the label encoding: a "
+            f"{ignore_index}): {_listing(values, positions, int(bad.sum()))}. Check the label "
+            "encoding: a "
             f"1..{num_classes} encoding instead of 0..{num_classes - 1}, or an unexpected "
             "extra class; do not widen the output layer to make this pass",
             argument=name, rule=f"0 <= {name} < {num_classes} or {name} == {ignore_index}",
@@ -82,7 +85,8 @@ def check_index_range(index: torch.Tensor, size: int, *, name: str = "index",
         values, positions = _offending(index, bad)
         raise GuardError(
             f"{name}: {int(bad.sum())} value(s) outside [{low}, {size}): "
-            f"{_listing(values, positions)}. Check the vocabulary size, the padding id and "
+            f"{_listing(values, positions, int(bad.sum()))}. Check the vocabulary size, the "
+            "padding id and "
             "where the indices were built",
             argument=name, rule=f"{low} <= {name} < {size}", values=values, positions=positions)
 
@@ -98,9 +102,7 @@ def check_same_device(module_or_tensors: Any, *tensors: Any) -> None:
     for name, device in placed:
         devices.setdefault(device, []).append(name)
     if len(devices) > 1:
-        parts = "; ".join(f"{d}: {', '.join(names[:5])}" + (
-            f" (+{len(names) - 5} more)" if len(names) > 5 else "")
-            for d, names in devices.items())
+        parts = "; ".join(f"{d}: {cut_join(names, 5)}" for d, names in devices.items())
         raise GuardError(
             f"tensors on {len(devices)} devices: {parts}. Move the stray ones where they are "
             "created rather than adding copies at the call",
@@ -121,15 +123,15 @@ def check_label_mapping(mapping: Mapping[Any, int], class_names: Sequence[Any]) 
     out_of_range = {k: v for k, v in mapping.items() if not 0 <= v < count}
     gaps = sorted(set(range(count)) - set(mapping.values()))
     if missing:
-        problems.append(f"class names without an index: {missing[:MAX_REPORTED]}")
+        problems.append(f"class names without an index: {cut_list(missing, MAX_REPORTED)}")
     if extra:
-        problems.append(f"labels that are not class names: {extra[:MAX_REPORTED]}")
+        problems.append(f"labels that are not class names: {cut_list(extra, MAX_REPORTED)}")
     if duplicates:
         problems.append(f"indices shared by several labels: {duplicates}")
     if out_of_range:
         problems.append(f"indices outside [0, {count}): {out_of_range}")
     if gaps:
-        problems.append(f"indices no label maps to: {gaps[:MAX_REPORTED]}")
+        problems.append(f"indices no label maps to: {cut_list(gaps, MAX_REPORTED)}")
     values = [*missing, *extra, *duplicates, *out_of_range, *gaps]
     if problems:
         raise GuardError(
@@ -201,14 +203,15 @@ def _check_probabilities(target: torch.Tensor, num_classes: int, input: torch.Te
     bad = (target < 0) | (target > 1) | ~torch.isfinite(target)
     if bool(bad.any()):
         values, positions = _offending(target, bad)
-        raise GuardError(f"{name}: probabilities outside [0, 1]: {_listing(values, positions)}",
+        raise GuardError(f"{name}: probabilities outside [0, 1]: "
+                         f"{_listing(values, positions, int(bad.sum()))}",
                          argument=name, rule="0 <= p <= 1", values=values, positions=positions)
     sums = target.sum(dim=class_dim)
     off = (sums - 1).abs() > ROW_SUM_TOLERANCE
     if bool(off.any()):
         values, positions = _offending(sums, off)
         raise GuardError(f"{name}: class probabilities do not sum to 1: "
-                         f"{_listing(values, positions)}", argument=name,
+                         f"{_listing(values, positions, int(off.sum()))}", argument=name,
                          rule="rows sum to 1", values=values, positions=positions)
 
 
@@ -225,8 +228,10 @@ def _offending(values: torch.Tensor, bad: torch.Tensor) -> tuple[list[Any], list
     return host, positions
 
 
-def _listing(values: list[Any], positions: list[Any]) -> str:
-    return ", ".join(f"{v} at position {p}" for v, p in zip(values, positions, strict=False))
+def _listing(values: list[Any], positions: list[Any], total: int) -> str:
+    """`4 at position 2, …` for the offending values kept, and how many more there are."""
+    pairs = [f"{v} at position {p}" for v, p in zip(values, positions, strict=False)]
+    return cut_join(pairs, max(len(pairs), 1), omitted=total - len(pairs))
 
 
 def _placements(value: Any, name: str) -> list[tuple[str, str]]:

@@ -164,6 +164,54 @@ class StepInfo:
 
 
 @dataclass
+class LoopInfo:
+    """One `for` or `while` loop around the failing line, with its variables at the raise."""
+
+    kind: str
+    """`for` or `while`."""
+    line: int
+    header: str
+    """The loop's first source line as written (indentation kept)."""
+    values: dict[str, str] = field(default_factory=dict)
+    """Targets of a `for`, counters of a `while` -> their value as text (tensors and other
+    objects described by type and shape, never by their data)."""
+
+
+@dataclass
+class FrameContext:
+    """One user frame of the failure: the loops around its failing line and its scalars."""
+
+    file: str
+    line: int
+    function: str
+    cell: int | None = None
+    statement: str = ""
+    """The failing statement's source lines as written (indentation kept)."""
+    statement_line: int = 0
+    """The line the statement starts on (`line` may be a later line of it)."""
+    loops: list[LoopInfo] = field(default_factory=list)
+    """Outermost first."""
+    scalars: dict[str, str] = field(default_factory=dict)
+    """The frame's other ints, floats, bools and short strings, as text."""
+    scalars_omitted: int = 0
+    """Scalars left out to keep the record short."""
+
+    def location(self) -> str:
+        """Return `In[N], line L` for cells, `file:line` otherwise."""
+        return Frame(self.file, self.line, self.function, cell=self.cell).location()
+
+
+@dataclass
+class LoopContext:
+    """Where in its loops the failure happened, read from the user frames at the raise."""
+
+    frames: list[FrameContext] = field(default_factory=list)
+    """Outermost first; the last one raised."""
+    frames_omitted: int = 0
+    """Outer frames left out (deep recursion)."""
+
+
+@dataclass
 class EnvInfo:
     """The environment that produced an incident. Unknown fields say `unavailable: <why>`."""
 
@@ -219,6 +267,8 @@ class Incident:
     op: OpInfo | None = None
     step: StepInfo | None = None
     batch: dict[str, Any] | None = None
+    loop: LoopContext | None = None
+    """The loops enclosing the failing line and their variables, without watch()."""
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     created_at: str = field(
         default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -14,6 +14,7 @@ This module is data. `classify.py` reads it; nothing else should hold diagnosis 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 FAMILY_NAMES = (
@@ -599,3 +600,162 @@ ARCH_CHECK = (
     "The device's capability {capability} is not in the build's arch list ({arch_list}): "
     "install a PyTorch build that supports it."
 )
+
+
+# --- Advice that fits the operator and the values -------------------------------------------
+# Read by advice.py. `OPERATOR_ADVICE`: first checks by the kind of index an operator takes;
+# `OPERATOR_HINTS`: which kinds a piece of text names (a kernel, an assertion, a message, the
+# function of the library frame that raised); `VALUE_PATTERNS`: shapes of the offending
+# values, stated in words. Placeholders: {low}, {high}, {last} (= high - 1), {wider}
+# (= high + 1), {min}, {max}, {values}, {ignore_index}.
+
+
+@dataclass(frozen=True)
+class OperatorAdvice:
+    """The first checks for the operators that take one kind of index."""
+
+    kind: str
+    ops: tuple[str, ...]
+    """aten operator names (without `aten::` and overload)."""
+    checks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class IndexValues:
+    """What is known of an index argument that broke its operator's contract."""
+
+    low: int
+    high: int
+    """Valid values v satisfy low <= v < high."""
+    offending: tuple[int, ...]
+    min: int | None = None
+    max: int | None = None
+    """Of the whole index tensor, when known (the tracer's value range, the batch)."""
+    ignore_index: int | None = None
+
+
+@dataclass(frozen=True)
+class ValuePattern:
+    """A shape of the offending values that says what went wrong."""
+
+    name: str
+    kinds: tuple[str, ...]
+    matches: Callable[[IndexValues], bool]
+    words: str
+    group: str
+    """At most one pattern of a group applies: the first that matches."""
+
+
+OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
+    OperatorAdvice(
+        "class_target",
+        ops=("nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward",
+             "nll_loss2d_backward", "nll_loss", "nll_loss_nd", "nll_loss2d",
+             "cross_entropy_loss"),
+        checks=(
+            "Class targets must lie in [0, C), C = the output width of the last layer "
+            "(logits.shape[1]): compare targets.min() and targets.max() with it.",
+            "Labels numbered from 1 (1..C) need shifting by −1; a class the model was not built "
+            "for needs a wider output layer, sized from the data (max label + 1), not a "
+            "constant.",
+            "Padding and unlabeled targets must equal the loss's ignore_index (default −100), "
+            "not −1 or 0.",
+        ),
+    ),
+    OperatorAdvice(
+        "embedding",
+        ops=("embedding", "embedding_dense_backward", "embedding_backward", "embedding_bag",
+             "_embedding_bag", "_embedding_bag_forward_only", "embedding_renorm_"),
+        checks=(
+            "Token ids must lie in [0, num_embeddings): compare ids.max() with the "
+            "embedding's num_embeddings (model.get_input_embeddings().num_embeddings).",
+            "The tokenizer and the model must share one vocabulary: len(tokenizer) against the "
+            "model's vocab_size — a tokenizer from another checkpoint gives ids the model does "
+            "not have.",
+            "Special tokens added to the tokenizer (pad, eos, new tokens) need "
+            "model.resize_token_embeddings(len(tokenizer)) afterwards.",
+            "padding_idx must be a valid id (< num_embeddings), and the padding value in the "
+            "batches must equal it.",
+        ),
+    ),
+    OperatorAdvice(
+        "index",
+        ops=("index_select", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
+             "scatter_reduce", "scatter_reduce_", "index", "index_put", "index_put_",
+             "_index_put_impl_", "take", "take_along_dim", "index_add", "index_add_",
+             "index_copy", "index_copy_", "index_fill", "index_fill_"),
+        checks=(
+            "Each index must be smaller than the size of the dimension it indexes: compare "
+            "index.max() with tensor.shape[dim] for the dim the operator uses.",
+            "Negative indices: advanced indexing (t[idx]) accepts −size..−1, gather, scatter "
+            "and index_select do not wrap them; a −1 used as padding or 'not found' is out of "
+            "range.",
+            "Indices computed from another tensor (argmax, lengths, offsets) must refer to this "
+            "tensor's shape, after any slicing or filtering.",
+        ),
+    ),
+)
+
+OPERATOR_HINTS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = tuple(
+    (re.compile(pattern), kinds)
+    for pattern, kinds in (
+        (r"nll_loss|cross_entropy|n_classes|cur_target|ClassNLLCriterion|"
+         r"Target -?\d+ is out of bounds", ("class_target",)),
+        (r"\bembedding|Embedding", ("embedding",)),
+        # CUDA's embedding forward is an index_select: its kernel names both
+        (r"indexSelect|srcSelectDimSize|index out of range in self", ("embedding", "index")),
+        (r"scatter|gather|idx_dim|IndexKernel|index out of bounds|index_select|index_put|"
+         r"out of bounds for dimension", ("index",)),
+    )
+)
+
+VALUE_PATTERNS: tuple[ValuePattern, ...] = (
+    ValuePattern(
+        "one_based_labels", ("class_target",),
+        lambda v: v.min == 1 and v.max == v.high,
+        "labels look 1-based: the targets run exactly 1..{high} for {high} classes — shift "
+        "them by −1 (target - 1) or widen the output to {wider} classes if 0 is a class too",
+        group="range"),
+    ValuePattern(
+        "one_class_more", ("class_target",),
+        lambda v: (v.max if v.max is not None else max(v.offending)) == v.high,
+        "one class more than the output layer: target {high} needs {wider} outputs, the "
+        "layer has {high} — size the layer from the data (max label + 1) or fix the label",
+        group="range"),
+    ValuePattern(
+        "padding_not_ignored", ("class_target",),
+        lambda v: -1 in v.offending and v.ignore_index == -100,
+        "padding −1 is not ignored: the loss skips only −100 (ignore_index=-100) — pad the "
+        "targets with −100 or pass ignore_index=-1",
+        group="negative"),
+    ValuePattern(
+        "id_is_vocabulary_size", ("embedding",),
+        lambda v: (v.max if v.max is not None else max(v.offending)) == v.high,
+        "a token id equals the vocabulary size ({high}): a token added after the embedding "
+        "was built (pad, eos, a special token) — resize the embedding to len(tokenizer), or "
+        "count the vocabulary with that token",
+        group="range"),
+    ValuePattern(
+        "ids_beyond_vocabulary", ("embedding",),
+        lambda v: (v.max if v.max is not None else max(v.offending)) > v.high,
+        "token ids reach {max} for an embedding of {high}: the tokenizer and the model do not "
+        "share a vocabulary (another checkpoint, another tokenizer)",
+        group="range"),
+    ValuePattern(
+        "index_is_dimension_size", ("index",),
+        lambda v: (v.max if v.max is not None else max(v.offending)) == v.high,
+        "an index equals the dimension size ({high}): off by one — valid indices run "
+        "0..{last}",
+        group="range"),
+    ValuePattern(
+        "negative_indices", ("embedding", "index"),
+        lambda v: v.low == 0 and any(x < 0 for x in v.offending),
+        "negative indices {values}: this operator does not wrap them like Python; a −1 is "
+        "often a padding or 'not found' marker — mask those positions first",
+        group="negative"),
+)
+
+
+def operator_advice(kind: str) -> OperatorAdvice | None:
+    """Return the first checks for operators taking index kind `kind`, or None."""
+    return next((a for a in OPERATOR_ADVICE if a.kind == kind), None)

@@ -17,10 +17,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudadiag import contracts
 from cudadiag.incident import OpCall, OpInfo, TensorArg
+from cudadiag.shortlist import cut_list
 
 RECENT_OPS = 64
 SIMULATED_DEVICE = "the simulated CUDA device"
 VALUE_RANGE_MAX_NUMEL = 10_000_000
+LIST_ITEMS_SHOWN = 16
 
 _active: list[OpTracer] = []
 
@@ -134,7 +136,7 @@ def describe_value(name: str, value: Any, value_range: bool = False) -> TensorAr
         if tensors:
             shapes = ", ".join(f"{t.dtype}{list(t.shape)}" for t in tensors)
             return TensorArg(name=name, kind="list", value=f"[{shapes}]")
-        return TensorArg(name=name, kind="list", value=repr(value)[:200])
+        return TensorArg(name=name, kind="list", value=cut_list(value, LIST_ITEMS_SHOWN))
     if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device)):
         return TensorArg(name=name, kind="scalar", value=repr(value))
     return TensorArg(name=name, kind="other", value=type(value).__name__)

@@ -56,6 +56,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     import torch  # only now: the environment is already final
 
     from cudadiag.batch import new_cell
+    from cudadiag.loopvars import loop_context
     from cudadiag.trace import OpTracer
 
     namespace = _fresh_main()
@@ -68,6 +69,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     rng = torch.load(job["rng"], weights_only=False) if job.get("rng") else {}
     tracer = OpTracer(precheck=job.get("precheck", True)) if job.get("trace", True) else None
     failures: list[tuple[BaseException, int | None]] = []
+    loop = None
     exit_code = 0
     with tracer or nullcontext():
         if job.get("script"):
@@ -79,10 +81,13 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 _run_cell(cell["number"], cell["source"], namespace)
             except (Exception, SystemExit) as exc:
                 failures.append((exc, cell["number"]))
+                if len(failures) == 1:  # read now: later cells change the namespace
+                    loop = loop_context(exc, cell_of)
     cells = [c["number"] for c in job["cells"]]
     if not failures:
         return {"incident": None, "cells": cells, "exit_code": exit_code}
     incident = _incident(failures, job, tracer)
+    incident.loop = loop or loop_context(failures[0][0], cell_of)
     return {"incident": incident.to_dict(), "cells": cells, "exit_code": 1}
 
 
@@ -152,6 +157,7 @@ def _restore_rng(states: dict[str, Any] | None, torch: Any) -> None:
 
 def _incident(failures: list[tuple[BaseException, int | None]], job: dict[str, Any],
               tracer: Any) -> Any:
+    from cudadiag.advice import add_fitting_checks
     from cudadiag.classify import classify
     from cudadiag.env import collect_env
     from cudadiag.incident import ErrorInfo, Incident, LaterError, OpInfo, RunInfo
@@ -190,6 +196,7 @@ def _incident(failures: list[tuple[BaseException, int | None]], job: dict[str, A
                     batch_replay=(job.get("batch") or {}).get("step")),
     )
     attach_batch(incident)
+    add_fitting_checks(incident, violation)
     return incident
 
 

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any
 
+from cudadiag.advice import add_fitting_checks
 from cudadiag.classify import classify
 from cudadiag.env import collect_env
 from cudadiag.fdtail import DeviceMessageTail
@@ -28,6 +29,7 @@ from cudadiag.incident import (
     qualified_type_name,
 )
 from cudadiag.kernel.store import IncidentNotSaved, IncidentStore
+from cudadiag.loopvars import loop_context
 from cudadiag.ui import render
 
 RNG_CELLS_KEPT = 256
@@ -135,8 +137,12 @@ class KernelCapture:
                         simulated=is_simulated(exc), ingested_late=ingested_late,
                         sources={str(cell): source} if source else {}),
             env=collect_env(),
+            loop=loop_context(exc, self._locate_cell),
         )
         attach_batch(incident)
+        # no violation here: a real device tells the kernel, not the values (the simulator's
+        # knowledge of them stays out of the kernel's incident)
+        add_fitting_checks(incident)
         self.current = incident
         saved = self._save(incident)
         self.announce(incident, saved=saved)

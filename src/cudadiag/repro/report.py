@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from cudadiag.incident import Incident
 from cudadiag.repro.redact import Redactor, without_addresses
-from cudadiag.ui.render import arg_text, frame_text
+from cudadiag.ui.render import arg_text, frame_text, loop_code
 
 MESSAGE_LINES = 12
 
@@ -30,6 +30,10 @@ def render_report(incident: Incident, redactor: Redactor | None = None) -> str:
             scrub(_first_message(incident)), "```", ""]
     if incident.error.reported_at:
         out += [f"**Reported at:** {scrub(frame_text(incident.error.reported_at))}", ""]
+    statement = loop_code(incident)
+    if statement:
+        out += ["**Failing statement and its loops:**", "", "```python",
+                scrub("\n".join(statement)), "```", ""]
     if incident.step:
         s = incident.step
         out += [f"**Step:** {s.iteration} (last completed {s.last_completed})"

@@ -18,7 +18,7 @@ from cudadiag.repro.report import render_report
 from cudadiag.ui import render
 
 TABS = (
-    ("First error", ("error",)),
+    ("First error", ("error", "loop")),
     ("Batch", ("batch",)),
     ("Next checks", ("checks", "avoid")),
     ("Environment", ("env",)),

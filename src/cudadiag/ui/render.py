@@ -8,14 +8,21 @@ is built once, as sections; each format only lays it out.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from cudadiag.incident import Frame, Incident
+from cudadiag.incident import Frame, FrameContext, Incident
 from cudadiag.kernel.store import NewerRecord
+from cudadiag.shortlist import cut_join, cut_list, cut_pairs
+
+SHORT_VALUES = 8
+"""Loop variables and locals shown per frame in the lines under the cell."""
+SHORT_INDICES = 8
+FULL_INDICES = 32
 
 RESTART_FRONTENDS = (
     "JupyterLab / Notebook 7: Kernel > Restart Kernel…; VS Code: the Restart button of the "
@@ -78,6 +85,8 @@ class Section:
     table: list[list[str]] | None = None
     """Rows of a table, the header first."""
     collapsed: bool = False
+    preformatted: bool = False
+    """Source code: laid out as written, never wrapped."""
 
 
 def header_lines(incident: Incident) -> list[str]:
@@ -86,10 +95,98 @@ def header_lines(incident: Incident) -> list[str]:
     lines = [f"{d.family}: {d.summary}" + _simulated_tag(incident)]
     if e.reported_at:
         lines.append(f"reported at {frame_text(e.reported_at)}")
-        if d.asynchronous:
+        if noticed_later(incident):
             lines.append("this line is an observation point, not necessarily the cause: CUDA "
                          "reports kernel errors asynchronously; re-run isolated with blocking "
                          "launches to find the operator")
+    return lines + iteration_lines(incident)
+
+
+def noticed_later(incident: Incident) -> bool:
+    """Return True when the error was raised after the fact (an asynchronous kernel error
+    without blocking launches): the traceback's line is where it was noticed."""
+    return incident.diagnosis.asynchronous and not incident.run.blocking
+
+
+def iteration_lines(incident: Incident) -> list[str]:
+    """Where in its loops the failure happened, in a line or three: the loop variables of
+    each user frame (outermost first), the raising frame's other scalars, and the step,
+    flags and dataset indices of an active watch()."""
+    lines = []
+    frames = incident.loop.frames if incident.loop else []
+    looped = [f for f in frames if f.loops]
+    if looped:
+        where = ("loop when the error was noticed (the failing kernel may belong to an "
+                 "earlier step)" if noticed_later(incident) else "loop")
+        lines.append(f"{where}: " + " › ".join(
+            f"{_loop_values(f)} ({_frame_place(f)})" for f in looped))
+    if frames and frames[-1].scalars:
+        last = frames[-1]
+        lines.append(f"locals of {_frame_place(last)}: "
+                     + cut_pairs(last.scalars.items(), SHORT_VALUES, last.scalars_omitted))
+    if incident.step:
+        lines.append(_watch_line(incident))
+    return lines
+
+
+def _loop_values(frame: FrameContext) -> str:
+    pairs = [pair for loop in frame.loops for pair in loop.values.items()]
+    if pairs:
+        return cut_pairs(pairs, SHORT_VALUES)
+    return "; ".join(loop.header.strip().rstrip(":") for loop in frame.loops)
+
+
+def _frame_place(frame: FrameContext) -> str:
+    place = f"In[{frame.cell}]" if frame.cell is not None else os.path.basename(frame.file)
+    return place if frame.function == "<module>" else f"{place} in {frame.function}"
+
+
+def _watch_line(incident: Incident) -> str:
+    s = incident.step
+    parts = [f"watch({s.loader or ''}): step {s.iteration}, last completed {s.last_completed}"]
+    if s.last_incomplete:
+        parts.append("last incomplete batch")
+    if s.is_last:
+        parts.append("the loader's last step")
+    indices = (incident.batch or {}).get("indices")
+    if indices is not None:
+        parts.append(f"dataset indices {cut_list(indices, SHORT_INDICES)}")
+    return "; ".join(parts)
+
+
+def loop_code(incident: Incident) -> list[str]:
+    """The failing statement of each user frame with the loops around it, as source lines
+    (`# In[4], line 7 in train` first; each loop header followed by its values as a comment;
+    `...` for the lines between; the statement marked), then the frame's scalars."""
+    frames = incident.loop.frames if incident.loop else []
+    out: list[str] = []
+    for n, frame in enumerate(frames):
+        if n == len(frames) - 1:
+            mark = ("the error was noticed here" if noticed_later(incident)
+                    else "raised here")
+        else:
+            mark = "the call that failed"
+        out += [f"# {frame.location()} in {frame.function}", *_frame_code(frame, mark)]
+        if frame.scalars:
+            out.append("# locals: " + cut_pairs(frame.scalars.items(), len(frame.scalars),
+                                                frame.scalars_omitted))
+        out.append("")
+    return out[:-1]
+
+
+def _frame_code(frame: FrameContext, mark: str) -> list[str]:
+    parts = [(loop.line, loop.header.splitlines() or [""],
+              ", ".join(f"{k}={v}" for k, v in loop.values.items())) for loop in frame.loops]
+    if frame.statement:
+        parts.append((frame.statement_line, frame.statement.splitlines(), f"<- {mark}"))
+    indent = min((len(line) - len(line.lstrip()) for _, block, _ in parts for line in block
+                  if line.strip()), default=0)
+    lines: list[str] = []
+    for i, (first, block, note) in enumerate(parts):
+        if i and first > parts[i - 1][0] + len(parts[i - 1][1]):
+            lines.append(" " * (len(block[0]) - len(block[0].lstrip()) - indent) + "...")
+        block = [line[indent:] for line in block]
+        lines += [*block[:-1], block[-1] + (f"  # {note}" if note else "")]
     return lines
 
 
@@ -111,6 +208,9 @@ def sections(incident: Incident) -> list[Section]:
     error += [f"{k}: {v}" for k, v in d.details.items()]
     error += [f"at {frame_text(f)}" for f in e.traceback if f.user]
     parts.append(Section("error", "First error", error))
+    if incident.loop and incident.loop.frames:
+        parts.append(Section("loop", "Where in the loop", loop_code(incident),
+                             preformatted=True))
     if incident.step or incident.batch:
         parts.append(_batch_section(incident))
     parts.append(Section("checks", "Check first", list(d.first_checks), bullets=True))
@@ -133,7 +233,10 @@ def render_text(incident: Incident) -> str:
     for part in sections(incident):
         title = part.title.upper() if part.key == "restart" else part.title
         out += ["", title]
-        out += [_wrap(line, "- " if part.bullets else "  ") for line in part.lines]
+        if part.preformatted:
+            out += ["  " + line if line else "" for line in part.lines]
+        else:
+            out += [_wrap(line, "- " if part.bullets else "  ") for line in part.lines]
         if part.table:
             out += ["  " + " | ".join(row) for row in part.table]
     return "\n".join(out)
@@ -158,7 +261,10 @@ def section_html(part: Section) -> str:
         body = "".join(f"<div>{escape(line)}</div>" for line in part.lines)
         return (f'<div class="cd-restart" style="{_BANNER_STYLE}"><b>{escape(part.title)}'
                 f"</b>{body}</div>")
-    if part.bullets:
+    if part.preformatted:
+        code = "\n".join(part.lines)
+        body = f"<pre>{escape(code)}</pre>"
+    elif part.bullets:
         body = "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in part.lines) + "</ul>"
     else:
         body = "".join(f"<div>{escape(line)}</div>" for line in part.lines)
@@ -191,9 +297,11 @@ def _batch_section(incident: Incident) -> Section:
         rows.append(_tensor_row(t))
         flags += _tensor_flags(t, valid)
     if batch.get("indices") is not None:
-        lines.append(f"dataset indices {batch['indices'][:32]}")
+        lines.append(f"dataset indices {cut_list(batch['indices'], FULL_INDICES)}")
     if batch.get("lengths"):
-        lines.append(f"sequence lengths {batch['lengths']}")
+        kept = batch["lengths"]  # the summary keeps the first rows only
+        left = max(batch.get("batch_size") or 0, len(kept)) - len(kept)
+        lines.append(f"sequence lengths [{cut_join(kept, len(kept), omitted=left)}]")
     lines += [batch[k] for k in ("note", "replayed") if batch.get(k)]
     if flags:
         lines.insert(0, "flags: " + "; ".join(flags))
