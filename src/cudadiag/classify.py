@@ -86,8 +86,9 @@ def _events(error: BaseException | str, context: str | None) -> list[tuple[str, 
 
 def _first_match(text: str) -> _Match | None:
     best: _Match | None = None
+    lowered = text.lower()
     for signature in knowledge.SIGNATURES:
-        if signature.required is not None and signature.required not in text:
+        if not signature.may_match(lowered):
             continue
         m = signature.pattern.search(text)
         if m and (best is None or m.start() < best.match.start()):
@@ -103,10 +104,15 @@ def _error_code(exc: Any) -> knowledge.CudaError | None:
 def _any_sticky(text: str, events_codes: list[knowledge.CudaError]) -> bool:
     if any(code.sticky for code in events_codes):
         return True
-    return any(
-        s.sticky and (s.required is None or s.required in text) and s.pattern.search(text)
-        for s in knowledge.SIGNATURES
-    )
+    return mentions_sticky_error(text)
+
+
+def mentions_sticky_error(text: str) -> bool:
+    """Return True when `text` holds, anywhere, an error that leaves the CUDA context
+    unusable (a device assert, an illegal access, a launch failure...)."""
+    lowered = text.lower()
+    return any(s.may_match(lowered) and s.pattern.search(text)
+               for s in knowledge.STICKY_SIGNATURES)
 
 
 def _diagnosis(

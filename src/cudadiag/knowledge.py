@@ -16,6 +16,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+try:  # the pattern parser behind `re` (anchors are derived from the patterns)
+    from re import _constants as _sre_constants
+    from re import _parser as _sre_parser
+except ImportError:  # Python 3.10
+    import sre_constants as _sre_constants  # type: ignore[no-redef]
+    import sre_parse as _sre_parser  # type: ignore[no-redef]
+
 FAMILY_NAMES = (
     "device_assert",
     "illegal_memory",
@@ -326,14 +333,63 @@ class Signature:
     sticky: bool = False
     fixed: dict[str, object] = field(default_factory=dict)
     """Details that the match implies (e.g. which kind of out-of-memory)."""
-    required: str | None = None
-    """A substring without which the pattern cannot match: skips patterns that do not start
-    with a literal (and would scan long texts slowly) when it is absent."""
+    anchors: tuple[str, ...] = ()
+    """Lower-case literals of which every match holds at least one (derived from the pattern):
+    a text without any of them is not searched, and a log scanner looks only at lines that
+    hold one."""
+
+    def may_match(self, lowered: str) -> bool:
+        """False when `lowered` (a lower-cased text) holds none of the anchors."""
+        return any(anchor in lowered for anchor in self.anchors)
 
 
-def _sig(family: str, pattern: str, *, sticky: bool = False, required: str | None = None,
-         **fixed: object) -> Signature:
-    return Signature(family, re.compile(pattern, re.IGNORECASE), sticky, dict(fixed), required)
+def _sig(family: str, pattern: str, *, sticky: bool = False, **fixed: object) -> Signature:
+    compiled = re.compile(pattern, re.IGNORECASE)
+    return Signature(family, compiled, sticky, dict(fixed), pattern_anchors(pattern))
+
+
+def pattern_anchors(pattern: str) -> tuple[str, ...]:
+    """Return lower-case literals of which every match of `pattern` holds one: the longest
+    literal run among its mandatory parts, or one run per branch of an alternation when that
+    is longer. Raises ValueError when the pattern has no literal of at least 4 characters."""
+    runs = _literal_runs(list(_sre_parser.parse(pattern, 0)))
+    plain = [r for r in runs if isinstance(r, str)]
+    best: tuple[str, ...] = (max(plain, key=len),) if plain else ()
+    for branch in (r for r in runs if isinstance(r, tuple)):
+        if min(map(len, branch)) > min(map(len, best), default=0):
+            best = branch
+    anchors = tuple(dict.fromkeys(a.lower() for a in best))
+    if not anchors or min(map(len, anchors)) < 4:
+        raise ValueError(f"pattern {pattern!r} has no literal of 4 characters or more")
+    return anchors
+
+
+def _literal_runs(items: list[tuple[object, object]]) -> list[str | tuple[str, ...]]:
+    """Literal runs of a parsed pattern's mandatory parts; an alternation gives a tuple of the
+    longest run of each branch."""
+    out: list[str | tuple[str, ...]] = []
+    current: list[str] = []
+
+    def flush() -> None:
+        if current:
+            out.append("".join(current))
+            current.clear()
+
+    for op, arg in items:
+        if op is _sre_constants.LITERAL:
+            current.append(chr(arg))  # type: ignore[arg-type]
+            continue
+        flush()
+        if op is _sre_constants.SUBPATTERN:
+            out.extend(_literal_runs(list(arg[-1])))  # type: ignore[index]
+        elif op is _sre_constants.BRANCH:
+            branches = [_literal_runs(list(b)) for b in arg[1]]  # type: ignore[index]
+            out.append(tuple(max((r for r in b if isinstance(r, str)), key=len, default="")
+                             for b in branches))
+        elif op in (_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT) and arg[0] >= 1:  # type: ignore[index]
+            out.extend(r for r in _literal_runs(list(arg[2])) if isinstance(r, str))  # type: ignore[index]
+    flush()
+    return out
 
 
 def _runtime_error_signatures() -> list[Signature]:
@@ -361,11 +417,10 @@ _SIZE = r"[\d.]{1,12} ?[KMGTP]?i?B"
 
 SIGNATURES: tuple[Signature, ...] = (
     # --- device assertions: the kernel's printf line comes before the exception
-    _sig("device_assert", _ASSERT_LINE, sticky=True, required="Assertion `"),
+    _sig("device_assert", _ASSERT_LINE, sticky=True),
     _sig("device_assert",
          r"(?P<file>[^\s:]{1,256}):(?P<line>\d+): (?P<kernel>[^\n]{0,256}?): "
-         r"Device-side assertion `(?P<assertion>[^\n]+?)' failed", sticky=True, api="HIP",
-         required="Device-side assertion"),
+         r"Device-side assertion `(?P<assertion>[^\n]+?)' failed", sticky=True, api="HIP"),
     _sig("device_assert",
          r"HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception\. "
          r"code: 0x1016", sticky=True, api="HIP"),
@@ -415,8 +470,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("op_unavailable", r"(?P<status>CUBLAS_STATUS_ARCH_MISMATCH|CUDNN_STATUS_ARCH_MISMATCH)"),
     _sig("op_unavailable", r"undefined symbol: (?P<symbol>\S+)"),
     _sig("op_unavailable",
-         r"(?P<library>lib[\w.\-]{1,200}\.so[.\d]*): cannot open shared object file",
-         required="cannot open shared object file"),
+         r"(?P<library>lib[\w.\-]{1,200}\.so[.\d]*): cannot open shared object file"),
     _sig("op_unavailable", r"Could not load library (?P<library>\S+)"),
     _sig("op_unavailable", r"No available kernel\. +Aborting execution"),
     _sig("op_unavailable", r"FlashAttention only supports [^\n]+"),
@@ -451,8 +505,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("dtype_mismatch",
          r"expected (?:m1|mat1) and (?:m2|mat2) to have the same dtype, but got: "
          r"(?P<found>\S+) != (?P<expected>\S+)"),
-    _sig("dtype_mismatch", r"\b\w{1,30} and \w{1,30} must have the same dtype",
-         required="must have the same dtype"),
+    _sig("dtype_mismatch", r"\b\w{1,30} and \w{1,30} must have the same dtype"),
     _sig("dtype_mismatch",
          r"Input type \((?P<found>[\w.:]+)\) and (?:weight|bias) type \((?P<expected>[\w.:]+)\) "
          r"should be the same"),
@@ -528,6 +581,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("driver", r"NVIDIA-SMI has failed"),
     *_runtime_error_signatures(),
 )
+STICKY_SIGNATURES = tuple(s for s in SIGNATURES if s.sticky)
 
 # Values looked for anywhere in the text once a family has been decided.
 DETAIL_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
@@ -598,4 +652,29 @@ RUNTIME_OOM_CHECK = (
 ARCH_CHECK = (
     "The device's capability {capability} is not in the build's arch list ({arch_list}): "
     "install a PyTorch build that supports it."
+)
+
+# Lines a log scanner (`cudadiag explain`) looks at: those holding a signature's anchor, an
+# exception line, or torchrun's failure summary.
+EXTRA_LOG_ANCHORS = (
+    "error:", "exception:", "error ", "(first observed failure)", "killed",
+    "segmentation fault", "core dumped", "aborted",
+)
+
+
+def _minimal_anchors(anchors: set[str]) -> tuple[bytes, ...]:
+    """Drop the anchors that hold a shorter one: finding the shorter finds them too."""
+    kept = [a for a in anchors if not any(o != a and o in a for o in anchors)]
+    return tuple(sorted(a.encode() for a in kept))
+
+
+LOG_ANCHORS = _minimal_anchors(
+    {a for s in SIGNATURES for a in s.anchors} | set(EXTRA_LOG_ANCHORS))
+
+# What a log line reporting an error holds (at least one, lower case): `cudadiag explain`
+# looks only at lines holding one of these, then at the signatures' anchors. A test checks
+# that the evidence line of every real message in tests/data holds one.
+LOG_KEYS = (
+    b"error", b"assert", b"fail", b"fault", b"exception", b"memory", b"nccl", b"cuda",
+    b"warning", b"abort", b"killed", b"expected",
 )
