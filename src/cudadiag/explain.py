@@ -32,6 +32,9 @@ ROOT_CAUSE_LINES = 12
 MAX_RANKS = 4096
 RANK_SAMPLE_BYTES = 64 * 2**10
 MAX_LINE_BYTES = 8192
+SHORT_TEXT_BYTES = 2**20
+"""A log whose first block is smaller than this (a pasted text) has every line read."""
+_NEWLINE = re.compile(rb"\n")
 
 _RANK_PREFIX = re.compile(
     rb"^\s*(?:\[(?:rank|default)(?P<bracketed>\d{1,5})\]:|(?P<label>\d{1,5}): )")
@@ -157,9 +160,12 @@ def explain_stream(stream: _Readable) -> Explanation:
 
 def explain_blocks(chunks: Iterable[bytes]) -> Explanation:
     """Explain a log given as successive byte chunks (cut anywhere)."""
-    scanner = _Scanner()
+    scanner: _Scanner | None = None
     for block in _whole_lines(chunks):
+        if scanner is None:
+            scanner = _Scanner(every_line=len(block) < SHORT_TEXT_BYTES)
         scanner.feed(block)
+    scanner = scanner or _Scanner()
     return scanner.finish()
 
 
@@ -190,9 +196,11 @@ class _Window:
 
 
 class _Scanner:
-    """The state of one pass over a log."""
+    """The state of one pass over a log. A short text (pasted, under SHORT_TEXT_BYTES) has
+    every line read; a long log only the lines holding a key."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_line: bool = False) -> None:
+        self.every_line = every_line
         self.lines = 0
         self.bytes = 0
         self.first: dict[int | None, RankError] = {}
@@ -211,7 +219,10 @@ class _Scanner:
         if len(self.ranks) < MAX_RANKS:
             self._note_ranks(block)
         lowered = block.lower()
-        candidates = sorted(_key_line_starts(lowered))
+        if self.every_line:
+            candidates = [0, *(m.end() for m in _NEWLINE.finditer(block, 0, len(block) - 1))]
+        else:
+            candidates = sorted(_key_line_starts(lowered))
         line = self.lines
         cursor = 0
         index = 0
@@ -250,7 +261,8 @@ class _Scanner:
         low = lowered[start:min(end, start + MAX_LINE_BYTES)]
         if _ROOT_CAUSE in low:
             self.summary = _Window(None, None, ROOT_CAUSE_LINES)
-        if not (any(a in low for a in knowledge.LOG_ANCHORS) or _EXCEPTION_LINE.match(text)):
+        if not (self.every_line or any(a in low for a in knowledge.LOG_ANCHORS)
+                or _EXCEPTION_LINE.match(text)):
             return
         if not self.sticky_evidence and mentions_sticky_error(text):
             self.sticky_evidence = text.strip()
@@ -315,8 +327,7 @@ class _Scanner:
         multi = bool(self.ranks)
         if first is not None and multi:
             diagnosis.rank = first.rank
-        only_collective = multi and bool(errors) and all(
-            e.family == "distributed" for e in errors)
+        only_collective = multi and bool(errors) and all(map(_is_consequence, errors))
         failed = {e.rank for e in errors}
         return Explanation(
             diagnosis=diagnosis, first=first,
@@ -363,13 +374,21 @@ def _timestamp(raw: bytes) -> tuple[str, ...] | None:
     return None
 
 
+def _is_consequence(error: RankError) -> bool:
+    """A collective's failure, or a wrapper (an uncaught C++ exception, a launcher's report)
+    that does not show the error it carries: what other ranks' errors lead to."""
+    d = error.diagnosis
+    return d is None or d.family == "distributed" or bool(d.details.get("carrier_only"))
+
+
 def _first_failure(errors: list[RankError], named: int | None) -> RankError | None:
-    """The error that came first. Collective failures are consequences: among the other
-    errors, the earliest by timestamp when each has one of the same kind, else the first to
-    appear. When only collectives failed, torchrun's root-cause rank, else the first."""
+    """The error that came first. Collective failures and bare wrappers are consequences:
+    among the other errors, the earliest by timestamp when each has one of the same kind,
+    else the first to appear. When only consequences exist, torchrun's root-cause rank, else
+    the first."""
     if not errors:
         return None
-    causes = [e for e in errors if e.family != "distributed"]
+    causes = [e for e in errors if not _is_consequence(e)]
     if not causes:
         named_error = next((e for e in errors if e.rank == named), None)
         return named_error or min(errors, key=lambda e: e.line)

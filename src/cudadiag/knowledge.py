@@ -299,7 +299,7 @@ CUDA_ERRORS: tuple[CudaError, ...] = (
               "no kernel image is available for execution on the device", "op_unavailable",
               distinctive=True),
     CudaError(98, "cudaErrorInvalidDeviceFunction", "invalid device function",
-              "op_unavailable"),
+              "op_unavailable", distinctive=True),
     CudaError(222, "cudaErrorUnsupportedPtxVersion",
               "the provided PTX was compiled with an unsupported toolchain", "op_unavailable",
               distinctive=True),
@@ -317,11 +317,17 @@ CUDA_ERRORS: tuple[CudaError, ...] = (
               "forward compatibility was attempted on non supported HW", "driver",
               distinctive=True),
     CudaError(999, "cudaErrorUnknown", "unknown error", "driver"),
+    CudaError(802, "cudaErrorSystemNotReady", "system not yet initialized", "driver",
+              distinctive=True),
 )
 
 CUDA_ERRORS_BY_CODE = {e.code: e for e in CUDA_ERRORS}
 CUDA_ERRORS_BY_NAME = {e.name: e for e in CUDA_ERRORS}
 CUDA_ERRORS_BY_NAME.update({"hip" + e.name[len("cuda"):]: e for e in CUDA_ERRORS})
+HIP_ERROR_ALIASES = {"hipErrorNoBinaryForGpu": 209}
+"""HIP error names that differ from their CUDA twin's."""
+CUDA_ERRORS_BY_NAME.update({alias: CUDA_ERRORS_BY_CODE[code]
+                            for alias, code in HIP_ERROR_ALIASES.items()})
 
 
 @dataclass(frozen=True)
@@ -337,15 +343,25 @@ class Signature:
     """Lower-case literals of which every match holds at least one (derived from the pattern):
     a text without any of them is not searched, and a log scanner looks only at lines that
     hold one."""
+    catch_all: bool = False
+    """A broad row that more specific rows refine (`CUBLAS_STATUS_*`, any `"op" not
+    implemented`): when a specific row matches the same line, the broad one is no second
+    opinion."""
+    wrapper: bool = False
+    """The message only carries another error (a collective's watchdog, a launcher, an
+    uncaught C++ exception): a known error right after it decides; the wrapper's own family
+    counts only when nothing follows."""
 
     def may_match(self, lowered: str) -> bool:
         """False when `lowered` (a lower-cased text) holds none of the anchors."""
         return any(anchor in lowered for anchor in self.anchors)
 
 
-def _sig(family: str, pattern: str, *, sticky: bool = False, **fixed: object) -> Signature:
+def _sig(family: str, pattern: str, *, sticky: bool = False, wrapper: bool = False,
+         catch_all: bool = False, **fixed: object) -> Signature:
     compiled = re.compile(pattern, re.IGNORECASE)
-    return Signature(family, compiled, sticky, dict(fixed), pattern_anchors(pattern))
+    return Signature(family, compiled, sticky, dict(fixed), pattern_anchors(pattern),
+                     catch_all, wrapper)
 
 
 def pattern_anchors(pattern: str) -> tuple[str, ...]:
@@ -399,8 +415,11 @@ def _runtime_error_signatures() -> list[Signature]:
         texts = [err.text] + ([err.hip_text] if err.hip_text else [])
         for text in texts:
             phrase = re.escape(text)
-            prefix = r"(?:(?P<api>CUDA|HIP)(?: driver)? error: |cuda runtime error \(\d+\) : )"
-            pattern = f"(?:{prefix}{phrase}|{phrase})" if err.distinctive else prefix + phrase
+            prefix = (r"(?:(?P<api>CUDA|HIP)(?: driver)? error: |cuda runtime error \(\d+\) : "
+                      r"|THCudaCheck FAIL file=\S+ line=\d+ error=\d+ : )")
+            nccl = rf"Cuda failure (?:{err.code} )?'{phrase}'"
+            plain = f"|{phrase}" if err.distinctive else ""
+            pattern = f"(?:{prefix}{phrase}|{nccl}{plain})"
             fixed: dict[str, object] = {"error_code": err.code, "cuda_error": err.name}
             if err.family == "oom":
                 fixed["oom_kind"] = "runtime"
@@ -408,16 +427,42 @@ def _runtime_error_signatures() -> list[Signature]:
     return signatures
 
 
+def _error_name_signatures() -> list[Signature]:
+    """`cudaErrorAssert`, `hipErrorIllegalAddress`, ... named in a message (extensions and
+    runtimes outside PyTorch print the name rather than the text)."""
+    signatures = []
+    for name, err in CUDA_ERRORS_BY_NAME.items():
+        fixed: dict[str, object] = {"error_code": err.code, "cuda_error": err.name}
+        signatures.append(_sig(err.family, rf"\b{name}\b", sticky=err.sticky, **fixed))
+    return signatures
+
+
 _ASSERT_LINE = (
-    r"(?P<file>[^\s:]{1,256}\.(?:cu|cuh|hip)):(?P<line>\d+): (?P<kernel>[^\n]{0,256}?): "
+    # CUDA/HIP kernels (`Loss.cu:240: nll_loss_forward...: block: ...`), Windows build paths
+    # (`C:\\cb\\...\\Indexing.cu:1146: block: ...`, no kernel name), headers
+    # (`DynamicCast.h:78`), Inductor/Triton generated kernels (`/tmp/torchinductor_x/k4/c.py:30:
+    # unknown: ...`, `unknown:0: unknown: ...`), THC's long template signatures
+    r"(?P<file>(?:[A-Za-z]:)?[^\s:]{1,300}):(?P<line>\d+): (?:(?P<kernel>[^\n]{0,600}?): )?"
     r"block: \[(?P<block>[\d, ]+)\], thread: \[(?P<thread>[\d, ]+)\] "
     r"Assertion `(?P<assertion>[^\n]+?)` failed"
 )
 _SIZE = r"[\d.]{1,12} ?[KMGTP]?i?B"
+_LEGACY_TYPE = r"torch\.(?:cuda\.)?\w+Tensor"
+_CUDA_AND_CPU_TYPES = ((r"torch\.cuda\.\w+Tensor", r"torch\.(?!cuda\.)\w+Tensor"),
+                       (r"torch\.(?!cuda\.)\w+Tensor", r"torch\.cuda\.\w+Tensor"))
+_LEGACY_TYPE_PAIRS = (
+    # (what comes before the first type, what comes between the two types)
+    (r"Input type \(", r" and (?:weight|bias) type \("),
+    (r"Expected object of type ", r" but found type "),
+    (r"to have the same type as tensor for argument #\d+ '\w+'; but type ", r" does not equal "),
+)
+"""Messages of the 1.x era that name both tensors by their legacy type strings."""
 
 SIGNATURES: tuple[Signature, ...] = (
     # --- device assertions: the kernel's printf line comes before the exception
     _sig("device_assert", _ASSERT_LINE, sticky=True),
+    # a device assertion's condition alone (backtick-backtick; C's assert() quotes `x')
+    _sig("device_assert", r"Assertion `(?P<assertion>[^`\n']{1,400})` failed", sticky=True),
     _sig("device_assert",
          r"(?P<file>[^\s:]{1,256}):(?P<line>\d+): (?P<kernel>[^\n]{0,256}?): "
          r"Device-side assertion `(?P<assertion>[^\n]+?)' failed", sticky=True, api="HIP"),
@@ -438,8 +483,17 @@ SIGNATURES: tuple[Signature, ...] = (
                         r"InternalError|InvalidUsage|InvalidArgument|RemoteError))\b"),
     _sig("distributed", r"NCCL communicator was aborted"),
     _sig("distributed", r"Some NCCL operations have failed or timed out"),
-    _sig("distributed", r"DistBackendError|DistNetworkError|DistStoreError"),
-    _sig("distributed", r"ChildFailedError"),
+    _sig("distributed", r"DistBackendError|DistNetworkError|DistStoreError", wrapper=True),
+    _sig("distributed", r"Process group watchdog thread terminated with exception",
+         wrapper=True),
+    _sig("distributed", r"NCCL WARN (?P<reason>[^\n]+)", wrapper=True),
+    _sig("distributed", r"\bNCCL Error \d+: (?P<reason>[^\n]+)"),
+    _sig("distributed", r"Exception \(either an error or timeout\) detected by watchdog"),
+    _sig("distributed", r"Timeout at NCCL work: \d+"),
+    # torchrun's report of a child that died: the child's own error, if shown, decides
+    _sig("unknown", r"ChildFailedError", wrapper=True),
+    _sig("unknown", r"terminate called after throwing an instance of '(?P<exception>[^']+)'",
+         wrapper=True),
     # --- out of memory
     _sig("oom", rf"(?P<api>CUDA|HIP) out of memory\. Tried to allocate (?P<requested>{_SIZE})",
          oom_kind="allocator"),
@@ -450,19 +504,22 @@ SIGNATURES: tuple[Signature, ...] = (
                 r"(?P<requested_bytes>\d+) bytes", oom_kind="cpu"),
     _sig("oom", r"(?P<status>CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED)",
          oom_kind="library"),
-    _sig("oom", r"Cuda failure 2 'out of memory'", oom_kind="runtime"),
+    _sig("oom", r"DefaultCPUAllocator: not enough memory: you tried to allocate "
+                r"(?P<requested_bytes>\d+) bytes", oom_kind="cpu"),
     _sig("oom", r"No executable batch size found", oom_kind="allocator"),
     # --- operator / kernel unavailable
     _sig("dtype_mismatch",
          r"\"(?P<op>\w*nll_loss\w*)\" not implemented for '(?P<dtype>\w+)'"),
-    _sig("op_unavailable", r"\"(?P<op>[\w:.]+)\" not implemented for '(?P<dtype>\w+)'"),
+    _sig("op_unavailable", r"\"(?P<op>[\w:.]+)\" not implemented for '(?P<dtype>\w+)'",
+         catch_all=True),
     _sig("op_unavailable",
          r"Could not run '(?P<op>[^']+)' with arguments from the '(?P<dispatch_key>[^']+)' "
          r"backend"),
     _sig("op_unavailable", r"operator (?P<op>\w+::\w+) does not exist"),
     _sig("op_unavailable",
-         r"The operator '(?P<op>[^']+)' is not currently implemented for the MPS device",
+         r"The operator '(?P<op>[^']+)' is not current(?:ly)? implemented for the MPS device",
          dispatch_key="MPS"),
+    _sig("op_unavailable", r"No such operator (?P<op>\w+::\w+)"),
     _sig("op_unavailable",
          r"with CUDA capability (?P<capability>sm_\d+\w*) is not compatible with the current "
          r"PyTorch installation"),
@@ -482,12 +539,11 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("device_mismatch",
          r"Expected object of device type (?P<device_a>\w+) but got device type "
          r"(?P<device_b>\w+) for argument #\d+ '(?P<argument>\w+)'(?: in call to (?P<op>\w+))?"),
+    # legacy tensor type strings: one on the GPU, the other not, is a device mismatch
+    *(_sig("device_mismatch", rf"{lead}(?P<device_a>{a})\)?{mid}(?P<device_b>{b})")
+      for lead, mid in _LEGACY_TYPE_PAIRS for a, b in _CUDA_AND_CPU_TYPES),
     _sig("device_mismatch",
-         r"Input type \((?P<device_a>torch\.cuda\.\w+)\) and (?:weight|bias) type "
-         r"\((?P<device_b>torch\.(?!cuda\.)\w+)\) should be the same"),
-    _sig("device_mismatch",
-         r"Input type \((?P<device_a>torch\.(?!cuda\.)\w+)\) and (?:weight|bias) type "
-         r"\((?P<device_b>torch\.cuda\.\w+)\) should be the same"),
+         r"Expected object of backend (?P<device_a>\w+) but got backend (?P<device_b>\w+)"),
     _sig("device_mismatch",
          r"indices should be either on cpu or on the same device as the indexed tensor"),
     _sig("device_mismatch",
@@ -506,9 +562,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"expected (?:m1|mat1) and (?:m2|mat2) to have the same dtype, but got: "
          r"(?P<found>\S+) != (?P<expected>\S+)"),
     _sig("dtype_mismatch", r"\b\w{1,30} and \w{1,30} must have the same dtype"),
-    _sig("dtype_mismatch",
-         r"Input type \((?P<found>[\w.:]+)\) and (?:weight|bias) type \((?P<expected>[\w.:]+)\) "
-         r"should be the same"),
+    # ... and two different tensor types, wherever they are, a dtype mismatch
+    *(_sig("dtype_mismatch", rf"{lead}(?P<found>torch\.(?:cuda\.)?(?P<found_type>\w+Tensor))\)?"
+                             rf"{mid}(?P<expected>torch\.(?:cuda\.)?(?!(?P=found_type)\b)\w+Tensor)")
+      for lead, mid in _LEGACY_TYPE_PAIRS),
     _sig("dtype_mismatch",
          r"result type (?P<found>\w+) can't be cast to the desired output type "
          r"(?P<expected>\w+)"),
@@ -522,11 +579,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"scalar types"),
     # --- shape mismatch
     _sig("shape_mismatch",
-         r"mat1 and mat2 shapes cannot be multiplied \((?P<shape_a>\d+x\d+) and "
-         r"(?P<shape_b>\d+x\d+)\)"),
+         r"mat1 and mat2 shapes cannot be multiplied(?: \((?P<shape_a>\d+x\d+) and "
+         r"(?P<shape_b>\d+x\d+)\))?"),
     _sig("shape_mismatch",
          r"The size of tensor a \((?P<size_a>\d+)\) must match the size of tensor b "
-         r"\((?P<size_b>\d+)\) at non-singleton dimension (?P<dim>\d+)"),
+         r"\((?P<size_b>\d+)\)(?: at non-singleton dimension (?P<dim>\d+))?"),
+    _sig("shape_mismatch", r"size mismatch \(got input: (?P<shape_a>\[[^\]]*\]), target: "
+                           r"(?P<shape_b>\[[^\]]*\])"),
     _sig("shape_mismatch",
          r"Expected input batch_size \((?P<size_a>\d+)\) to match target batch_size "
          r"\((?P<size_b>\d+)\)"),
@@ -555,15 +614,21 @@ SIGNATURES: tuple[Signature, ...] = (
          r"index (?P<value>-?\d+) out of range for tensor of size (?P<shape>\[[^\]]*\])"),
     # --- library status with no further cause
     _sig("library_status",
-         r"(?P<status>CUBLAS_STATUS_\w+)(?: when calling `(?P<call>[^`(]+))?"),
-    _sig("library_status", r"(?P<status>CUDNN_STATUS_\w+)"),
+         r"(?P<status>CUBLAS_STATUS_\w+)(?: when calling `(?P<call>[^`(]+))?", catch_all=True),
+    _sig("library_status", r"(?P<status>CUDNN_STATUS_\w+)", catch_all=True),
     _sig("library_status", r"cuDNN Frontend error: (?P<reason>[^\n]+)"),
+    _sig("library_status", r"\b(?P<library>cublas|cudnn|cusparse|cufft|curand|cusolver) "
+                           r"runtime error : (?P<reason>[^\n]+?)(?: at \S+:\d+)?(?=\n|$)"),
+    _sig("library_status", r"Error in CuDNN\. Status Code: +(?P<status_code>\d+)"),
+    _sig("library_status", r"!!!! kernel execution error\. \(m: \d+, n: \d+, k: \d+, error: "
+                           r"(?P<status_code>\d+)\)"),
     _sig("library_status", r"Unable to find a valid cuDNN algorithm to run convolution"),
     _sig("library_status", r"GET was unable to find an engine to execute this computation"),
-    _sig("library_status", r"(?P<status>CUSOLVER_STATUS_\w+|CUSPARSE_STATUS_\w+|CUFFT_\w+)"),
+    _sig("library_status", r"(?P<status>CUSOLVER_STATUS_\w+|CUSPARSE_STATUS_\w+|CUFFT_\w+)",
+         catch_all=True),
     _sig("library_status",
          r"(?P<status>HIPBLAS_STATUS_\w+|rocblas_status_\w+|miopenStatus\w+|HIPFFT_\w+)",
-         api="HIP"),
+         api="HIP", catch_all=True),
     # --- driver and initialisation
     _sig("driver", r"Found no NVIDIA driver on your system"),
     _sig("driver", r"The NVIDIA driver on your system is too old \(found version "
@@ -580,8 +645,16 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("driver", r"CUDA initialization: (?P<reason>[^\n]+)"),
     _sig("driver", r"NVIDIA-SMI has failed"),
     *_runtime_error_signatures(),
+    *_error_name_signatures(),
+    # --- last resort: wordings users type or tools outside PyTorch print
+    _sig("oom", r"\bout of (?:the )?(?:GPU |device )?memory\b", oom_kind="unknown",
+         catch_all=True),
 )
 STICKY_SIGNATURES = tuple(s for s in SIGNATURES if s.sticky)
+WRAP_MIN_WIDTH = 60
+"""Lines at least this long, several of the same length, are taken as hard-wrapped."""
+WRAPPED_WINDOW = 6000
+"""How far after a wrapper (in characters) the error it carries may start."""
 
 # Values looked for anywhere in the text once a family has been decided.
 DETAIL_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
@@ -656,10 +729,7 @@ ARCH_CHECK = (
 
 # Lines a log scanner (`cudadiag explain`) looks at: those holding a signature's anchor, an
 # exception line, or torchrun's failure summary.
-EXTRA_LOG_ANCHORS = (
-    "error:", "exception:", "error ", "(first observed failure)", "killed",
-    "segmentation fault", "core dumped", "aborted",
-)
+EXTRA_LOG_ANCHORS = ("error:", "exception:", "error ", "(first observed failure)")
 
 
 def _minimal_anchors(anchors: set[str]) -> tuple[bytes, ...]:
@@ -675,6 +745,34 @@ LOG_ANCHORS = _minimal_anchors(
 # looks only at lines holding one of these, then at the signatures' anchors. A test checks
 # that the evidence line of every real message in tests/data holds one.
 LOG_KEYS = (
-    b"error", b"assert", b"fail", b"fault", b"exception", b"memory", b"nccl", b"cuda",
-    b"warning", b"abort", b"killed", b"expected",
+    b"error", b"assert", b"fail", b"exception", b"memory", b"nccl", b"cuda", b"expected",
+    b"driver", b"unable", b"must match",
+)
+
+# Pasted text is read after two rewrites, so one English pattern serves every copy:
+# full-width and typographic punctuation become ASCII, and translated or machine-translated
+# wordings of PyTorch's messages (forums, translated blog posts) become PyTorch's own words.
+PUNCTUATION = str.maketrans({
+    "：": ":", "（": "(", "）": ")", "，": ",", "“": '"', "”": '"', "‘": "'", "’": "'",
+    "！": "!", "［": "[", "］": "]", "；": ";", "　": " ", "＂": '"', "＇": "'", "｀": "`",
+})
+TRANSLATED_PHRASES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), english) for pattern, english in (
+        # zh
+        (r"(?:预期|期望)所有(?:的)?张量(?:都)?(?:位于|在)同一(?:个)?设备上",
+         "Expected all tensors to be on the same device"),
+        (r"张量\s*a\s*的大小\s*\((\d+)\)\s*必须与张量\s*b\s*的大小\s*\((\d+)\)\s*在非单例维度\s*(\d+)"
+         r"\s*上匹配",
+         r"The size of tensor a (\1) must match the size of tensor b (\2) at non-singleton "
+         r"dimension \3"),
+        (r"mat1\s*和\s*mat2\s*(?:的)?形状无法相乘", "mat1 and mat2 shapes cannot be multiplied"),
+        (r'"(\w+)"\s*类型没有实现\s*"([\w:.]+)"\s*(?:操作)?', "\"\\2\" not implemented for '\\1'"),
+        (r"设备(?:端|侧)断言(?:被|已)?触发", "device-side assert triggered"),
+        (r"遇到(?:了)?非法(?:的)?内存访问", "an illegal memory access was encountered"),
+        (r"CUDA\s*(?:显存|内存)不足", "CUDA out of memory"),
+        # ja
+        (r"デバイス側の?アサーションが(?:トリガーされました|発生しました)",
+         "device-side assert triggered"),
+        (r"CUDA\s*(?:の)?メモリ不足", "CUDA out of memory"),
+    )
 )
