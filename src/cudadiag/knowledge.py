@@ -272,6 +272,8 @@ class CudaError:
     """True when the text alone (without `CUDA error:`) identifies the error, as in
     1.x's `cuda runtime error (59) : device-side assert triggered`."""
     hip_text: str | None = None
+    wordings: tuple[str, ...] = ()
+    """Other wordings of the same text across CUDA versions."""
 
 
 CUDA_ERRORS: tuple[CudaError, ...] = (
@@ -312,7 +314,8 @@ CUDA_ERRORS: tuple[CudaError, ...] = (
     CudaError(101, "cudaErrorInvalidDevice", "invalid device ordinal", "driver"),
     CudaError(3, "cudaErrorInitializationError", "initialization error", "driver"),
     CudaError(46, "cudaErrorDevicesUnavailable",
-              "CUDA-capable device(s) is/are busy or unavailable", "driver", distinctive=True),
+              "CUDA-capable device(s) is/are busy or unavailable", "driver", distinctive=True,
+              wordings=("all CUDA-capable devices are busy or unavailable",)),
     CudaError(804, "cudaErrorCompatNotSupportedOnDevice",
               "forward compatibility was attempted on non supported HW", "driver",
               distinctive=True),
@@ -412,7 +415,7 @@ def _runtime_error_signatures() -> list[Signature]:
     """`CUDA error: <text>` / `HIP error: <text>` for every known runtime error code."""
     signatures = []
     for err in CUDA_ERRORS:
-        texts = [err.text] + ([err.hip_text] if err.hip_text else [])
+        texts = [err.text, *err.wordings] + ([err.hip_text] if err.hip_text else [])
         for text in texts:
             phrase = re.escape(text)
             prefix = (r"(?:(?P<api>CUDA|HIP)(?: driver)? error: |cuda runtime error \(\d+\) : "
@@ -447,9 +450,22 @@ _ASSERT_LINE = (
     r"Assertion `(?P<assertion>[^\n]+?)` failed"
 )
 _SIZE = r"[\d.]{1,12} ?[KMGTP]?i?B"
-_LEGACY_TYPE = r"torch\.(?:cuda\.)?\w+Tensor"
-_CUDA_AND_CPU_TYPES = ((r"torch\.cuda\.\w+Tensor", r"torch\.(?!cuda\.)\w+Tensor"),
-                       (r"torch\.(?!cuda\.)\w+Tensor", r"torch\.cuda\.\w+Tensor"))
+_CUDA_TYPE = r"(?:torch\.cuda\.|CUDA)\w+Tensor"
+_CPU_TYPE = r"(?:torch\.(?!cuda\.)|CPU)\w+Tensor"
+_CUDA_AND_CPU_TYPES = ((_CUDA_TYPE, _CPU_TYPE), (_CPU_TYPE, _CUDA_TYPE))
+_TYPE_PREFIX = r"(?:torch\.(?:cuda\.)?|CUDA|CPU)"
+"""Legacy tensor type strings: `torch.cuda.FloatTensor`, `torch.FloatTensor`, and 0.4's
+`CUDAFloatTensor` / `CPUFloatTensor`."""
+_XID_FAMILIES = (
+    # NVIDIA Xid events (docs.nvidia.com/deploy/xid-errors): the faults a process sees as an
+    # illegal access, and the driver or hardware events it sees as a lost device
+    (13, "illegal_memory", True), (31, "illegal_memory", True),
+    # 43: "a user application hits a software induced fault and must terminate"
+    (43, "illegal_memory", True), (45, "driver", False), (48, "driver", False), (61, "driver", False),
+    (62, "driver", False), (63, "driver", False), (64, "driver", False), (74, "driver", False),
+    (79, "driver", False), (92, "driver", False), (94, "driver", False), (95, "driver", False),
+    (119, "driver", False), (120, "driver", False),
+)
 _LEGACY_TYPE_PAIRS = (
     # (what comes before the first type, what comes between the two types)
     (r"Input type \(", r" and (?:weight|bias) type \("),
@@ -471,7 +487,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"code: 0x1016", sticky=True, api="HIP"),
     _sig("illegal_memory",
          r"Memory access fault by GPU node-(?P<gpu_node>\d+)[^\n]*", sticky=True, api="HIP"),
-    _sig("illegal_memory", r"HSA_STATUS_ERROR_EXCEPTION", sticky=True, api="HIP"),
+    _sig("illegal_memory", r"HSA_STATUS_ERROR_(?:EXCEPTION|MEMORY_APERTURE_VIOLATION|"
+                           r"MEMORY_FAULT)", sticky=True, api="HIP"),
     _sig("illegal_memory", r"CUDA_ERROR_(?:ILLEGAL_ADDRESS|LAUNCH_FAILED|MISALIGNED_ADDRESS)",
          sticky=True),
     _sig("device_assert", r"CUDA_ERROR_ASSERT", sticky=True),
@@ -490,6 +507,13 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("distributed", r"\bNCCL Error \d+: (?P<reason>[^\n]+)"),
     _sig("distributed", r"Exception \(either an error or timeout\) detected by watchdog"),
     _sig("distributed", r"Timeout at NCCL work: \d+"),
+    # the store, the rendezvous and gloo
+    _sig("distributed", r"The server socket has failed to (?:bind|listen)"),
+    _sig("distributed", r"Rendezvous\w*Error"),
+    _sig("distributed", r"The connection to the C10d store has failed"),
+    _sig("distributed", r"RuntimeError: Socket Timeout"),
+    _sig("distributed", r"Timed out waiting \d+ms for (?:send|recv) operation to complete"),
+    _sig("distributed", r"gloo[^\n]{0,200}Connection closed by peer"),
     # torchrun's report of a child that died: the child's own error, if shown, decides
     _sig("unknown", r"ChildFailedError", wrapper=True),
     _sig("unknown", r"terminate called after throwing an instance of '(?P<exception>[^']+)'",
@@ -520,6 +544,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"The operator '(?P<op>[^']+)' is not current(?:ly)? implemented for the MPS device",
          dispatch_key="MPS"),
     _sig("op_unavailable", r"No such operator (?P<op>\w+::\w+)"),
+    _sig("op_unavailable", r"MPS framework doesn't support (?P<dtype>float64)", dispatch_key="MPS"),
     _sig("op_unavailable",
          r"with CUDA capability (?P<capability>sm_\d+\w*) is not compatible with the current "
          r"PyTorch installation"),
@@ -549,6 +574,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("device_mismatch",
          r"Tensor for argument #\d+ '(?P<argument>\w+)' is on (?P<device_a>\w+), but expected "
          r"it to be on (?P<device_b>\w+)"),
+    _sig("device_mismatch", r"is on (?P<device_a>\w+), but expected them to be on "
+                            r"(?P<device_b>\w+)"),
+    _sig("device_mismatch", r"Placeholder storage has not been allocated on MPS device"),
     _sig("device_mismatch", r"Expected a '(?P<device_a>\w+)' device type for generator but "
                             r"found '(?P<device_b>\w+)'"),
     _sig("device_mismatch",
@@ -560,12 +588,15 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Expected object of scalar type (?P<expected>\w+) but got scalar type (?P<found>\w+)"),
     _sig("dtype_mismatch",
          r"expected (?:m1|mat1) and (?:m2|mat2) to have the same dtype, but got: "
-         r"(?P<found>\S+) != (?P<expected>\S+)"),
+         r"(?P<found>[^\s!]+) ?!= ?(?P<expected>\S+)"),
     _sig("dtype_mismatch", r"\b\w{1,30} and \w{1,30} must have the same dtype"),
     # ... and two different tensor types, wherever they are, a dtype mismatch
-    *(_sig("dtype_mismatch", rf"{lead}(?P<found>torch\.(?:cuda\.)?(?P<found_type>\w+Tensor))\)?"
-                             rf"{mid}(?P<expected>torch\.(?:cuda\.)?(?!(?P=found_type)\b)\w+Tensor)")
+    *(_sig("dtype_mismatch", rf"{lead}(?P<found>{_TYPE_PREFIX}(?P<found_type>\w+Tensor))\)?"
+                             rf"{mid}(?P<expected>{_TYPE_PREFIX}(?!(?P=found_type)\b)\w+Tensor)")
       for lead, mid in _LEGACY_TYPE_PAIRS),
+    _sig("dtype_mismatch",
+         r"Input type \((?P<found>[^)\n]{1,60})\) and (?:weight|bias) type "
+         r"\((?P<expected>[^)\n]{1,60})\) should be the same", catch_all=True),
     _sig("dtype_mismatch",
          r"result type (?P<found>\w+) can't be cast to the desired output type "
          r"(?P<expected>\w+)"),
@@ -589,8 +620,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("shape_mismatch",
          r"Expected input batch_size \((?P<size_a>\d+)\) to match target batch_size "
          r"\((?P<size_b>\d+)\)"),
-    _sig("shape_mismatch", r"shape '(?P<shape>\[[^\]]*\])' is invalid for input of size "
-                           r"(?P<numel>\d+)"),
+    _sig("shape_mismatch", r"shape '(?P<shape>\[[^\]]*\])' is invalid for input of size"
+                           r"(?: (?P<numel>\d+))?"),
+    _sig("shape_mismatch", r"size mismatch for (?P<parameter>[\w.]+): copying a param "
+                           r"(?:with shape|of) "),
     _sig("shape_mismatch", r"size mismatch, m1: \[[^\]]*\], m2: \[[^\]]*\]"),
     _sig("shape_mismatch", r"Sizes of tensors must match except in dimension \d+"),
     _sig("shape_mismatch", r"Given groups=\d+, weight of size \[[^\]]*\], expected input"
@@ -604,8 +637,13 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("shape_mismatch", r"Expected target size (?P<shape>\[[^\]]*\]), got"),
     _sig("shape_mismatch", r"Dimension out of range \(expected to be in range of"),
     # --- index out of bounds (CPU twins of device asserts)
-    _sig("index_out_of_bounds", r"Target (?P<value>-?\d+) is out of bounds"),
+    _sig("index_out_of_bounds", r"Target (?P<value>-?\d+) (?:is )?out of bounds"),
     _sig("index_out_of_bounds", r"index out of range in self"),
+    _sig("index_out_of_bounds", r"Tried to access index (?P<value>-?\d+) out of table with "
+                                r"(?P<size>\d+)"),
+    _sig("index_out_of_bounds", r"index out of range at \S*/TH\w*/"),
+    _sig("index_out_of_bounds", r"(?<!list )(?<!tuple )(?<!string )\bindex out of range\b",
+         catch_all=True),
     _sig("index_out_of_bounds",
          r"index (?P<value>-?\d+) is out of bounds for (?:dimension|axis) (?P<dim>\d+) with "
          r"size (?P<size>\d+)"),
@@ -620,6 +658,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("library_status", r"\b(?P<library>cublas|cudnn|cusparse|cufft|curand|cusolver) "
                            r"runtime error : (?P<reason>[^\n]+?)(?: at \S+:\d+)?(?=\n|$)"),
     _sig("library_status", r"Error in CuDNN\. Status Code: +(?P<status_code>\d+)"),
+    _sig("library_status", r"MIOpen(?:\(HIP\): | )Error(?: \[(?P<call>\w+)\])?", api="HIP"),
     _sig("library_status", r"!!!! kernel execution error\. \(m: \d+, n: \d+, k: \d+, error: "
                            r"(?P<status_code>\d+)\)"),
     _sig("library_status", r"Unable to find a valid cuDNN algorithm to run convolution"),
@@ -629,12 +668,23 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("library_status",
          r"(?P<status>HIPBLAS_STATUS_\w+|rocblas_status_\w+|miopenStatus\w+|HIPFFT_\w+)",
          api="HIP", catch_all=True),
+    # --- the kernel's log (dmesg) and nvidia-smi, pasted beside PyTorch's messages
+    *(_sig(family, rf"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>{xid})\b", sticky=sticky)
+      for xid, family, sticky in _XID_FAMILIES),
+    _sig("illegal_memory", r"amdgpu[^\n]{0,120}(?:page fault|protection fault|VM fault)",
+         sticky=True, api="HIP"),
+    _sig("illegal_memory", r"GCVM_L2_PROTECTION_FAULT_STATUS", sticky=True, api="HIP"),
+    _sig("driver", r"Unable to determine the device handle for GPU[\w:.]*: (?P<reason>[^\n]+)"),
+    _sig("driver", r"Failed to initialize NVML: (?P<reason>[^\n]+)"),
     # --- driver and initialisation
     _sig("driver", r"Found no NVIDIA driver on your system"),
-    _sig("driver", r"The NVIDIA driver on your system is too old \(found version "
-                   r"(?P<driver_version>\d+)\)"),
+    _sig("driver", r"NVIDIA driver on your system is too old(?: \(found version "
+                   r"(?P<driver_version>\d+)\))?"),
     _sig("driver", r"Torch not compiled with CUDA enabled"),
-    _sig("driver", r"No CUDA GPUs are available"),
+    _sig("driver", r"No (?:CUDA|HIP) GPUs are available"),
+    _sig("driver", r"(?:nvmlInit|NVML)[^\n]{0,80}INTERNAL ASSERT FAILED"),
+    _sig("driver", r"INTERNAL ASSERT FAILED at \"[^\"\n]*c10/cuda/driver_api\.cpp\""),
+    _sig("driver", r"\bNVMLError_(?P<nvml_error>\w+)"),
     _sig("driver", r"CUDA unknown error - this may be due to an incorrectly set up environment"),
     _sig("driver", r"Attempting to deserialize object on a CUDA device but "
                    r"torch\.cuda\.is_available\(\) is False"),
@@ -746,7 +796,7 @@ LOG_ANCHORS = _minimal_anchors(
 # that the evidence line of every real message in tests/data holds one.
 LOG_KEYS = (
     b"error", b"assert", b"fail", b"exception", b"memory", b"nccl", b"cuda", b"expected",
-    b"driver", b"unable", b"must match",
+    b"driver", b"unable", b"must match", b"fault",
 )
 
 # Pasted text is read after two rewrites, so one English pattern serves every copy:
