@@ -56,8 +56,8 @@ def test_corpus_is_real_varied_and_sourced():
     for r in corpus:
         assert re.fullmatch(r"[\w.-]+/[\w.-]+#\d+|https?://\S+", r["source"]), r["id"]
         assert r["reason"] and r["backend"] in {"cuda", "rocm", "mps", "cpu", "unknown"}
-        # /home/venv is a virtual environment's folder, /home/XXX a user's own mask
-        assert not re.search(r"/home/(?!<|venv/|XXX/)\w|/Users/(?!<)\w|C:\\Users\\(?!<)\w",
+        # /home/venv, /home/code: folders, not homes; /home/XXX: a user's own mask
+        assert not re.search(r"/home/(?!<|venv/|XXX/|code/)\w|/Users/(?!<)\w|C:\\Users\\(?!<)\w",
                              r["text"]), f"{r['id']} holds a home directory"
 
 

@@ -461,8 +461,9 @@ _XID_FAMILIES = (
     # illegal access, and the driver or hardware events it sees as a lost device
     (13, "illegal_memory", True), (31, "illegal_memory", True),
     # 43: "a user application hits a software induced fault and must terminate"
-    (43, "illegal_memory", True), (45, "driver", False), (48, "driver", False), (61, "driver", False),
-    (62, "driver", False), (63, "driver", False), (64, "driver", False), (74, "driver", False),
+    (43, "illegal_memory", True), (45, "driver", False), (48, "driver", False),
+    (61, "driver", False), (62, "driver", False), (63, "driver", False), (64, "driver", False),
+    (74, "driver", False),
     (79, "driver", False), (92, "driver", False), (94, "driver", False), (95, "driver", False),
     (119, "driver", False), (120, "driver", False),
 )
@@ -796,7 +797,8 @@ LOG_ANCHORS = _minimal_anchors(
 # that the evidence line of every real message in tests/data holds one.
 LOG_KEYS = (
     b"error", b"assert", b"fail", b"exception", b"memory", b"nccl", b"cuda", b"expected",
-    b"driver", b"unable", b"must match", b"fault",
+    b"driver", b"unable", b"must match", b"fault", b"mismatch", b"invalid", b"out of range",
+    b"xid",
 )
 
 # Pasted text is read after two rewrites, so one English pattern serves every copy:
