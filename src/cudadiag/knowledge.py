@@ -288,7 +288,7 @@ CUDA_ERRORS: tuple[CudaError, ...] = (
     CudaError(715, "cudaErrorIllegalInstruction", "an illegal instruction was encountered",
               "illegal_memory", sticky=True, distinctive=True),
     CudaError(716, "cudaErrorMisalignedAddress", "misaligned address", "illegal_memory",
-              sticky=True),
+              sticky=True, distinctive=True),
     CudaError(717, "cudaErrorInvalidAddressSpace",
               "operation not supported on global/shared address space", "illegal_memory",
               sticky=True, distinctive=True),
@@ -419,10 +419,12 @@ def _runtime_error_signatures() -> list[Signature]:
         for text in texts:
             phrase = re.escape(text)
             prefix = (r"(?:(?P<api>CUDA|HIP)(?: driver)? error: |cuda runtime error \(\d+\) : "
-                      r"|THCudaCheck FAIL file=\S+ line=\d+ error=\d+ : )")
+                      r"|THCudaCheck FAIL file=\S+ line=\d+ error=\d+ : "
+                      r"|Triton Error \[(?:CUDA|HIP)\]: )")
             nccl = rf"Cuda failure (?:{err.code} )?'{phrase}'"
             plain = f"|{phrase}" if err.distinctive else ""
-            pattern = f"(?:{prefix}{phrase}|{nccl}{plain})"
+            code = rf"|\bCUDA error(?: code)? ?= ?{err.code}\b"
+            pattern = f"(?:{prefix}{phrase}|{nccl}{plain}{code})"
             fixed: dict[str, object] = {"error_code": err.code, "cuda_error": err.name}
             if err.family == "oom":
                 fixed["oom_kind"] = "runtime"
@@ -478,6 +480,8 @@ _LEGACY_TYPE_PAIRS = (
 SIGNATURES: tuple[Signature, ...] = (
     # --- device assertions: the kernel's printf line comes before the exception
     _sig("device_assert", _ASSERT_LINE, sticky=True),
+    # ... cut before its condition
+    _sig("device_assert", r"block: \[[\d, ]+\], thread: \[[\d, ]+\] Assertion", sticky=True),
     # a device assertion's condition alone (backtick-backtick; C's assert() quotes `x')
     _sig("device_assert", r"Assertion `(?P<assertion>[^`\n']{1,400})` failed", sticky=True),
     _sig("device_assert",
@@ -510,6 +514,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("distributed", r"Timeout at NCCL work: \d+"),
     # the store, the rendezvous and gloo
     _sig("distributed", r"The server socket has failed to (?:bind|listen)"),
+    _sig("distributed", r"The client socket has (?:timed out|failed to connect)"),
+    _sig("distributed", r"\bNCCL error: (?P<reason>[^\n(]+)"),
     _sig("distributed", r"Rendezvous\w*Error"),
     _sig("distributed", r"The connection to the C10d store has failed"),
     _sig("distributed", r"RuntimeError: Socket Timeout"),
@@ -545,6 +551,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"The operator '(?P<op>[^']+)' is not current(?:ly)? implemented for the MPS device",
          dispatch_key="MPS"),
     _sig("op_unavailable", r"No such operator (?P<op>\w+::\w+)"),
+    _sig("op_unavailable", r"Not compiled with (?:GPU|CUDA) support"),
     _sig("op_unavailable", r"MPS framework doesn't support (?P<dtype>float64)", dispatch_key="MPS"),
     _sig("op_unavailable",
          r"with CUDA capability (?P<capability>sm_\d+\w*) is not compatible with the current "
@@ -589,7 +596,12 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Expected object of scalar type (?P<expected>\w+) but got scalar type (?P<found>\w+)"),
     _sig("dtype_mismatch",
          r"expected (?:m1|mat1) and (?:m2|mat2) to have the same dtype, but got: "
-         r"(?P<found>[^\s!]+) ?!= ?(?P<expected>\S+)"),
+         r"(?P<found>[^!\n]+?) ?!= ?(?P<expected>[^\n]+)"),
+    _sig("dtype_mismatch", r"expected dtype (?P<expected>\w+) but got dtype (?P<found>\w+)"),
+    _sig("device_mismatch", r"expected backend (?P<device_a>\w+) and dtype \w+ but got backend "
+                            r"(?!(?P=device_a)\b)(?P<device_b>\w+)"),
+    _sig("dtype_mismatch", r"expected backend \w+ and dtype (?P<expected>\w+) but got backend "
+                           r"\w+ and dtype (?!(?P=expected)\b)(?P<found>\w+)"),
     _sig("dtype_mismatch", r"\b\w{1,30} and \w{1,30} must have the same dtype"),
     # ... and two different tensor types, wherever they are, a dtype mismatch
     *(_sig("dtype_mismatch", rf"{lead}(?P<found>{_TYPE_PREFIX}(?P<found_type>\w+Tensor))\)?"
@@ -614,8 +626,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"mat1 and mat2 shapes cannot be multiplied(?: \((?P<shape_a>\d+x\d+) and "
          r"(?P<shape_b>\d+x\d+)\))?"),
     _sig("shape_mismatch",
-         r"The size of tensor a \((?P<size_a>\d+)\) must match the size of tensor b "
-         r"\((?P<size_b>\d+)\)(?: at non-singleton dimension (?P<dim>\d+))?"),
+         r"The size ?of tensor ?a \((?P<size_a>\d+)\) must match the ?size of tensor ?b "
+         r"\((?P<size_b>\d+)\)(?: ?at non-singleton dimension (?P<dim>\d+))?"),
     _sig("shape_mismatch", r"size mismatch \(got input: (?P<shape_a>\[[^\]]*\]), target: "
                            r"(?P<shape_b>\[[^\]]*\])"),
     _sig("shape_mismatch",
@@ -627,7 +639,7 @@ SIGNATURES: tuple[Signature, ...] = (
                            r"(?:with shape|of) "),
     _sig("shape_mismatch", r"size mismatch, m1: \[[^\]]*\], m2: \[[^\]]*\]"),
     _sig("shape_mismatch", r"Sizes of tensors must match except in dimension \d+"),
-    _sig("shape_mismatch", r"Given groups=\d+, weight of size \[[^\]]*\], expected input"
+    _sig("shape_mismatch", r"Given groups=\d+, weight of size \[?[\d, ]*\]?, expected input"
                            r"\[[^\]]*\] to have \d+ channels"),
     _sig("shape_mismatch", r"Using a target size \(torch\.Size\(\[[^\]]*\]\)\) that is "
                            r"different to the input size"),
@@ -643,6 +655,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("index_out_of_bounds", r"Tried to access index (?P<value>-?\d+) out of table with "
                                 r"(?P<size>\d+)"),
     _sig("index_out_of_bounds", r"index out of range at \S*/TH\w*/"),
+    _sig("index_out_of_bounds", r"invalid argument \d+: out of range at \S*/TH\w*/"),
     _sig("index_out_of_bounds", r"(?<!list )(?<!tuple )(?<!string )\bindex out of range\b",
          catch_all=True),
     _sig("index_out_of_bounds",
@@ -659,6 +672,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("library_status", r"\b(?P<library>cublas|cudnn|cusparse|cufft|curand|cusolver) "
                            r"runtime error : (?P<reason>[^\n]+?)(?: at \S+:\d+)?(?=\n|$)"),
     _sig("library_status", r"Error in CuDNN\. Status Code: +(?P<status_code>\d+)"),
+    _sig("library_status", r"cuBLAS API failed(?: with status (?P<status_code>\d+))?"),
+    _sig("library_status", r"On entry to (?P<call>\w+) parameter number \d+ had an illegal value"),
     _sig("library_status", r"MIOpen(?:\(HIP\): | )Error(?: \[(?P<call>\w+)\])?", api="HIP"),
     _sig("library_status", r"!!!! kernel execution error\. \(m: \d+, n: \d+, k: \d+, error: "
                            r"(?P<status_code>\d+)\)"),
@@ -798,7 +813,7 @@ LOG_ANCHORS = _minimal_anchors(
 LOG_KEYS = (
     b"error", b"assert", b"fail", b"exception", b"memory", b"nccl", b"cuda", b"expected",
     b"driver", b"unable", b"must match", b"fault", b"mismatch", b"invalid", b"out of range",
-    b"xid",
+    b"xid", b"cannot be", b"illegal", b"timed out", b"should be the same",
 )
 
 # Pasted text is read after two rewrites, so one English pattern serves every copy:
