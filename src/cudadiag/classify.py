@@ -7,11 +7,18 @@ exception, its first cause. Later messages are usually consequences (guide point
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from cudadiag import knowledge
-from cudadiag.incident import Diagnosis, EnvInfo, exception_chain, qualified_type_name
+from cudadiag.incident import (
+    Alternative,
+    Diagnosis,
+    EnvInfo,
+    exception_chain,
+    qualified_type_name,
+)
 
 _SIZE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
@@ -24,6 +31,8 @@ class _Match:
     signature: knowledge.Signature
     match: re.Match[str]
     text: str
+    wrapped_by: str = ""
+    """The line of the message that carried this error (a watchdog, a launcher), if any."""
 
 
 def classify(
@@ -63,7 +72,7 @@ def _error_named_in(text: str) -> knowledge.CudaError | None:
 
 def first_error_line(text: str) -> str:
     """Return the line of `text` that holds its first recognised error ('' when none)."""
-    found = _first_match(text)
+    found = _first_match(normalized(text))
     return _line_at(found.text, found.match.start()) if found else ""
 
 
@@ -75,22 +84,80 @@ def is_sticky(error: BaseException | str, *, context: str | None = None) -> bool
 def _events(error: BaseException | str, context: str | None) -> list[tuple[str, Any]]:
     events: list[tuple[str, Any]] = []
     if context and context.strip():
-        events.append((context, None))
+        events.append((normalized(context), None))
     if isinstance(error, BaseException):
         for exc in exception_chain(error):
-            events.append((f"{qualified_type_name(exc)}: {exc}", exc))
+            events.append((normalized(f"{qualified_type_name(exc)}: {exc}"), exc))
     else:
-        events.append((str(error), None))
+        events.append((normalized(str(error)), None))
     return events
 
 
+def normalized(text: str) -> str:
+    """Return `text` with full-width and typographic punctuation made ASCII and translated
+    wordings of PyTorch's messages put back in PyTorch's words (knowledge.TRANSLATED_PHRASES),
+    so that one English pattern recognises every copy of a message."""
+    text = text.translate(knowledge.PUNCTUATION)
+    if text.isascii():
+        return text
+    for pattern, english in knowledge.TRANSLATED_PHRASES:
+        text = pattern.sub(english, text)
+    return text
+
+
 def _first_match(text: str) -> _Match | None:
+    """The earliest signature match; when it only wraps another error (a watchdog, a launcher,
+    an uncaught C++ exception), the first known error right after it. A text whose lines
+    were hard-wrapped at a fixed width (a terminal, a web page) is read joined again when
+    that finds more."""
+    found = _first_match_in(text)
+    if found is None or found.signature.wrapper:
+        joined = _unwrapped(text)
+        if joined != text:
+            again = _first_match_in(joined)
+            if again is not None and (found is None or not again.signature.wrapper):
+                return again
+    return found
+
+
+def _unwrapped(text: str) -> str:
+    """`text` with hard line wraps removed: lines of the most common long length (at least
+    two of them) are joined to the next line."""
+    lines = text.split("\n")
+    lengths = Counter(len(line) for line in lines if len(line) >= knowledge.WRAP_MIN_WIDTH)
+    if not lengths:
+        return text
+    width, count = lengths.most_common(1)[0]
+    if count < 2:
+        return text
+    return "".join(line if len(line) == width else line + "\n" for line in lines).rstrip("\n")
+
+
+def _first_match_in(text: str) -> _Match | None:
+    lowered = text.lower()
+    candidates = [s for s in knowledge.SIGNATURES if s.may_match(lowered)]
+    first = _earliest(candidates, text, 0)
+    if first is None or not first.signature.wrapper:
+        return first
+    start = first.match.start()
+    inner = _earliest([s for s in candidates if not s.wrapper], text, start,
+                      start + knowledge.WRAPPED_WINDOW)
+    if inner is None:
+        return first
+    inner.wrapped_by = _line_at(text, start)
+    return inner
+
+
+def _earliest(signatures: list[knowledge.Signature], text: str, pos: int,
+              limit: int | None = None) -> _Match | None:
+    """The match that starts first at or after `pos` (and at or before `limit`); at the same
+    position, the signature listed first."""
     best: _Match | None = None
-    for signature in knowledge.SIGNATURES:
-        if signature.required is not None and signature.required not in text:
+    for signature in signatures:
+        m = signature.pattern.search(text, pos)
+        if m is None or (limit is not None and m.start() > limit):
             continue
-        m = signature.pattern.search(text)
-        if m and (best is None or m.start() < best.match.start()):
+        if best is None or m.start() < best.match.start():
             best = _Match(signature, m, text)
     return best
 
@@ -103,10 +170,16 @@ def _error_code(exc: Any) -> knowledge.CudaError | None:
 def _any_sticky(text: str, events_codes: list[knowledge.CudaError]) -> bool:
     if any(code.sticky for code in events_codes):
         return True
-    return any(
-        s.sticky and (s.required is None or s.required in text) and s.pattern.search(text)
-        for s in knowledge.SIGNATURES
-    )
+    return mentions_sticky_error(text)
+
+
+def mentions_sticky_error(text: str) -> bool:
+    """Return True when `text` holds, anywhere, an error that leaves the CUDA context
+    unusable (a device assert, an illegal access, a launch failure...)."""
+    text = normalized(text)
+    lowered = text.lower()
+    return any(s.may_match(lowered) and s.pattern.search(text)
+               for s in knowledge.STICKY_SIGNATURES)
 
 
 def _diagnosis(
@@ -118,6 +191,10 @@ def _diagnosis(
         details.update(found.signature.fixed)
         details.update({k: v for k, v in found.match.groupdict().items() if v is not None})
         evidence = _line_at(found.text, found.match.start())
+        if found.wrapped_by:
+            details["wrapped_by"] = found.wrapped_by
+        elif found.signature.wrapper:
+            details["carrier_only"] = True  # a wrapper whose carried error is not shown
     family = found.signature.family if found else "unknown"
     if code is not None:
         family = code.family
@@ -136,16 +213,44 @@ def _diagnosis(
         _add_arch_details(details, env)
     fam = knowledge.FAMILIES[family]
     sticky = _any_sticky(whole, [code] if code else [])
+    alternatives = _alternatives(found, family) if code is None else []
+    summary = _summary(fam, details, evidence, sticky)
+    if alternatives:
+        summary += " — not confident: the same message also fits " + " and ".join(
+            a.family for a in alternatives)
     return Diagnosis(
         family=family,
         sticky=sticky,
         first_checks=_extra_checks(family, details) + list(fam.first_checks),
         avoid=list(fam.avoid),
         details=details,
-        summary=_summary(fam, details, evidence, sticky),
+        summary=summary,
         asynchronous=fam.asynchronous or bool(details.get("async_hint")),
         evidence=evidence,
+        alternatives=alternatives,
     )
+
+
+def _alternatives(found: _Match | None, family: str) -> list[Alternative]:
+    """Other families whose signatures match the same line as the deciding one: as strong a
+    clue, so the diagnosis names them instead of picking one silently."""
+    if found is None or found.signature.wrapper:
+        return []
+    text, start = found.text, found.match.start()
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", start)
+    line = text[line_start: line_end if line_end >= 0 else len(text)]
+    lowered = line.lower()
+    seen: dict[str, Alternative] = {}
+    for signature in knowledge.SIGNATURES:
+        if (signature.family in (family, "unknown") or signature.family in seen
+                or signature.wrapper or signature.catch_all
+                or not signature.may_match(lowered)):
+            continue
+        m = signature.pattern.search(line)
+        if m:
+            seen[signature.family] = Alternative(signature.family, m.group(0).strip())
+    return list(seen.values())
 
 
 def _family_details(family: str, text: str, start: int) -> dict[str, Any]:

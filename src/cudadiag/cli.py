@@ -95,6 +95,19 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--no-verify", action="store_true",
                         help="write the notebook without executing it")
     export.set_defaults(handler=_cmd_export)
+    explain = sub.add_parser(
+        "explain", help="diagnose the first CUDA/PyTorch error of a log or pasted text",
+        description="Read a log as you would paste it (a SLURM output, a notebook traceback, "
+                    "an issue body, several ranks interleaved), find the first relevant "
+                    "error of the cascade and the rank that failed first, and print the "
+                    "diagnosis. Exit status: 0 when an error was found, 1 when none, 2 for "
+                    "bad arguments.")
+    explain.add_argument("file", nargs="?", default="-",
+                         help="the log (a .gz file is decompressed); - or nothing: standard "
+                              "input")
+    explain.add_argument("--json", action="store_true",
+                         help="print the diagnosis as JSON (family, sticky, rank, evidence...)")
+    explain.set_defaults(handler=_cmd_explain)
     demo = sub.add_parser(
         "demo", help="run a simulated device-side assert in an IPython shell on the CPU",
         description="Run the guide's example (4 classes, targets [0, 2, 4]) on a simulated "
@@ -191,6 +204,28 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return 1
     print(render_export(minimized, exported))
     return 0 if exported.reproduces is not False else 1
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from cudadiag.explain import ExplainError, explain_path, explain_stream
+    from cudadiag.ui.render import render_explanation
+
+    if args.file == "-" and sys.stdin.isatty():
+        print("cudadiag explain: give a log file, or pipe or paste the text into standard "
+              "input (end with Ctrl-D)", file=sys.stderr)
+    try:
+        if args.file == "-":
+            explanation, source = explain_stream(sys.stdin.buffer), "standard input"
+        else:
+            explanation, source = explain_path(args.file), args.file
+    except ExplainError as exc:
+        print(f"cudadiag explain: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(explanation.to_dict(), indent=2, default=str))
+    else:
+        print(render_explanation(explanation, source))
+    return 0 if explanation.first is not None else 1
 
 
 def _cmd_env(args: argparse.Namespace) -> int:

@@ -99,6 +99,14 @@ class ErrorInfo:
 
 
 @dataclass
+class Alternative:
+    """Another family that matched the first error about as strongly as the chosen one."""
+
+    family: str
+    evidence: str
+
+
+@dataclass
 class Diagnosis:
     """What the error means: family, whether the process is finished, what to check."""
 
@@ -112,6 +120,10 @@ class Diagnosis:
     """The error is reported after the fact: the traceback line is an observation point."""
     evidence: str = ""
     """The line of text that decided the family."""
+    alternatives: list[Alternative] = field(default_factory=list)
+    """Families that fit the first error about as well: the diagnosis is not confident."""
+    rank: int | None = None
+    """In a multi-process log, the rank whose error came first."""
 
 
 @dataclass

@@ -17,6 +17,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+try:  # the pattern parser behind `re` (anchors are derived from the patterns)
+    from re import _constants as _sre_constants
+    from re import _parser as _sre_parser
+except ImportError:  # Python 3.10
+    import sre_constants as _sre_constants  # type: ignore[no-redef]
+    import sre_parse as _sre_parser  # type: ignore[no-redef]
+
 FAMILY_NAMES = (
     "device_assert",
     "illegal_memory",
@@ -266,6 +273,8 @@ class CudaError:
     """True when the text alone (without `CUDA error:`) identifies the error, as in
     1.x's `cuda runtime error (59) : device-side assert triggered`."""
     hip_text: str | None = None
+    wordings: tuple[str, ...] = ()
+    """Other wordings of the same text across CUDA versions."""
 
 
 CUDA_ERRORS: tuple[CudaError, ...] = (
@@ -280,7 +289,7 @@ CUDA_ERRORS: tuple[CudaError, ...] = (
     CudaError(715, "cudaErrorIllegalInstruction", "an illegal instruction was encountered",
               "illegal_memory", sticky=True, distinctive=True),
     CudaError(716, "cudaErrorMisalignedAddress", "misaligned address", "illegal_memory",
-              sticky=True),
+              sticky=True, distinctive=True),
     CudaError(717, "cudaErrorInvalidAddressSpace",
               "operation not supported on global/shared address space", "illegal_memory",
               sticky=True, distinctive=True),
@@ -293,7 +302,7 @@ CUDA_ERRORS: tuple[CudaError, ...] = (
               "no kernel image is available for execution on the device", "op_unavailable",
               distinctive=True),
     CudaError(98, "cudaErrorInvalidDeviceFunction", "invalid device function",
-              "op_unavailable"),
+              "op_unavailable", distinctive=True),
     CudaError(222, "cudaErrorUnsupportedPtxVersion",
               "the provided PTX was compiled with an unsupported toolchain", "op_unavailable",
               distinctive=True),
@@ -306,16 +315,23 @@ CUDA_ERRORS: tuple[CudaError, ...] = (
     CudaError(101, "cudaErrorInvalidDevice", "invalid device ordinal", "driver"),
     CudaError(3, "cudaErrorInitializationError", "initialization error", "driver"),
     CudaError(46, "cudaErrorDevicesUnavailable",
-              "CUDA-capable device(s) is/are busy or unavailable", "driver", distinctive=True),
+              "CUDA-capable device(s) is/are busy or unavailable", "driver", distinctive=True,
+              wordings=("all CUDA-capable devices are busy or unavailable",)),
     CudaError(804, "cudaErrorCompatNotSupportedOnDevice",
               "forward compatibility was attempted on non supported HW", "driver",
               distinctive=True),
     CudaError(999, "cudaErrorUnknown", "unknown error", "driver"),
+    CudaError(802, "cudaErrorSystemNotReady", "system not yet initialized", "driver",
+              distinctive=True),
 )
 
 CUDA_ERRORS_BY_CODE = {e.code: e for e in CUDA_ERRORS}
 CUDA_ERRORS_BY_NAME = {e.name: e for e in CUDA_ERRORS}
 CUDA_ERRORS_BY_NAME.update({"hip" + e.name[len("cuda"):]: e for e in CUDA_ERRORS})
+HIP_ERROR_ALIASES = {"hipErrorNoBinaryForGpu": 209}
+"""HIP error names that differ from their CUDA twin's."""
+CUDA_ERRORS_BY_NAME.update({alias: CUDA_ERRORS_BY_CODE[code]
+                            for alias, code in HIP_ERROR_ALIASES.items()})
 
 
 @dataclass(frozen=True)
@@ -327,25 +343,89 @@ class Signature:
     sticky: bool = False
     fixed: dict[str, object] = field(default_factory=dict)
     """Details that the match implies (e.g. which kind of out-of-memory)."""
-    required: str | None = None
-    """A substring without which the pattern cannot match: skips patterns that do not start
-    with a literal (and would scan long texts slowly) when it is absent."""
+    anchors: tuple[str, ...] = ()
+    """Lower-case literals of which every match holds at least one (derived from the pattern):
+    a text without any of them is not searched, and a log scanner looks only at lines that
+    hold one."""
+    catch_all: bool = False
+    """A broad row that more specific rows refine (`CUBLAS_STATUS_*`, any `"op" not
+    implemented`): when a specific row matches the same line, the broad one is no second
+    opinion."""
+    wrapper: bool = False
+    """The message only carries another error (a collective's watchdog, a launcher, an
+    uncaught C++ exception): a known error right after it decides; the wrapper's own family
+    counts only when nothing follows."""
+
+    def may_match(self, lowered: str) -> bool:
+        """False when `lowered` (a lower-cased text) holds none of the anchors."""
+        return any(anchor in lowered for anchor in self.anchors)
 
 
-def _sig(family: str, pattern: str, *, sticky: bool = False, required: str | None = None,
-         **fixed: object) -> Signature:
-    return Signature(family, re.compile(pattern, re.IGNORECASE), sticky, dict(fixed), required)
+def _sig(family: str, pattern: str, *, sticky: bool = False, wrapper: bool = False,
+         catch_all: bool = False, **fixed: object) -> Signature:
+    compiled = re.compile(pattern, re.IGNORECASE)
+    return Signature(family, compiled, sticky, dict(fixed), pattern_anchors(pattern),
+                     catch_all, wrapper)
+
+
+def pattern_anchors(pattern: str) -> tuple[str, ...]:
+    """Return lower-case literals of which every match of `pattern` holds one: the longest
+    literal run among its mandatory parts, or one run per branch of an alternation when that
+    is longer. Raises ValueError when the pattern has no literal of at least 4 characters."""
+    runs = _literal_runs(list(_sre_parser.parse(pattern, 0)))
+    plain = [r for r in runs if isinstance(r, str)]
+    best: tuple[str, ...] = (max(plain, key=len),) if plain else ()
+    for branch in (r for r in runs if isinstance(r, tuple)):
+        if min(map(len, branch)) > min(map(len, best), default=0):
+            best = branch
+    anchors = tuple(dict.fromkeys(a.lower() for a in best))
+    if not anchors or min(map(len, anchors)) < 4:
+        raise ValueError(f"pattern {pattern!r} has no literal of 4 characters or more")
+    return anchors
+
+
+def _literal_runs(items: list[tuple[object, object]]) -> list[str | tuple[str, ...]]:
+    """Literal runs of a parsed pattern's mandatory parts; an alternation gives a tuple of the
+    longest run of each branch."""
+    out: list[str | tuple[str, ...]] = []
+    current: list[str] = []
+
+    def flush() -> None:
+        if current:
+            out.append("".join(current))
+            current.clear()
+
+    for op, arg in items:
+        if op is _sre_constants.LITERAL:
+            current.append(chr(arg))  # type: ignore[arg-type]
+            continue
+        flush()
+        if op is _sre_constants.SUBPATTERN:
+            out.extend(_literal_runs(list(arg[-1])))  # type: ignore[index]
+        elif op is _sre_constants.BRANCH:
+            branches = [_literal_runs(list(b)) for b in arg[1]]  # type: ignore[index]
+            out.append(tuple(max((r for r in b if isinstance(r, str)), key=len, default="")
+                             for b in branches))
+        elif op in (_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT) and arg[0] >= 1:  # type: ignore[index]
+            out.extend(r for r in _literal_runs(list(arg[2])) if isinstance(r, str))  # type: ignore[index]
+    flush()
+    return out
 
 
 def _runtime_error_signatures() -> list[Signature]:
     """`CUDA error: <text>` / `HIP error: <text>` for every known runtime error code."""
     signatures = []
     for err in CUDA_ERRORS:
-        texts = [err.text] + ([err.hip_text] if err.hip_text else [])
+        texts = [err.text, *err.wordings] + ([err.hip_text] if err.hip_text else [])
         for text in texts:
             phrase = re.escape(text)
-            prefix = r"(?:(?P<api>CUDA|HIP)(?: driver)? error: |cuda runtime error \(\d+\) : )"
-            pattern = f"(?:{prefix}{phrase}|{phrase})" if err.distinctive else prefix + phrase
+            prefix = (r"(?:(?P<api>CUDA|HIP)(?: driver)? error: |cuda runtime error \(\d+\) : "
+                      r"|THCudaCheck FAIL file=\S+ line=\d+ error=\d+ : "
+                      r"|Triton Error \[(?:CUDA|HIP)\]: )")
+            nccl = rf"Cuda failure (?:{err.code} )?'{phrase}'"
+            plain = f"|{phrase}" if err.distinctive else ""
+            code = rf"|\bCUDA error(?: code)? ?= ?{err.code}\b"
+            pattern = f"(?:{prefix}{phrase}|{nccl}{plain}{code})"
             fixed: dict[str, object] = {"error_code": err.code, "cuda_error": err.name}
             if err.family == "oom":
                 fixed["oom_kind"] = "runtime"
@@ -353,26 +433,68 @@ def _runtime_error_signatures() -> list[Signature]:
     return signatures
 
 
+def _error_name_signatures() -> list[Signature]:
+    """`cudaErrorAssert`, `hipErrorIllegalAddress`, ... named in a message (extensions and
+    runtimes outside PyTorch print the name rather than the text)."""
+    signatures = []
+    for name, err in CUDA_ERRORS_BY_NAME.items():
+        fixed: dict[str, object] = {"error_code": err.code, "cuda_error": err.name}
+        signatures.append(_sig(err.family, rf"\b{name}\b", sticky=err.sticky, **fixed))
+    return signatures
+
+
 _ASSERT_LINE = (
-    r"(?P<file>[^\s:]{1,256}\.(?:cu|cuh|hip)):(?P<line>\d+): (?P<kernel>[^\n]{0,256}?): "
+    # CUDA/HIP kernels (`Loss.cu:240: nll_loss_forward...: block: ...`), Windows build paths
+    # (`C:\\cb\\...\\Indexing.cu:1146: block: ...`, no kernel name), headers
+    # (`DynamicCast.h:78`), Inductor/Triton generated kernels (`/tmp/torchinductor_x/k4/c.py:30:
+    # unknown: ...`, `unknown:0: unknown: ...`), THC's long template signatures
+    r"(?P<file>(?:[A-Za-z]:)?[^\s:]{1,300}):(?P<line>\d+): (?:(?P<kernel>[^\n]{0,600}?): )?"
     r"block: \[(?P<block>[\d, ]+)\], thread: \[(?P<thread>[\d, ]+)\] "
     r"Assertion `(?P<assertion>[^\n]+?)` failed"
 )
 _SIZE = r"[\d.]{1,12} ?[KMGTP]?i?B"
+_CUDA_TYPE = r"(?:torch\.cuda\.|CUDA)\w+Tensor"
+_CPU_TYPE = r"(?:torch\.(?!cuda\.)|CPU)\w+Tensor"
+_CUDA_AND_CPU_TYPES = ((_CUDA_TYPE, _CPU_TYPE), (_CPU_TYPE, _CUDA_TYPE))
+_TYPE_PREFIX = r"(?:torch\.(?:cuda\.)?|CUDA|CPU)"
+"""Legacy tensor type strings: `torch.cuda.FloatTensor`, `torch.FloatTensor`, and 0.4's
+`CUDAFloatTensor` / `CPUFloatTensor`."""
+_XID_FAMILIES = (
+    # NVIDIA Xid events (docs.nvidia.com/deploy/xid-errors): the faults a process sees as an
+    # illegal access, and the driver or hardware events it sees as a lost device
+    (13, "illegal_memory", True), (31, "illegal_memory", True),
+    # 43: "a user application hits a software induced fault and must terminate"
+    (43, "illegal_memory", True), (45, "driver", False), (48, "driver", False),
+    (61, "driver", False), (62, "driver", False), (63, "driver", False), (64, "driver", False),
+    (74, "driver", False),
+    (79, "driver", False), (92, "driver", False), (94, "driver", False), (95, "driver", False),
+    (119, "driver", False), (120, "driver", False),
+)
+_LEGACY_TYPE_PAIRS = (
+    # (what comes before the first type, what comes between the two types)
+    (r"Input type \(", r" and (?:weight|bias) type \("),
+    (r"Expected object of type ", r" but found type "),
+    (r"to have the same type as tensor for argument #\d+ '\w+'; but type ", r" does not equal "),
+)
+"""Messages of the 1.x era that name both tensors by their legacy type strings."""
 
 SIGNATURES: tuple[Signature, ...] = (
     # --- device assertions: the kernel's printf line comes before the exception
-    _sig("device_assert", _ASSERT_LINE, sticky=True, required="Assertion `"),
+    _sig("device_assert", _ASSERT_LINE, sticky=True),
+    # ... cut before its condition
+    _sig("device_assert", r"block: \[[\d, ]+\], thread: \[[\d, ]+\] Assertion", sticky=True),
+    # a device assertion's condition alone (backtick-backtick; C's assert() quotes `x')
+    _sig("device_assert", r"Assertion `(?P<assertion>[^`\n']{1,400})` failed", sticky=True),
     _sig("device_assert",
          r"(?P<file>[^\s:]{1,256}):(?P<line>\d+): (?P<kernel>[^\n]{0,256}?): "
-         r"Device-side assertion `(?P<assertion>[^\n]+?)' failed", sticky=True, api="HIP",
-         required="Device-side assertion"),
+         r"Device-side assertion `(?P<assertion>[^\n]+?)' failed", sticky=True, api="HIP"),
     _sig("device_assert",
          r"HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception\. "
          r"code: 0x1016", sticky=True, api="HIP"),
     _sig("illegal_memory",
          r"Memory access fault by GPU node-(?P<gpu_node>\d+)[^\n]*", sticky=True, api="HIP"),
-    _sig("illegal_memory", r"HSA_STATUS_ERROR_EXCEPTION", sticky=True, api="HIP"),
+    _sig("illegal_memory", r"HSA_STATUS_ERROR_(?:EXCEPTION|MEMORY_APERTURE_VIOLATION|"
+                           r"MEMORY_FAULT)", sticky=True, api="HIP"),
     _sig("illegal_memory", r"CUDA_ERROR_(?:ILLEGAL_ADDRESS|LAUNCH_FAILED|MISALIGNED_ADDRESS)",
          sticky=True),
     _sig("device_assert", r"CUDA_ERROR_ASSERT", sticky=True),
@@ -384,8 +506,26 @@ SIGNATURES: tuple[Signature, ...] = (
                         r"InternalError|InvalidUsage|InvalidArgument|RemoteError))\b"),
     _sig("distributed", r"NCCL communicator was aborted"),
     _sig("distributed", r"Some NCCL operations have failed or timed out"),
-    _sig("distributed", r"DistBackendError|DistNetworkError|DistStoreError"),
-    _sig("distributed", r"ChildFailedError"),
+    _sig("distributed", r"DistBackendError|DistNetworkError|DistStoreError", wrapper=True),
+    _sig("distributed", r"Process group watchdog thread terminated with exception",
+         wrapper=True),
+    _sig("distributed", r"NCCL WARN (?P<reason>[^\n]+)", wrapper=True),
+    _sig("distributed", r"\bNCCL Error \d+: (?P<reason>[^\n]+)"),
+    _sig("distributed", r"Exception \(either an error or timeout\) detected by watchdog"),
+    _sig("distributed", r"Timeout at NCCL work: \d+"),
+    # the store, the rendezvous and gloo
+    _sig("distributed", r"The server socket has failed to (?:bind|listen)"),
+    _sig("distributed", r"The client socket has (?:timed out|failed to connect)"),
+    _sig("distributed", r"\bNCCL error: (?P<reason>[^\n(]+)"),
+    _sig("distributed", r"Rendezvous\w*Error"),
+    _sig("distributed", r"The connection to the C10d store has failed"),
+    _sig("distributed", r"RuntimeError: Socket Timeout"),
+    _sig("distributed", r"Timed out waiting \d+ms for (?:send|recv) operation to complete"),
+    _sig("distributed", r"gloo[^\n]{0,200}Connection closed by peer"),
+    # torchrun's report of a child that died: the child's own error, if shown, decides
+    _sig("unknown", r"ChildFailedError", wrapper=True),
+    _sig("unknown", r"terminate called after throwing an instance of '(?P<exception>[^']+)'",
+         wrapper=True),
     # --- out of memory
     _sig("oom", rf"(?P<api>CUDA|HIP) out of memory\. Tried to allocate (?P<requested>{_SIZE})",
          oom_kind="allocator"),
@@ -396,19 +536,24 @@ SIGNATURES: tuple[Signature, ...] = (
                 r"(?P<requested_bytes>\d+) bytes", oom_kind="cpu"),
     _sig("oom", r"(?P<status>CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED)",
          oom_kind="library"),
-    _sig("oom", r"Cuda failure 2 'out of memory'", oom_kind="runtime"),
+    _sig("oom", r"DefaultCPUAllocator: not enough memory: you tried to allocate "
+                r"(?P<requested_bytes>\d+) bytes", oom_kind="cpu"),
     _sig("oom", r"No executable batch size found", oom_kind="allocator"),
     # --- operator / kernel unavailable
     _sig("dtype_mismatch",
          r"\"(?P<op>\w*nll_loss\w*)\" not implemented for '(?P<dtype>\w+)'"),
-    _sig("op_unavailable", r"\"(?P<op>[\w:.]+)\" not implemented for '(?P<dtype>\w+)'"),
+    _sig("op_unavailable", r"\"(?P<op>[\w:.]+)\" not implemented for '(?P<dtype>\w+)'",
+         catch_all=True),
     _sig("op_unavailable",
          r"Could not run '(?P<op>[^']+)' with arguments from the '(?P<dispatch_key>[^']+)' "
          r"backend"),
     _sig("op_unavailable", r"operator (?P<op>\w+::\w+) does not exist"),
     _sig("op_unavailable",
-         r"The operator '(?P<op>[^']+)' is not currently implemented for the MPS device",
+         r"The operator '(?P<op>[^']+)' is not current(?:ly)? implemented for the MPS device",
          dispatch_key="MPS"),
+    _sig("op_unavailable", r"No such operator (?P<op>\w+::\w+)"),
+    _sig("op_unavailable", r"Not compiled with (?:GPU|CUDA) support"),
+    _sig("op_unavailable", r"MPS framework doesn't support (?P<dtype>float64)", dispatch_key="MPS"),
     _sig("op_unavailable",
          r"with CUDA capability (?P<capability>sm_\d+\w*) is not compatible with the current "
          r"PyTorch installation"),
@@ -416,8 +561,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("op_unavailable", r"(?P<status>CUBLAS_STATUS_ARCH_MISMATCH|CUDNN_STATUS_ARCH_MISMATCH)"),
     _sig("op_unavailable", r"undefined symbol: (?P<symbol>\S+)"),
     _sig("op_unavailable",
-         r"(?P<library>lib[\w.\-]{1,200}\.so[.\d]*): cannot open shared object file",
-         required="cannot open shared object file"),
+         r"(?P<library>lib[\w.\-]{1,200}\.so[.\d]*): cannot open shared object file"),
     _sig("op_unavailable", r"Could not load library (?P<library>\S+)"),
     _sig("op_unavailable", r"No available kernel\. +Aborting execution"),
     _sig("op_unavailable", r"FlashAttention only supports [^\n]+"),
@@ -429,17 +573,19 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("device_mismatch",
          r"Expected object of device type (?P<device_a>\w+) but got device type "
          r"(?P<device_b>\w+) for argument #\d+ '(?P<argument>\w+)'(?: in call to (?P<op>\w+))?"),
+    # legacy tensor type strings: one on the GPU, the other not, is a device mismatch
+    *(_sig("device_mismatch", rf"{lead}(?P<device_a>{a})\)?{mid}(?P<device_b>{b})")
+      for lead, mid in _LEGACY_TYPE_PAIRS for a, b in _CUDA_AND_CPU_TYPES),
     _sig("device_mismatch",
-         r"Input type \((?P<device_a>torch\.cuda\.\w+)\) and (?:weight|bias) type "
-         r"\((?P<device_b>torch\.(?!cuda\.)\w+)\) should be the same"),
-    _sig("device_mismatch",
-         r"Input type \((?P<device_a>torch\.(?!cuda\.)\w+)\) and (?:weight|bias) type "
-         r"\((?P<device_b>torch\.cuda\.\w+)\) should be the same"),
+         r"Expected object of backend (?P<device_a>\w+) but got backend (?P<device_b>\w+)"),
     _sig("device_mismatch",
          r"indices should be either on cpu or on the same device as the indexed tensor"),
     _sig("device_mismatch",
          r"Tensor for argument #\d+ '(?P<argument>\w+)' is on (?P<device_a>\w+), but expected "
          r"it to be on (?P<device_b>\w+)"),
+    _sig("device_mismatch", r"is on (?P<device_a>\w+), but expected them to be on "
+                            r"(?P<device_b>\w+)"),
+    _sig("device_mismatch", r"Placeholder storage has not been allocated on MPS device"),
     _sig("device_mismatch", r"Expected a '(?P<device_a>\w+)' device type for generator but "
                             r"found '(?P<device_b>\w+)'"),
     _sig("device_mismatch",
@@ -451,12 +597,20 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Expected object of scalar type (?P<expected>\w+) but got scalar type (?P<found>\w+)"),
     _sig("dtype_mismatch",
          r"expected (?:m1|mat1) and (?:m2|mat2) to have the same dtype, but got: "
-         r"(?P<found>\S+) != (?P<expected>\S+)"),
-    _sig("dtype_mismatch", r"\b\w{1,30} and \w{1,30} must have the same dtype",
-         required="must have the same dtype"),
+         r"(?P<found>[^!\n]+?) ?!= ?(?P<expected>[^\n]+)"),
+    _sig("dtype_mismatch", r"expected dtype (?P<expected>\w+) but got dtype (?P<found>\w+)"),
+    _sig("device_mismatch", r"expected backend (?P<device_a>\w+) and dtype \w+ but got backend "
+                            r"(?!(?P=device_a)\b)(?P<device_b>\w+)"),
+    _sig("dtype_mismatch", r"expected backend \w+ and dtype (?P<expected>\w+) but got backend "
+                           r"\w+ and dtype (?!(?P=expected)\b)(?P<found>\w+)"),
+    _sig("dtype_mismatch", r"\b\w{1,30} and \w{1,30} must have the same dtype"),
+    # ... and two different tensor types, wherever they are, a dtype mismatch
+    *(_sig("dtype_mismatch", rf"{lead}(?P<found>{_TYPE_PREFIX}(?P<found_type>\w+Tensor))\)?"
+                             rf"{mid}(?P<expected>{_TYPE_PREFIX}(?!(?P=found_type)\b)\w+Tensor)")
+      for lead, mid in _LEGACY_TYPE_PAIRS),
     _sig("dtype_mismatch",
-         r"Input type \((?P<found>[\w.:]+)\) and (?:weight|bias) type \((?P<expected>[\w.:]+)\) "
-         r"should be the same"),
+         r"Input type \((?P<found>[^)\n]{1,60})\) and (?:weight|bias) type "
+         r"\((?P<expected>[^)\n]{1,60})\) should be the same", catch_all=True),
     _sig("dtype_mismatch",
          r"result type (?P<found>\w+) can't be cast to the desired output type "
          r"(?P<expected>\w+)"),
@@ -470,19 +624,23 @@ SIGNATURES: tuple[Signature, ...] = (
          r"scalar types"),
     # --- shape mismatch
     _sig("shape_mismatch",
-         r"mat1 and mat2 shapes cannot be multiplied \((?P<shape_a>\d+x\d+) and "
-         r"(?P<shape_b>\d+x\d+)\)"),
+         r"mat1 and mat2 shapes cannot be multiplied(?: \((?P<shape_a>\d+x\d+) and "
+         r"(?P<shape_b>\d+x\d+)\))?"),
     _sig("shape_mismatch",
-         r"The size of tensor a \((?P<size_a>\d+)\) must match the size of tensor b "
-         r"\((?P<size_b>\d+)\) at non-singleton dimension (?P<dim>\d+)"),
+         r"The size ?of tensor ?a \((?P<size_a>\d+)\) must match the ?size of tensor ?b "
+         r"\((?P<size_b>\d+)\)(?: ?at non-singleton dimension (?P<dim>\d+))?"),
+    _sig("shape_mismatch", r"size mismatch \(got input: (?P<shape_a>\[[^\]]*\]), target: "
+                           r"(?P<shape_b>\[[^\]]*\])"),
     _sig("shape_mismatch",
          r"Expected input batch_size \((?P<size_a>\d+)\) to match target batch_size "
          r"\((?P<size_b>\d+)\)"),
-    _sig("shape_mismatch", r"shape '(?P<shape>\[[^\]]*\])' is invalid for input of size "
-                           r"(?P<numel>\d+)"),
+    _sig("shape_mismatch", r"shape '(?P<shape>\[[^\]]*\])' is invalid for input of size"
+                           r"(?: (?P<numel>\d+))?"),
+    _sig("shape_mismatch", r"size mismatch for (?P<parameter>[\w.]+): copying a param "
+                           r"(?:with shape|of) "),
     _sig("shape_mismatch", r"size mismatch, m1: \[[^\]]*\], m2: \[[^\]]*\]"),
     _sig("shape_mismatch", r"Sizes of tensors must match except in dimension \d+"),
-    _sig("shape_mismatch", r"Given groups=\d+, weight of size \[[^\]]*\], expected input"
+    _sig("shape_mismatch", r"Given groups=\d+, weight of size \[?[\d, ]*\]?, expected input"
                            r"\[[^\]]*\] to have \d+ channels"),
     _sig("shape_mismatch", r"Using a target size \(torch\.Size\(\[[^\]]*\]\)\) that is "
                            r"different to the input size"),
@@ -493,8 +651,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("shape_mismatch", r"Expected target size (?P<shape>\[[^\]]*\]), got"),
     _sig("shape_mismatch", r"Dimension out of range \(expected to be in range of"),
     # --- index out of bounds (CPU twins of device asserts)
-    _sig("index_out_of_bounds", r"Target (?P<value>-?\d+) is out of bounds"),
+    _sig("index_out_of_bounds", r"Target (?P<value>-?\d+) (?:is )?out of bounds"),
     _sig("index_out_of_bounds", r"index out of range in self"),
+    _sig("index_out_of_bounds", r"Tried to access index (?P<value>-?\d+) out of table with "
+                                r"(?P<size>\d+)"),
+    _sig("index_out_of_bounds", r"index out of range at \S*/TH\w*/"),
+    _sig("index_out_of_bounds", r"invalid argument \d+: out of range at \S*/TH\w*/"),
+    _sig("index_out_of_bounds", r"(?<!list )(?<!tuple )(?<!string )\bindex out of range\b",
+         catch_all=True),
     _sig("index_out_of_bounds",
          r"index (?P<value>-?\d+) is out of bounds for (?:dimension|axis) (?P<dim>\d+) with "
          r"size (?P<size>\d+)"),
@@ -503,21 +667,41 @@ SIGNATURES: tuple[Signature, ...] = (
          r"index (?P<value>-?\d+) out of range for tensor of size (?P<shape>\[[^\]]*\])"),
     # --- library status with no further cause
     _sig("library_status",
-         r"(?P<status>CUBLAS_STATUS_\w+)(?: when calling `(?P<call>[^`(]+))?"),
-    _sig("library_status", r"(?P<status>CUDNN_STATUS_\w+)"),
+         r"(?P<status>CUBLAS_STATUS_\w+)(?: when calling `(?P<call>[^`(]+))?", catch_all=True),
+    _sig("library_status", r"(?P<status>CUDNN_STATUS_\w+)", catch_all=True),
     _sig("library_status", r"cuDNN Frontend error: (?P<reason>[^\n]+)"),
+    _sig("library_status", r"\b(?P<library>cublas|cudnn|cusparse|cufft|curand|cusolver) "
+                           r"runtime error : (?P<reason>[^\n]+?)(?: at \S+:\d+)?(?=\n|$)"),
+    _sig("library_status", r"Error in CuDNN\. Status Code: +(?P<status_code>\d+)"),
+    _sig("library_status", r"cuBLAS API failed(?: with status (?P<status_code>\d+))?"),
+    _sig("library_status", r"On entry to (?P<call>\w+) parameter number \d+ had an illegal value"),
+    _sig("library_status", r"MIOpen(?:\(HIP\): | )Error(?: \[(?P<call>\w+)\])?", api="HIP"),
+    _sig("library_status", r"!!!! kernel execution error\. \(m: \d+, n: \d+, k: \d+, error: "
+                           r"(?P<status_code>\d+)\)"),
     _sig("library_status", r"Unable to find a valid cuDNN algorithm to run convolution"),
     _sig("library_status", r"GET was unable to find an engine to execute this computation"),
-    _sig("library_status", r"(?P<status>CUSOLVER_STATUS_\w+|CUSPARSE_STATUS_\w+|CUFFT_\w+)"),
+    _sig("library_status", r"(?P<status>CUSOLVER_STATUS_\w+|CUSPARSE_STATUS_\w+|CUFFT_\w+)",
+         catch_all=True),
     _sig("library_status",
          r"(?P<status>HIPBLAS_STATUS_\w+|rocblas_status_\w+|miopenStatus\w+|HIPFFT_\w+)",
-         api="HIP"),
+         api="HIP", catch_all=True),
+    # --- the kernel's log (dmesg) and nvidia-smi, pasted beside PyTorch's messages
+    *(_sig(family, rf"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>{xid})\b", sticky=sticky)
+      for xid, family, sticky in _XID_FAMILIES),
+    _sig("illegal_memory", r"amdgpu[^\n]{0,120}(?:page fault|protection fault|VM fault)",
+         sticky=True, api="HIP"),
+    _sig("illegal_memory", r"GCVM_L2_PROTECTION_FAULT_STATUS", sticky=True, api="HIP"),
+    _sig("driver", r"Unable to determine the device handle for GPU[\w:.]*: (?P<reason>[^\n]+)"),
+    _sig("driver", r"Failed to initialize NVML: (?P<reason>[^\n]+)"),
     # --- driver and initialisation
     _sig("driver", r"Found no NVIDIA driver on your system"),
-    _sig("driver", r"The NVIDIA driver on your system is too old \(found version "
-                   r"(?P<driver_version>\d+)\)"),
+    _sig("driver", r"NVIDIA driver on your system is too old(?: \(found version "
+                   r"(?P<driver_version>\d+)\))?"),
     _sig("driver", r"Torch not compiled with CUDA enabled"),
-    _sig("driver", r"No CUDA GPUs are available"),
+    _sig("driver", r"No (?:CUDA|HIP) GPUs are available"),
+    _sig("driver", r"(?:nvmlInit|NVML)[^\n]{0,80}INTERNAL ASSERT FAILED"),
+    _sig("driver", r"INTERNAL ASSERT FAILED at \"[^\"\n]*c10/cuda/driver_api\.cpp\""),
+    _sig("driver", r"\bNVMLError_(?P<nvml_error>\w+)"),
     _sig("driver", r"CUDA unknown error - this may be due to an incorrectly set up environment"),
     _sig("driver", r"Attempting to deserialize object on a CUDA device but "
                    r"torch\.cuda\.is_available\(\) is False"),
@@ -528,7 +712,16 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("driver", r"CUDA initialization: (?P<reason>[^\n]+)"),
     _sig("driver", r"NVIDIA-SMI has failed"),
     *_runtime_error_signatures(),
+    *_error_name_signatures(),
+    # --- last resort: wordings users type or tools outside PyTorch print
+    _sig("oom", r"\bout of (?:the )?(?:GPU |device )?memory\b", oom_kind="unknown",
+         catch_all=True),
 )
+STICKY_SIGNATURES = tuple(s for s in SIGNATURES if s.sticky)
+WRAP_MIN_WIDTH = 60
+"""Lines at least this long, several of the same length, are taken as hard-wrapped."""
+WRAPPED_WINDOW = 6000
+"""How far after a wrapper (in characters) the error it carries may start."""
 
 # Values looked for anywhere in the text once a family has been decided.
 DETAIL_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
@@ -759,3 +952,53 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
 def operator_advice(kind: str) -> OperatorAdvice | None:
     """Return the first checks for operators taking index kind `kind`, or None."""
     return next((a for a in OPERATOR_ADVICE if a.kind == kind), None)
+# Lines a log scanner (`cudadiag explain`) looks at: those holding a signature's anchor, an
+# exception line, or torchrun's failure summary.
+EXTRA_LOG_ANCHORS = ("error:", "exception:", "error ", "(first observed failure)")
+
+
+def _minimal_anchors(anchors: set[str]) -> tuple[bytes, ...]:
+    """Drop the anchors that hold a shorter one: finding the shorter finds them too."""
+    kept = [a for a in anchors if not any(o != a and o in a for o in anchors)]
+    return tuple(sorted(a.encode() for a in kept))
+
+
+LOG_ANCHORS = _minimal_anchors(
+    {a for s in SIGNATURES for a in s.anchors} | set(EXTRA_LOG_ANCHORS))
+
+# What a log line reporting an error holds (at least one, lower case): `cudadiag explain`
+# looks only at lines holding one of these, then at the signatures' anchors. A test checks
+# that the evidence line of every real message in tests/data holds one.
+LOG_KEYS = (
+    b"error", b"assert", b"fail", b"exception", b"memory", b"nccl", b"cuda", b"expected",
+    b"driver", b"unable", b"must match", b"fault", b"mismatch", b"invalid", b"out of range",
+    b"xid", b"cannot be", b"illegal", b"timed out", b"should be the same",
+)
+
+# Pasted text is read after two rewrites, so one English pattern serves every copy:
+# full-width and typographic punctuation become ASCII, and translated or machine-translated
+# wordings of PyTorch's messages (forums, translated blog posts) become PyTorch's own words.
+PUNCTUATION = str.maketrans({
+    "：": ":", "（": "(", "）": ")", "，": ",", "“": '"', "”": '"', "‘": "'", "’": "'",
+    "！": "!", "［": "[", "］": "]", "；": ";", "　": " ", "＂": '"', "＇": "'", "｀": "`",
+})
+TRANSLATED_PHRASES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), english) for pattern, english in (
+        # zh
+        (r"(?:预期|期望)所有(?:的)?张量(?:都)?(?:位于|在)同一(?:个)?设备上",
+         "Expected all tensors to be on the same device"),
+        (r"张量\s*a\s*的大小\s*\((\d+)\)\s*必须与张量\s*b\s*的大小\s*\((\d+)\)\s*在非单例维度\s*(\d+)"
+         r"\s*上匹配",
+         r"The size of tensor a (\1) must match the size of tensor b (\2) at non-singleton "
+         r"dimension \3"),
+        (r"mat1\s*和\s*mat2\s*(?:的)?形状无法相乘", "mat1 and mat2 shapes cannot be multiplied"),
+        (r'"(\w+)"\s*类型没有实现\s*"([\w:.]+)"\s*(?:操作)?', "\"\\2\" not implemented for '\\1'"),
+        (r"设备(?:端|侧)断言(?:被|已)?触发", "device-side assert triggered"),
+        (r"遇到(?:了)?非法(?:的)?内存访问", "an illegal memory access was encountered"),
+        (r"CUDA\s*(?:显存|内存)不足", "CUDA out of memory"),
+        # ja
+        (r"デバイス側の?アサーションが(?:トリガーされました|発生しました)",
+         "device-side assert triggered"),
+        (r"CUDA\s*(?:の)?メモリ不足", "CUDA out of memory"),
+    )
+)

@@ -91,7 +91,14 @@ class CudadiagMagics(Magics):
         %cudadiag panel [ID]               the incident panel: browse, re-run, report
         %cudadiag report [ID]              a scrubbed Markdown report for an issue tracker
         %cudadiag export [ID] [PATH.ipynb] minimize, export and verify a repro notebook
+        %cudadiag explain [--json] [FILE | TEXT]
+                                           diagnose a log file, pasted text, or (with no
+                                           argument) the last error of this kernel
         """
+        command, _, rest = line.strip().partition(" ")
+        if command == "explain":
+            _explain(self.shell, rest.strip())
+            return
         args = _parser().parse_args(shlex.split(line))
         store = capture_for(self.shell).store
         if args.command == "incidents":
@@ -166,6 +173,42 @@ class CudadiagMagics(Magics):
             raise UsageError("no incident in this kernel yet: name the cell to re-run, e.g. "
                              "%cuda_isolate 12")
         return incident.run.cells[0]
+
+
+def _explain(shell: Any, argument: str) -> None:
+    """`%cudadiag explain`: the argument is a file when one exists by that name, else the
+    text to explain; without one, the last error of this kernel."""
+    import json
+    import os
+    import traceback
+
+    from cudadiag.explain import ExplainError, explain_path, explain_text
+
+    as_json = argument == "--json" or argument.startswith("--json ")
+    if as_json:
+        argument = argument[len("--json"):].strip()
+    path = os.path.expanduser(argument)
+    try:
+        if argument and os.path.isfile(path):
+            explanation, source = explain_path(path), argument
+        elif argument:
+            explanation, source = explain_text(argument), "the text given"
+        else:
+            exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+            if exc is None:
+                raise UsageError("no error in this kernel yet: give a log file or the text to "
+                                 "explain, e.g. %cudadiag explain slurm-1234.out")
+            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            current = capture_for(shell).current
+            if current is not None and current.error.message in text:
+                text = current.error.text + "\n" + text  # the device's own lines come first
+            explanation, source = explain_text(text), "the last error of this kernel"
+    except ExplainError as exc:
+        raise UsageError(str(exc)) from None
+    if as_json:
+        print(json.dumps(explanation.to_dict(), indent=2, default=str))
+    else:
+        print(render.render_explanation(explanation, source))
 
 
 def capture_for(shell: Any) -> KernelCapture:

@@ -1,0 +1,410 @@
+"""Explain a log as users paste it: a SLURM output, a notebook traceback, an issue body,
+several ranks interleaved. Finds the first relevant error of the cascade — and in a
+multi-process log the rank that failed first — and classifies it.
+
+The log is streamed in blocks of whole lines. Only lines that hold one of knowledge.LOG_KEYS
+(found with `bytes.find`, at memory speed) are looked at, and only a bounded window around
+each rank's first error is kept: a 100 MB log costs little time and little memory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from cudadiag import knowledge
+from cudadiag.classify import classify, first_error_line, mentions_sticky_error
+from cudadiag.incident import Diagnosis
+
+BLOCK_BYTES = 4 * 2**20
+LINES_BEFORE = 4
+"""Lines of the same rank kept before its first error line."""
+LINES_AFTER = 60
+"""Lines of the same rank kept after its first error line: the rest of the message."""
+WINDOW_MAX_LINES = 2000
+"""A window stops collecting after this many lines of any rank."""
+BEFORE_SCAN_BYTES = 64 * 2**10
+ROOT_CAUSE_LINES = 12
+MAX_RANKS = 4096
+RANK_SAMPLE_BYTES = 64 * 2**10
+MAX_LINE_BYTES = 8192
+SHORT_TEXT_BYTES = 2**20
+"""A log whose first block is smaller than this (a pasted text) has every line read."""
+_NEWLINE = re.compile(rb"\n")
+
+_RANK_PREFIX = re.compile(
+    rb"^\s*(?:\[(?:rank|default)(?P<bracketed>\d{1,5})\]:|(?P<label>\d{1,5}): )")
+_RANKS_IN_BLOCK = re.compile(
+    rb"^\s*(?:\[(?:rank|default)(\d{1,5})\]:|(\d{1,5}): )", re.MULTILINE)
+_ROOT_CAUSE = b"root cause (first observed failure)"
+_ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_ISO_TIME = re.compile(rb"(?P<date>\d{4}-\d{2}-\d{2})[ T_](?P<time>\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)")
+_GLOG_TIME = re.compile(
+    rb"\b[EWIF](?P<month>[01]\d)(?P<day>[0-3]\d) (?P<time>\d{2}:\d{2}:\d{2}(?:\.\d+)?)")
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception)\b:")
+_SEQ_NUM = re.compile(r"SeqNum=(\d+)")
+
+
+class ExplainError(ValueError):
+    """The input cannot be read as a log (no such file, a directory, unreadable)."""
+
+
+class _Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+@dataclass
+class RankError:
+    """The first error one rank (or the single process) printed."""
+
+    rank: int | None
+    line: int
+    """1-based line number in the log."""
+    timestamp: tuple[str, ...] | None
+    evidence: str
+    text: str
+    """The window around the error: a few lines before it, the error, the lines after."""
+    diagnosis: Diagnosis | None = None
+
+    @property
+    def family(self) -> str:
+        """The family of this error (`unknown` before it is classified)."""
+        return self.diagnosis.family if self.diagnosis else "unknown"
+
+
+@dataclass
+class Explanation:
+    """What a log says: the first error's diagnosis, which rank, and the consequences."""
+
+    diagnosis: Diagnosis
+    first: RankError | None
+    consequences: list[RankError] = field(default_factory=list)
+    """The other ranks' first errors: probable consequences of the first failure."""
+    ranks_seen: list[int] = field(default_factory=list)
+    root_cause_rank: int | None = None
+    """The rank torchrun's error summary names as the first observed failure, if any."""
+    only_collective_failures: bool = False
+    """Every rank that failed failed in a collective (timeouts, aborts): none raised first."""
+    silent_ranks: list[int] = field(default_factory=list)
+    """Ranks that printed lines but no error (the slowest or a hung rank, when only
+    collectives failed)."""
+    lines: int = 0
+    bytes: int = 0
+    sticky_evidence: str = ""
+    """A line showing an error that leaves the CUDA context unusable, wherever it was."""
+
+    @property
+    def multi_process(self) -> bool:
+        """True when the log carries rank prefixes (several processes interleaved)."""
+        return bool(self.ranks_seen)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form (`cudadiag explain --json`): the Diagnosis's fields, with
+        `rank` (None unless the log is multi-process) and `evidence`, then the line, the
+        consequences and what was read."""
+        d = self.diagnosis
+        return {
+            "family": d.family,
+            "sticky": d.sticky,
+            "rank": d.rank,
+            "evidence": d.evidence,
+            "summary": d.summary,
+            "first_checks": d.first_checks,
+            "avoid": d.avoid,
+            "details": d.details,
+            "alternatives": [{"family": a.family, "evidence": a.evidence}
+                             for a in d.alternatives],
+            "asynchronous": d.asynchronous,
+            "line": self.first.line if self.first else None,
+            "consequences": [{"rank": c.rank, "line": c.line, "family": c.family,
+                              "evidence": c.evidence} for c in self.consequences],
+            "only_collective_failures": self.only_collective_failures,
+            "silent_ranks": self.silent_ranks,
+            "root_cause_rank": self.root_cause_rank,
+            "lines": self.lines,
+            "bytes": self.bytes,
+        }
+
+
+def explain_text(text: str) -> Explanation:
+    """Explain a log given as a string. Never raises for odd input."""
+    return explain_blocks([text.encode("utf-8", errors="replace")])
+
+
+def explain_path(path: str | Path) -> Explanation:
+    """Explain the log in file `path` (gzip-compressed when it ends in `.gz`), streamed.
+
+    Raises ExplainError when the file cannot be read.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ExplainError(f"{path} is a directory; give a log file (or - for standard input)")
+    try:
+        with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as stream:
+            return explain_stream(stream)
+    except FileNotFoundError:
+        raise ExplainError(f"{path}: no such file") from None
+    except (OSError, EOFError) as exc:
+        raise ExplainError(f"{path}: cannot be read ({exc})") from None
+
+
+def explain_stream(stream: _Readable) -> Explanation:
+    """Explain a log read from a binary stream, in bounded memory. Undecodable bytes are
+    replaced; OSError from the stream propagates."""
+    return explain_blocks(iter(lambda: stream.read(BLOCK_BYTES), b""))
+
+
+def explain_blocks(chunks: Iterable[bytes]) -> Explanation:
+    """Explain a log given as successive byte chunks (cut anywhere)."""
+    scanner: _Scanner | None = None
+    for block in _whole_lines(chunks):
+        if scanner is None:
+            scanner = _Scanner(every_line=len(block) < SHORT_TEXT_BYTES)
+        scanner.feed(block)
+    scanner = scanner or _Scanner()
+    return scanner.finish()
+
+
+def _whole_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Re-cut chunks into blocks of whole lines, each ending with a newline."""
+    carry = b""
+    for chunk in chunks:
+        chunk = carry + chunk
+        cut = chunk.rfind(b"\n")
+        if cut < 0:
+            carry = chunk
+            continue
+        carry = chunk[cut + 1:]
+        yield chunk[: cut + 1]
+    if carry:
+        yield carry + b"\n"
+
+
+@dataclass
+class _Window:
+    """Lines still to collect after an error line (or torchrun's failure summary)."""
+
+    error: RankError | None
+    rank: int | None
+    wanted: int
+    until_line: int = 0
+    """The window closes at this line of the log even if its rank fell silent."""
+
+
+class _Scanner:
+    """The state of one pass over a log. A short text (pasted, under SHORT_TEXT_BYTES) has
+    every line read; a long log only the lines holding a key."""
+
+    def __init__(self, every_line: bool = False) -> None:
+        self.every_line = every_line
+        self.lines = 0
+        self.bytes = 0
+        self.first: dict[int | None, RankError] = {}
+        self.windows: list[_Window] = []
+        self.summary: _Window | None = None
+        self.sticky_evidence = ""
+        self.root_cause_rank: int | None = None
+        self.fallback: RankError | None = None
+        """The first exception line, kept in case no known signature ever matches."""
+        self.ranks: set[int] = set()
+        self.tail = b""
+        """The end of the previous block, for the lines just before an error."""
+
+    def feed(self, block: bytes) -> None:
+        self.bytes += len(block)
+        if len(self.ranks) < MAX_RANKS:
+            self._note_ranks(block)
+        lowered = block.lower()
+        if self.every_line:
+            candidates = [0, *(m.end() for m in _NEWLINE.finditer(block, 0, len(block) - 1))]
+        else:
+            candidates = sorted(_key_line_starts(lowered))
+        line = self.lines
+        cursor = 0
+        index = 0
+        while cursor < len(block):
+            while index < len(candidates) and candidates[index] < cursor:
+                index += 1
+            following = bool(self.windows) or self.summary is not None
+            if not following:
+                if index >= len(candidates):
+                    break
+                line += block.count(b"\n", cursor, candidates[index])
+                cursor = candidates[index]
+            end = block.index(b"\n", cursor) + 1
+            line += 1
+            is_candidate = index < len(candidates) and candidates[index] == cursor
+            self._visit(block, lowered, cursor, end, line, is_candidate)
+            cursor = end
+        self.lines = line + block.count(b"\n", cursor)
+        self.tail = block[-BEFORE_SCAN_BYTES:]
+
+    def _note_ranks(self, block: bytes) -> None:
+        """Note the ranks that print in this block. Ranks interleave all along a log, so the
+        block's first and last lines show them without a pass over every line."""
+        for sample in (block[:RANK_SAMPLE_BYTES], block[-RANK_SAMPLE_BYTES:]):
+            self.ranks.update(int(a or b) for a, b in _RANKS_IN_BLOCK.findall(sample))
+
+    def _visit(self, block: bytes, lowered: bytes, start: int, end: int, line: int,
+               is_candidate: bool) -> None:
+        raw = block[start:min(end, start + MAX_LINE_BYTES)]
+        rank, text = _split_rank(raw)
+        self._follow(rank, text, line)
+        if not is_candidate:
+            return
+        if rank is not None and len(self.ranks) < MAX_RANKS:
+            self.ranks.add(rank)
+        low = lowered[start:min(end, start + MAX_LINE_BYTES)]
+        if _ROOT_CAUSE in low:
+            self.summary = _Window(None, None, ROOT_CAUSE_LINES)
+        if not (self.every_line or any(a in low for a in knowledge.LOG_ANCHORS)
+                or _EXCEPTION_LINE.match(text)):
+            return
+        if not self.sticky_evidence and mentions_sticky_error(text):
+            self.sticky_evidence = text.strip()
+        if rank in self.first or len(self.first) >= MAX_RANKS:
+            return
+        evidence = first_error_line(text)
+        if evidence:
+            before = self._lines_before(block, start, rank)
+            error = RankError(rank=rank, line=line, timestamp=_timestamp(raw),
+                              evidence=evidence, text="\n".join([*before, text]))
+            self.first[rank] = error
+            self.windows.append(_Window(error, rank, LINES_AFTER, line + WINDOW_MAX_LINES))
+        elif self.fallback is None and _EXCEPTION_LINE.match(text):
+            self.fallback = RankError(rank=rank, line=line, timestamp=_timestamp(raw),
+                                      evidence=text.strip(), text=text)
+
+    def _follow(self, rank: int | None, text: str, line: int) -> None:
+        """Give a line to the windows still collecting lines of its rank."""
+        if self.summary is not None:
+            m = _ROOT_CAUSE_RANK.match(text)
+            self.summary.wanted -= 1
+            if m:
+                self.root_cause_rank = int(m.group(1))
+            if m or self.summary.wanted <= 0:
+                self.summary = None
+        for window in list(self.windows):
+            if window.rank == rank and window.error is not None:
+                window.error.text += "\n" + text
+                window.wanted -= 1
+            if window.wanted <= 0 or line >= window.until_line:
+                self.windows.remove(window)
+
+    def _lines_before(self, block: bytes, start: int, rank: int | None) -> list[str]:
+        """Up to LINES_BEFORE lines of `rank` just before offset `start`."""
+        window = (self.tail + block[:start]) if start < BEFORE_SCAN_BYTES else block[
+            start - BEFORE_SCAN_BYTES:start]
+        kept: list[str] = []
+        for raw in reversed(window.split(b"\n")[1:-1]):
+            line_rank, text = _split_rank(raw[:MAX_LINE_BYTES])
+            if line_rank == rank:
+                kept.append(text)
+                if len(kept) == LINES_BEFORE:
+                    break
+        return list(reversed(kept))
+
+    def finish(self) -> Explanation:
+        errors = list(self.first.values())
+        for error in errors:
+            error.diagnosis = classify(error.text)
+        first = _first_failure(errors, self.root_cause_rank)
+        if first is not None and first.diagnosis is not None:
+            diagnosis = first.diagnosis
+        elif self.fallback is not None:
+            first = self.fallback
+            diagnosis = classify(first.text)
+            diagnosis.evidence = diagnosis.evidence or first.evidence
+        else:
+            diagnosis = classify("")
+        if self.sticky_evidence and not diagnosis.sticky:
+            diagnosis.sticky = True
+            diagnosis.details["sticky_evidence"] = self.sticky_evidence
+        multi = bool(self.ranks)
+        if first is not None and multi:
+            diagnosis.rank = first.rank
+        only_collective = multi and bool(errors) and all(map(_is_consequence, errors))
+        failed = {e.rank for e in errors}
+        return Explanation(
+            diagnosis=diagnosis, first=first,
+            consequences=[e for e in errors if e is not first],
+            ranks_seen=sorted(self.ranks), root_cause_rank=self.root_cause_rank,
+            only_collective_failures=only_collective,
+            silent_ranks=sorted(r for r in self.ranks if r not in failed),
+            lines=self.lines, bytes=self.bytes, sticky_evidence=self.sticky_evidence,
+        )
+
+
+def _key_line_starts(lowered: bytes) -> set[int]:
+    """Return the start offsets of the lines of `lowered` that hold one of LOG_KEYS."""
+    starts: set[int] = set()
+    for key in knowledge.LOG_KEYS:
+        at = lowered.find(key)
+        while at >= 0:
+            starts.add(lowered.rfind(b"\n", 0, at) + 1)
+            at = lowered.find(key, lowered.find(b"\n", at) + 1 or len(lowered))
+    return starts
+
+
+def _split_rank(raw: bytes) -> tuple[int | None, str]:
+    """Return (the rank of a `[rank3]:` / `[default3]:` / `3: ` prefix or None, the line
+    without the prefix, decoded)."""
+    m = _RANK_PREFIX.match(raw)
+    rank = None
+    if m:
+        rank = int(m.group("bracketed") or m.group("label"))
+        raw = raw[m.end():]
+    return rank, raw.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def _timestamp(raw: bytes) -> tuple[str, ...] | None:
+    """A sortable timestamp from an ISO date-time or a glog prefix (`E0501 12:00:01.123`)."""
+    head = raw[:200]
+    m = _ISO_TIME.search(head)
+    if m:
+        return ("iso", m.group("date").decode(), m.group("time").decode().replace(",", "."))
+    m = _GLOG_TIME.search(head)
+    if m:
+        return ("glog", m.group("month").decode(), m.group("day").decode(),
+                m.group("time").decode())
+    return None
+
+
+def _is_consequence(error: RankError) -> bool:
+    """A collective's failure, or a wrapper (an uncaught C++ exception, a launcher's report)
+    that does not show the error it carries: what other ranks' errors lead to."""
+    d = error.diagnosis
+    return d is None or d.family == "distributed" or bool(d.details.get("carrier_only"))
+
+
+def _first_failure(errors: list[RankError], named: int | None) -> RankError | None:
+    """The error that came first. Collective failures and bare wrappers are consequences:
+    among the other errors, the earliest by timestamp when each has one of the same kind,
+    else the first to appear. When only consequences exist, torchrun's root-cause rank, else
+    the first."""
+    if not errors:
+        return None
+    causes = [e for e in errors if not _is_consequence(e)]
+    if not causes:
+        named_error = next((e for e in errors if e.rank == named), None)
+        return named_error or min(errors, key=lambda e: e.line)
+    stamps = {e.timestamp[0] for e in causes if e.timestamp is not None}
+    if len(stamps) == 1 and all(e.timestamp is not None for e in causes):
+        return min(causes, key=lambda e: (e.timestamp, e.line))
+    return min(causes, key=lambda e: e.line)
+
+
+def seq_numbers(explanation: Explanation) -> dict[int | None, int]:
+    """The collective sequence number (`SeqNum=N`) each failed rank reported, when it did:
+    a rank behind the others is the slow one."""
+    found: dict[int | None, int] = {}
+    errors = [explanation.first, *explanation.consequences]
+    for error in (e for e in errors if e is not None):
+        m = _SEQ_NUM.search(error.text)
+        if m:
+            found[error.rank] = int(m.group(1))
+    return found
