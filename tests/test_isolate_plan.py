@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cudadiag.isolate.plan import PlanError, analyse_cell, make_plan, python_source
+from cudadiag.isolate.cellfacts import analyse_cell, python_source
+from cudadiag.isolate.plan import PlanError, make_plan
 
 HISTORY = {
     1: "import torch\nimport torch.nn.functional as F\nimport matplotlib.pyplot as plt",
