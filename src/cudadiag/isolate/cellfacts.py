@@ -522,15 +522,13 @@ class _Visitor(ast.NodeVisitor):
         `assigned`: `expr` is an assignment or `del` target; one rooted at a module
         (`torch.backends.cudnn.benchmark = True`) sets process-wide state."""
         root = _root(expr)
-        if root is None:
-            return
         if assigned and self._is_module(root):
             qualified = self._qualified(_without_subscripts(expr))
             self._record_state(effects.process_state_target(qualified)
                                or f"sets an attribute of module {root}")
             return
-        self._read(root)
-        self._mutate(root)
+        for name in self._reached(expr):  # get_layer(model).weight reaches model
+            self._mutate(name)
 
     def _mutate(self, name: str, level: int | None = None,
                 seen: set[tuple[int, str]] | None = None) -> None:
@@ -576,8 +574,12 @@ class _Visitor(ast.NodeVisitor):
         if expr is None:
             return set()
         if isinstance(expr, ast.Name):
-            modules = self.known.modules
-            return set() if expr.id in modules and not self._is_local(expr.id) else {expr.id}
+            for frame in reversed(self.frames):
+                if expr.id in frame.local:
+                    # a comprehension's variable stands for the items of what it iterates
+                    return (set(frame.reaches.get(expr.id, ())) if frame.kind == "comprehension"
+                            else {expr.id})
+            return set() if self._is_module(expr.id) else {expr.id}
         if isinstance(expr, (ast.Attribute, ast.Subscript, ast.Starred, ast.Await,
                              ast.NamedExpr)):
             return self._reached(expr.value)
