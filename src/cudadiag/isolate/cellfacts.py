@@ -422,6 +422,8 @@ class _Visitor(ast.NodeVisitor):
             return
         elif isinstance(func, ast.Attribute):
             self._method_call(node, func)
+        elif qualified in effects.PURE_BUILTINS:
+            return
         else:
             self._may_change(_root(func))  # model(x) may change model
             changed = effects.changed_argument(qualified)

@@ -186,6 +186,14 @@ tensor methods (`requires_grad_()`, any name ending with `_`), `.to()` / `.cuda(
 `load_state_dict()`, container mutators (`append`, `extend`, `update`, `insert`, `pop`,
 `clear`, `setdefault`, `add`, `remove`, `sort`), a file's `read()`, and user methods."""
 
+PURE_BUILTINS = frozenset({"print", "len", "sorted", "sum", "min", "max", "list", "tuple",
+                           "set", "frozenset", "dict", "str", "repr", "int", "float", "bool",
+                           "isinstance", "issubclass", "type", "id", "hash", "abs", "round",
+                           "any", "all", "enumerate", "zip", "range", "reversed", "map",
+                           "filter", "format", "divmod", "pow", "chr", "ord", "hasattr",
+                           "getattr", "callable", "vars", "dir"})
+"""Builtins that change none of their arguments."""
+
 VALUE_FREE_BUILTINS = frozenset({"len", "str", "int", "float", "bool", "repr", "hash", "id",
                                  "type", "isinstance", "issubclass", "range", "round", "abs",
                                  "format", "callable", "hasattr", "ord", "chr"})

@@ -42,6 +42,9 @@ class Plan:
     """Cells replayed only because they set process-wide state, with what they set."""
     ship_instead: list[str] = field(default_factory=list)
     """Values that could be shipped instead of replaying the cells with side effects."""
+    replayed_for: dict[int, str] = field(default_factory=dict)
+    """Why each earlier cell with side effects is replayed (what it provides that cannot be
+    shipped)."""
     allow_side_effects: bool = False
 
     @property
@@ -55,14 +58,17 @@ class Plan:
         repeated = self.repeated_side_effects
         if not repeated or self.allow_side_effects:
             return None
-        cells = _cells(sorted({n for n, _ in repeated}))
-        lines = [f"  In[{n}] {effect}" for n, effect in repeated]
-        instead = (f", or --ship {','.join(self.ship_instead)} to send the values {cells} made "
-                   "instead of replaying it" if self.ship_instead
-                   else ", or --cells to choose the cells to replay")
-        return ("not run: replaying would repeat what earlier cells did to this machine:\n"
-                + "\n".join(lines)
-                + f"\nAdd --allow-side-effects to replay {cells} anyway{instead}.")
+        cells = sorted({n for n, _ in repeated})
+        lines = ["not run: replaying would repeat what earlier cells did to this machine:"]
+        lines += [f"  In[{n}] {effect}" for n, effect in repeated]
+        lines += [f"In[{n}] is replayed for {self.replayed_for[n]}." for n in cells
+                  if n in self.replayed_for]
+        advice = f"Add --allow-side-effects to replay {_cells(cells)} anyway"
+        if self.ship_instead:
+            advice += (f", or --ship {','.join(self.ship_instead)} to send the values instead "
+                       "of replaying the cells that made them")
+        return "\n".join([*lines, advice + ", or --cells N,M,... to choose the cells to "
+                                            "replay."])
 
     def describe(self) -> str:
         """Return the lines the magics print before running: the plan, then its notes."""
@@ -127,8 +133,10 @@ class _Planner:
         self.namespace = namespace
         self.ship = ship
         groups = _alias_groups(cell.aliases for cell in facts.values())
-        self.changes = _changed_from(facts, groups)
-        self.writes = {n: cell.rebinds | _closed(cell.mutates, groups)
+        # an immutable value (an int, a string...) is never changed in place through an alias
+        fixed = {name for name, value in namespace.items() if _immutable(value)}
+        self.changes = _changed_from(facts, groups, fixed)
+        self.writes = {n: cell.rebinds | (_closed(cell.mutates, groups) - fixed)
                        for n, cell in facts.items()}
         self.needed = set(facts[target].uses)
         self.replay = [target]
@@ -150,6 +158,8 @@ class _Planner:
         self._check_complete()
         replay = sorted(self.replay)
         side_effects = [(n, e) for n in replay for e in self.facts[n].effects]
+        ship_instead, replayed_for = self._instead_of({n for n, _ in side_effects}
+                                                      - {self.target})
         return Plan(
             target=self.target,
             replay=replay,
@@ -161,7 +171,8 @@ class _Planner:
             process_state=[(n, ", ".join(self.facts[n].process_state)) for n in replay
                            if n != self.target and not self.provides.get(n)
                            and not self.facts[n].star_import],
-            ship_instead=self._ship_instead({n for n, _ in side_effects} - {self.target}),
+            ship_instead=ship_instead,
+            replayed_for=replayed_for,
             allow_side_effects=allow_side_effects,
         )
 
@@ -194,10 +205,24 @@ class _Planner:
                 "and which cannot be shipped (" + "; ".join(
                     f"{n}: {self.refused.get(n, 'not defined')}" for n in missing) + ")")
 
-    def _ship_instead(self, cells: set[int]) -> list[str]:
-        """The values the cells with side effects provide that could be shipped instead."""
-        return sorted(name for n in cells for name in self.provides.get(n, ())
-                      if _why_not_shippable(name, self.namespace, self.changes(n + 1)) is None)
+    def _instead_of(self, cells: set[int]) -> tuple[list[str], dict[int, str]]:
+        """For the cells with side effects: the values that could be shipped instead, and why
+        each cell is replayed."""
+        shippable: set[str] = set()
+        replayed_for: dict[int, str] = {}
+        for n in sorted(cells):
+            reasons = []
+            for name in sorted(self.provides.get(n, ())):
+                why = _why_not_shippable(name, self.namespace, self.changes(n + 1))
+                if why is None:
+                    shippable.add(name)
+                else:
+                    reasons.append(f"{name} (not shipped: {why})")
+            if self.facts[n].process_state and not self.provides.get(n):
+                reasons.append(f"process-wide state ({', '.join(self.facts[n].process_state)})")
+            if reasons:
+                replayed_for[n] = "; ".join(reasons)
+        return sorted(shippable), replayed_for
 
 
 def _explicit_plan(facts: dict[int, CellFacts], target: int, cells: list[int],
@@ -222,20 +247,29 @@ def _cells(numbers: list[int]) -> str:
     return ", ".join(f"In[{n}]" for n in numbers)
 
 
-def _changed_from(facts: dict[int, CellFacts],
-                  groups: list[set[str]]) -> Callable[[int], dict[str, int]]:
+def _changed_from(facts: dict[int, CellFacts], groups: list[set[str]],
+                  fixed: set[str]) -> Callable[[int], dict[str, int]]:
     """Return f(first) -> {name: the first cell from `first` on that may have rebound or
-    changed it in place} (in-place changes reach every alias of the object)."""
+    changed it in place} (in-place changes reach every alias of the object, except the
+    `fixed` names, whose values are immutable)."""
 
     def changed(first: int) -> dict[str, int]:
         found: dict[str, int] = {}
         for n in sorted(facts):
             if n >= first:
-                for name in facts[n].rebinds | _closed(facts[n].may_change, groups):
+                in_place = _closed(facts[n].may_change, groups) - fixed
+                for name in facts[n].rebinds | in_place:
                     found.setdefault(name, n)
         return found
 
     return changed
+
+
+def _immutable(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, (int, float, complex, str, bytes, frozenset, range, type(None))):
+        return True
+    return (isinstance(value, tuple) and depth < 3
+            and all(_immutable(item, depth + 1) for item in value))
 
 
 def _closed(names: set[str], groups: list[set[str]]) -> set[str]:
