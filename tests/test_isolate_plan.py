@@ -117,3 +117,16 @@ def test_free_names_respect_local_scopes_and_order():
                             "vals = [i * k for i in range(3)]\nq = 1\nr = q + s")
     assert facts.uses == {"g", "k", "s"}
     assert facts.rebinds == {"f", "vals", "q", "r"}
+
+
+def test_a_shipped_value_an_earlier_replayed_cell_needs_as_it_was_is_replayed_instead():
+    history = {1: "import torch", 2: "n = 3", 3: "w = torch.zeros(n)", 4: "n = 5",
+               5: "print(n, w.sum())"}
+    namespace = {"torch": torch, "n": 5, "w": _OnGpu()}
+    # In[3] must see n = 3: shipping today's n = 5 would rebuild w with the wrong size
+    plan = make_plan(history, 5, namespace)
+    assert plan.replay == [1, 2, 3, 4, 5] and plan.ship == []
+    with pytest.raises(PlanError, match="cannot ship n: an earlier replayed cell needs the "
+                                        r"value it had before: it may have been changed since, "
+                                        r"by In\[4\]"):
+        make_plan(history, 5, namespace, ship=["n"])

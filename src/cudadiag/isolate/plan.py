@@ -138,23 +138,20 @@ class _Planner:
         self.changes = _changed_from(facts, groups, fixed)
         self.writes = {n: cell.rebinds | (_closed(cell.mutates, groups) - fixed)
                        for n, cell in facts.items()}
-        self.needed = set(facts[target].uses)
-        self.replay = [target]
+        self.never_ship: dict[str, str] = {}
+        self.needed: set[str] = set()
+        self.replay: list[int] = []
         self.shipped: list[str] = []
         self.refused: dict[str, str] = {}
         self.provides: dict[int, set[str]] = {}
 
     def plan(self, allow_side_effects: bool) -> Plan:
-        order = sorted(n for n in self.facts if n <= self.target)
-        for number in reversed(order[:-1]):
-            self._ship_needed(number + 1)
-            cell = self.facts[number]
-            provided = self.writes[number] & self.needed
-            if cell.star_import or provided or cell.process_state:
-                self.replay.append(number)
-                self.provides[number] = provided
-                self.needed = (self.needed - cell.rebinds) | cell.uses
-        self._ship_needed(order[0])
+        while True:
+            try:
+                self._walk()
+                break
+            except _ShippedTooLate as late:  # plan again, replaying that name
+                self.never_ship[late.name] = late.reason
         self._check_complete()
         replay = sorted(self.replay)
         side_effects = [(n, e) for n in replay for e in self.facts[n].effects]
@@ -176,6 +173,23 @@ class _Planner:
             allow_side_effects=allow_side_effects,
         )
 
+    def _walk(self) -> None:
+        self.needed = set(self.facts[self.target].uses)
+        self.replay = [self.target]
+        self.shipped = []
+        self.refused = dict(self.never_ship)
+        self.provides = {}
+        order = sorted(n for n in self.facts if n <= self.target)
+        for number in reversed(order[:-1]):
+            self._ship_needed(number + 1)
+            cell = self.facts[number]
+            provided = self.writes[number] & self.needed
+            if cell.star_import or provided or cell.process_state:
+                self.replay.append(number)
+                self.provides[number] = provided
+                self.needed = (self.needed - cell.rebinds) | cell.uses
+        self._ship_needed(order[0])
+
     def _ship_needed(self, first: int) -> None:
         """Ship the needed names whose current values no cell from `first` on may have
         changed (explicitly named ones must be shippable)."""
@@ -184,7 +198,15 @@ class _Planner:
             if not (name in explicit if explicit else self.ship == "auto"):
                 continue
             reason = _why_not_shippable(name, self.namespace, self.changes(first))
-            if reason is None:
+            if name in self.shipped:  # needed again, earlier: is it still the same value?
+                if reason is None:
+                    self.needed.discard(name)
+                elif name in explicit:
+                    raise PlanError(f"cannot ship {name}: an earlier replayed cell needs the "
+                                    f"value it had before: it {reason}")
+                else:
+                    raise _ShippedTooLate(name, reason)
+            elif reason is None:
                 self.shipped.append(name)
                 self.needed.discard(name)
             elif name in explicit:
@@ -223,6 +245,15 @@ class _Planner:
             if reasons:
                 replayed_for[n] = "; ".join(reasons)
         return sorted(shippable), replayed_for
+
+
+class _ShippedTooLate(Exception):
+    """A shipped name is needed by an earlier replayed cell, as it was before a change."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(name)
+        self.name = name
+        self.reason = reason
 
 
 def _explicit_plan(facts: dict[int, CellFacts], target: int, cells: list[int],
