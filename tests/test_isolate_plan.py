@@ -130,3 +130,15 @@ def test_a_shipped_value_an_earlier_replayed_cell_needs_as_it_was_is_replayed_in
                                         r"value it had before: it may have been changed since, "
                                         r"by In\[4\]"):
         make_plan(history, 5, namespace, ship=["n"])
+
+
+def test_a_value_a_replayed_cell_makes_again_is_not_shipped():
+    history = {1: "import torch", 2: "torch.manual_seed(0)\nloss = torch.ones(2).sum()",
+               3: "print(loss.item())"}
+    namespace = {"torch": torch, "loss": torch.tensor(2.0)}
+    # In[2] is replayed for its seed and makes loss again: shipping loss would be overwritten
+    plan = make_plan(history, 3, namespace)
+    assert plan.replay == [1, 2, 3] and plan.ship == []
+    assert plan.not_shipped["loss"] == "made again by In[2], which is replayed anyway"
+    with pytest.raises(PlanError, match=r"cannot ship loss: it is made again by In\[2\]"):
+        make_plan(history, 3, namespace, ship=["loss"])

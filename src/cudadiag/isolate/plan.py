@@ -149,9 +149,10 @@ class _Planner:
         while True:
             try:
                 self._walk()
+                self._check_not_made_again()
                 break
-            except _ShippedTooLate as late:  # plan again, replaying that name
-                self.never_ship[late.name] = late.reason
+            except _Unship as unship:  # plan again, replaying that name
+                self.never_ship[unship.name] = unship.reason
         self._check_complete()
         replay = sorted(self.replay)
         side_effects = [(n, e) for n in replay for e in self.facts[n].effects]
@@ -205,7 +206,7 @@ class _Planner:
                     raise PlanError(f"cannot ship {name}: an earlier replayed cell needs the "
                                     f"value it had before: it {reason}")
                 else:
-                    raise _ShippedTooLate(name, reason)
+                    raise _Unship(name, reason)
             elif reason is None:
                 self.shipped.append(name)
                 self.needed.discard(name)
@@ -213,6 +214,18 @@ class _Planner:
                 raise PlanError(f"cannot ship {name}: {reason}")
             else:
                 self.refused[name] = reason
+
+    def _check_not_made_again(self) -> None:
+        """A shipped value that a replayed cell makes again would be overwritten (the child
+        loads shipped values before it replays)."""
+        explicit = self.ship if isinstance(self.ship, list) else []
+        for name in self.shipped:
+            again = [n for n in self.replay if n != self.target and name in self.writes[n]]
+            if again:
+                reason = f"made again by In[{min(again)}], which is replayed anyway"
+                if name in explicit:
+                    raise PlanError(f"cannot ship {name}: it is {reason}")
+                raise _Unship(name, reason)
 
     def _check_complete(self) -> None:
         explicit = self.ship if isinstance(self.ship, list) else []
@@ -247,8 +260,9 @@ class _Planner:
         return sorted(shippable), replayed_for
 
 
-class _ShippedTooLate(Exception):
-    """A shipped name is needed by an earlier replayed cell, as it was before a change."""
+class _Unship(Exception):
+    """A shipped name must be replayed instead: an earlier replayed cell needs it as it was
+    before a change, or makes it again."""
 
     def __init__(self, name: str, reason: str) -> None:
         super().__init__(name)
