@@ -120,12 +120,13 @@ def test_the_refusal_offers_to_ship_what_the_cell_made():
 
 
 def test_the_refusal_says_why_a_value_could_not_be_shipped():
-    history = {1: "with open('data.txt', 'a') as log:\n    log.write('loaded')\nlossi = []",
-               2: "lossi.append(0.5)"}
-    plan = make_plan(history, 2, {"lossi": [0.5]})
+    history = {1: "with open('data.txt', 'a') as log:\n    log.write('loaded')\n"
+                  "lossi = []\nstepi = []",
+               2: "lossi.append(0.5)\nstepi.append(0)"}
+    plan = make_plan(history, 2, {"lossi": [0.5], "stepi": [0]})
     assert plan.replay == [1, 2] and plan.ship == []
-    assert ("In[1] is replayed for lossi (not shipped: may have been changed since, by In[2] "
-            "(directly or through an alias)).") in plan.refusal
+    assert ("In[1] is replayed for lossi, stepi (not shipped: may have been changed since, by "
+            "In[2] (directly or through an alias)).") in plan.refusal
 
 
 def test_a_cell_kept_for_process_wide_state_is_refused_with_its_reason():

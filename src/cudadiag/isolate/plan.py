@@ -246,13 +246,15 @@ class _Planner:
         shippable: set[str] = set()
         replayed_for: dict[int, str] = {}
         for n in sorted(cells):
-            reasons = []
+            names_by_reason: dict[str, list[str]] = {}
             for name in sorted(self.provides.get(n, ())):
                 why = _why_not_shippable(name, self.namespace, self.changes(n + 1))
                 if why is None:
                     shippable.add(name)
                 else:
-                    reasons.append(f"{name} (not shipped: {why})")
+                    names_by_reason.setdefault(why, []).append(name)
+            reasons = [f"{', '.join(names)} (not shipped: {why})"
+                       for why, names in names_by_reason.items()]
             if self.facts[n].process_state and not self.provides.get(n):
                 reasons.append(f"process-wide state ({', '.join(self.facts[n].process_state)})")
             if reasons:
