@@ -195,10 +195,11 @@ class _Planner:
         """Ship the needed names whose current values no cell from `first` on may have
         changed (explicitly named ones must be shippable)."""
         explicit = self.ship if isinstance(self.ship, list) else []
-        for name in sorted(self.needed - self.refused.keys()):
-            if not (name in explicit if explicit else self.ship == "auto"):
-                continue
-            reason = _why_not_shippable(name, self.namespace, self.changes(first))
+        candidates = [name for name in sorted(self.needed - self.refused.keys())
+                      if (name in explicit if explicit else self.ship == "auto")]
+        changed = self.changes(first) if candidates else {}
+        for name in candidates:
+            reason = _why_not_shippable(name, self.namespace, changed)
             if name in self.shipped:  # needed again, earlier: is it still the same value?
                 if reason is None:
                     self.needed.discard(name)
