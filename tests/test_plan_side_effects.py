@@ -15,7 +15,8 @@ from cudadiag.isolate.plan import PlanError, make_plan
 from scenarios import SETUP, run
 
 IMPORTS = ("import os, shutil, subprocess, json, pickle, socket, urllib.request, http.client\n"
-           "import requests, torch, torchvision\nimport numpy as np\nimport pandas as pd\n"
+           "import requests, torch, torchvision, logging, wandb\nimport numpy as np\n"
+           "import pandas as pd\n"
            "import matplotlib.pyplot as plt\nfrom pathlib import Path\nfrom os import remove\n"
            "df = pd.DataFrame({'a': [1]})")
 
@@ -56,6 +57,10 @@ WRITERS = [
     ("json.dump(vocab, fh)", "writes a file: json.dump(vocab, fh)"),
     ("df.to_csv('out.csv')", "writes a file: df.to_csv('out.csv')"),
     ("plt.savefig('loss.png')", "writes a file: plt.savefig('loss.png')"),
+    ("logging.basicConfig(filename='train.log')",
+     "writes a file: logging.basicConfig(filename='train.log')"),
+    ("run = wandb.init(project='mlp')",
+     "logs to an experiment tracker: wandb.init(project='mlp')"),
     ("ds = torchvision.datasets.MNIST('data', download=True)",
      "downloads files (download=True): torchvision.datasets.MNIST('data', download=True)"),
 ]
@@ -64,7 +69,7 @@ HARMLESS = ["words = open('names.txt').read()", "fh = open('names.txt', 'r')",
             "text = df.to_csv()", "text = json.dumps([1])", "p = os.path.join('a', 'b')",
             "ok = Path('a').exists()", "s = 'a-b'.replace('-', '_')",
             "d = df.rename(columns={'a': 'b'})", "requests = []\nrequests.append(1)",
-            "def save(m):\n    torch.save(m, 'm.pt')"]
+            "def save(m):\n    torch.save(m, 'm.pt')", "logging.basicConfig(level=10)"]
 
 
 def _history(code: str) -> dict[int, str]:
@@ -209,7 +214,7 @@ def test_a_replayed_cell_appending_to_a_file_is_refused_then_allowed(shell, caps
                                                                      monkeypatch):
     monkeypatch.chdir(tmp_path)
     _, setup = run(shell, SETUP)
-    _, logging = run(shell, "with open('data.txt', 'a') as log:\n    log.write('epoch 0\\n')\n"
+    _, log_cell = run(shell, "with open('data.txt', 'a') as log:\n    log.write('epoch 0\\n')\n"
                             "losses = []")
     _, failing = run(shell, "logits = torch.zeros(3, 4)\ntarget = torch.tensor([0, 2, 4])\n"
                             "losses.append(F.cross_entropy(logits, target).item())")
@@ -220,12 +225,12 @@ def test_a_replayed_cell_appending_to_a_file_is_refused_then_allowed(shell, caps
     assert isinstance(result.error_in_exec, UsageError)
     message = str(result.error_in_exec)
     assert message.startswith("not run: replaying would repeat what earlier cells did to this "
-                              f"machine:\n  In[{logging}] writes a file: open('data.txt', 'a')")
-    assert f"In[{logging}] is replayed for losses (not shipped: may have been changed" in message
+                              f"machine:\n  In[{log_cell}] writes a file: open('data.txt', 'a')")
+    assert f"In[{log_cell}] is replayed for losses (not shipped: may have been changed" in message
     assert "Add --allow-side-effects" in message
     out = capsys.readouterr().out
-    assert f"plan: replay In[{setup}], In[{logging}], In[{failing}]; ship nothing" in out
-    assert f"  side effect: In[{logging}] writes a file: open('data.txt', 'a')" in out
+    assert f"plan: replay In[{setup}], In[{log_cell}], In[{failing}]; ship nothing" in out
+    assert f"  side effect: In[{log_cell}] writes a file: open('data.txt', 'a')" in out
     assert (tmp_path / "data.txt").read_text() == "epoch 0\n"
     assert len(incidents()) == 1
 

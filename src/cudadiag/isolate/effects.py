@@ -58,7 +58,11 @@ SIDE_EFFECT_CALLS: dict[str, CallRule] = {
     "subprocess.*": CallRule(STARTS_PROCESS),
     **{f"{module}.*": CallRule(NETWORK)
        for module in ("requests", "httpx", "aiohttp", "urllib.request", "http.client", "ftplib",
-                      "smtplib", "wandb")},
+                      "smtplib")},
+    **{f"{module}.*": CallRule("logs to an experiment tracker")
+       for module in ("wandb", "mlflow")},
+    "logging.FileHandler": CallRule(WRITES),
+    "logging.basicConfig": CallRule(WRITES, needs_destination=True),
     "socket.socket": CallRule(NETWORK),
     "socket.create_connection": CallRule(NETWORK),
     "torch.hub.*": CallRule(DOWNLOADS),
