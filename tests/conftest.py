@@ -34,7 +34,8 @@ def no_watches_from_other_tests():
 
 @pytest.fixture
 def shell():
-    """The process's IPython InteractiveShell with cudadiag loaded; unloaded afterwards."""
+    """The process's IPython InteractiveShell with cudadiag loaded; unloaded and reset (a new
+    history session) afterwards."""
     from IPython.core.interactiveshell import InteractiveShell
 
     ip = InteractiveShell.instance()
@@ -42,4 +43,6 @@ def shell():
     yield ip
     ip.run_cell("_sim = globals().get('sim')\nif _sim is not None: _sim.stop()")
     ip.extension_manager.unload_extension("cudadiag")
-    ip.reset(new_session=False)
+    # a new history session too: the plan replays earlier cells that set process-wide state
+    # (seeds, the simulated device), and a test's cells are no earlier cells of the next
+    ip.reset(new_session=True)

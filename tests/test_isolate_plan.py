@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cudadiag.isolate.plan import PlanError, analyse_cell, make_plan, python_source
+from cudadiag.isolate.cellfacts import analyse_cell, python_source
+from cudadiag.isolate.plan import PlanError, make_plan
 
 HISTORY = {
     1: "import torch\nimport torch.nn.functional as F\nimport matplotlib.pyplot as plt",
@@ -116,3 +117,28 @@ def test_free_names_respect_local_scopes_and_order():
                             "vals = [i * k for i in range(3)]\nq = 1\nr = q + s")
     assert facts.uses == {"g", "k", "s"}
     assert facts.rebinds == {"f", "vals", "q", "r"}
+
+
+def test_a_shipped_value_an_earlier_replayed_cell_needs_as_it_was_is_replayed_instead():
+    history = {1: "import torch", 2: "n = 3", 3: "w = torch.zeros(n)", 4: "n = 5",
+               5: "print(n, w.sum())"}
+    namespace = {"torch": torch, "n": 5, "w": _OnGpu()}
+    # In[3] must see n = 3: shipping today's n = 5 would rebuild w with the wrong size
+    plan = make_plan(history, 5, namespace)
+    assert plan.replay == [1, 2, 3, 4, 5] and plan.ship == []
+    with pytest.raises(PlanError, match="cannot ship n: an earlier replayed cell needs the "
+                                        r"value it had before: it may have been changed since, "
+                                        r"by In\[4\]"):
+        make_plan(history, 5, namespace, ship=["n"])
+
+
+def test_a_value_a_replayed_cell_makes_again_is_not_shipped():
+    history = {1: "import torch", 2: "torch.manual_seed(0)\nloss = torch.ones(2).sum()",
+               3: "print(loss.item())"}
+    namespace = {"torch": torch, "loss": torch.tensor(2.0)}
+    # In[2] is replayed for its seed and makes loss again: shipping loss would be overwritten
+    plan = make_plan(history, 3, namespace)
+    assert plan.replay == [1, 2, 3] and plan.ship == []
+    assert plan.not_shipped["loss"] == "made again by In[2], which is replayed anyway"
+    with pytest.raises(PlanError, match=r"cannot ship loss: it is made again by In\[2\]"):
+        make_plan(history, 3, namespace, ship=["loss"])

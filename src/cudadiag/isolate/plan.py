@@ -1,63 +1,27 @@
 """What a fresh process needs to re-run a cell: which earlier cells to replay, which values to
-ship, which lines to skip.
+ship, which lines to skip, and which side effects replaying would repeat.
 
-The analysis is static (AST def/use over the kernel's history in execution order) and errs on
-the side of replaying: a value is shipped only when no cell from the one that needs it onwards
-may have changed it, directly or through an alias.
+The analysis is static (the facts of `cellfacts` over the kernel's history in execution order)
+and errs on the side of replaying: a cell is replayed when it binds or changes (directly or
+through an alias) a name that is needed, or sets process-wide state; a value is shipped only
+when no cell from the one that needs it onwards may have changed it.
 """
 
 from __future__ import annotations
 
-import ast
-import builtins
 import pickle
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-_MAGIC_LINE = re.compile(
-    r"^(\s*)(?:[\w.]+\s*=\s*)?(?:[!%]|get_ipython\(\)\.(?:run_line_magic|run_cell_magic|"
-    r"system|getoutput)\()"
-)
-_HELP_LINE = re.compile(r"^\s*[\w.]+\?\??\s*$")
-_KEPT_LINE_MAGICS = ("%load_ext cudadiag",)
-_PYTHON_CELL_MAGICS = ("%%time", "%%capture")
+from cudadiag.isolate.cellfacts import CellFacts, SideEffect, analyse_history
+
 SHIP_MAX_BYTES = 512 * 2**20
-_BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "get_ipython", "In", "Out",
-                                        "exit", "quit", "display"}
 
 
 class PlanError(ValueError):
-    """The plan cannot provide what the cell needs; nothing was run."""
-
-
-@dataclass
-class CellFacts:
-    """What one cell reads, binds and may change."""
-
-    number: int
-    source: str
-    """The cell as Python, magics and shell escapes replaced by `pass`."""
-    skipped: list[str] = field(default_factory=list)
-    uses: set[str] = field(default_factory=set)
-    rebinds: set[str] = field(default_factory=set)
-    mutates: set[str] = field(default_factory=set)
-    """Names changed in place: attribute or item assignment, method calls, augmented
-    assignment, iteration whose elements may be changed."""
-    may_change: set[str] = field(default_factory=set)
-    """`mutates` plus names called or passed to calls that are not known to be pure."""
-    aliases: list[set[str]] = field(default_factory=list)
-    imports: set[str] = field(default_factory=set)
-    modules: set[str] = field(default_factory=set)
-    """Names bound by `import x` / `import x as y`."""
-    star_import: bool = False
-    syntax_error: str | None = None
-
-    @property
-    def defines(self) -> set[str]:
-        """Names this cell binds or changes in place."""
-        return self.rebinds | self.mutates
+    """The plan cannot provide what the cell needs, or was asked for something it cannot do;
+    nothing was run."""
 
 
 @dataclass
@@ -72,56 +36,57 @@ class Plan:
     """Names that were candidates for shipping, with why they are replayed instead."""
     sources: dict[int, str] = field(default_factory=dict)
     """The replayed cells as plain Python (magic lines replaced by `pass`)."""
+    side_effects: list[tuple[int, SideEffect]] = field(default_factory=list)
+    """What the replayed cells (the target included) do to the machine."""
+    process_state: list[tuple[int, str]] = field(default_factory=list)
+    """Cells replayed only because they set process-wide state, with what they set."""
+    ship_instead: list[str] = field(default_factory=list)
+    """Values that could be shipped instead of replaying the cells with side effects."""
+    replayed_for: dict[int, str] = field(default_factory=dict)
+    """Why each earlier cell with side effects is replayed (what it provides that cannot be
+    shipped)."""
+    allow_side_effects: bool = False
+
+    @property
+    def repeated_side_effects(self) -> list[tuple[int, SideEffect]]:
+        """Side effects of replayed cells other than the target (the user asked for that)."""
+        return [(n, effect) for n, effect in self.side_effects if n != self.target]
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the plan must not run as it is (it would repeat side effects), or None."""
+        repeated = self.repeated_side_effects
+        if not repeated or self.allow_side_effects:
+            return None
+        cells = sorted({n for n, _ in repeated})
+        lines = ["not run: replaying would repeat what earlier cells did to this machine:"]
+        lines += [f"  In[{n}] {effect}" for n, effect in repeated]
+        lines += [f"In[{n}] is replayed for {self.replayed_for[n]}." for n in cells
+                  if n in self.replayed_for]
+        advice = f"Add --allow-side-effects to replay {_cells(cells)} anyway"
+        if self.ship_instead:
+            advice += (f", or --ship {','.join(self.ship_instead)} to send the values instead "
+                       "of replaying the cells that made them")
+        return "\n".join([*lines, advice + ", or --cells N,M,... to choose the cells to "
+                                            "replay."])
 
     def describe(self) -> str:
-        """Return the one or two lines the magics print before running."""
+        """Return the lines the magics print before running: the plan, then its notes."""
         replay = ", ".join(f"In[{n}]" for n in self.replay) or "nothing"
-        line = f"plan: replay {replay}; ship {', '.join(self.ship) or 'nothing'}"
+        lines = [f"plan: replay {replay}; ship {', '.join(self.ship) or 'nothing'}"]
+        for n, effect in self.side_effects:
+            which = " (the cell re-run)" if n == self.target else ""
+            lines.append(f"  side effect: In[{n}]{which} {effect}")
+        for n, what in self.process_state:
+            lines.append(f"  kept for process-wide state: In[{n}] {what}")
         if self.skipped:
             skipped = "; ".join(f"In[{n}]: {text}" for n, text in self.skipped[:5])
             more = f" (+{len(self.skipped) - 5} more)" if len(self.skipped) > 5 else ""
-            line += f"\n  skipped (magics and shell escapes): {skipped}{more}"
-        return line
-
-
-def analyse_cell(number: int, raw: str, modules: set[str] | None = None) -> CellFacts:
-    """Return the def/use facts of one cell's raw source (magics become `pass`).
-
-    `modules` are names earlier cells bound with `import`: calls through them (`F.relu(x)`)
-    are taken to leave their arguments unchanged unless the function name ends with `_`.
-    """
-    source, skipped = python_source(raw)
-    facts = CellFacts(number=number, source=source, skipped=skipped)
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as exc:
-        facts.syntax_error = f"{exc.msg} (line {exc.lineno})"
-        return facts
-    _Visitor(facts, modules or set()).visit(tree)
-    facts.uses -= _BUILTINS
-    return facts
-
-
-def python_source(raw: str) -> tuple[str, list[str]]:
-    """Return the cell as plain Python and the magic / shell lines it replaced by `pass`."""
-    lines = raw.splitlines()
-    first = lines[0].strip() if lines else ""
-    if first.startswith("%%"):
-        if first.split()[0] in _PYTHON_CELL_MAGICS:
-            return "\n".join(["pass", *lines[1:]]), []
-        return "pass", [first]
-    kept, skipped = [], []
-    for line in lines:
-        stripped = line.strip()
-        magic = _MAGIC_LINE.match(line)
-        if magic or _HELP_LINE.match(line):
-            if not stripped.startswith(_KEPT_LINE_MAGICS) and "'load_ext', 'cudadiag'" not in line:
-                skipped.append(stripped)
-            indent = magic.group(1) if magic else line[: len(line) - len(line.lstrip())]
-            kept.append(f"{indent}pass")
-        else:
-            kept.append(line)
-    return "\n".join(kept), skipped
+            lines.append(f"  skipped (magics and shell escapes): {skipped}{more}")
+        if self.refusal:
+            instead = f" or --ship {','.join(self.ship_instead)}" if self.ship_instead else ""
+            lines.append(f"  a run needs --allow-side-effects{instead}")
+        return "\n".join(lines)
 
 
 def make_plan(
@@ -130,109 +95,244 @@ def make_plan(
     namespace: Mapping[str, Any] | None = None,
     ship: str | list[str] = "auto",
     cells: list[int] | None = None,
+    allow_side_effects: bool = False,
 ) -> Plan:
     """Plan the re-run of cell `target` from `history` ({execution count: raw source}).
 
     `namespace` is the kernel's user namespace (values to ship are read from it, never
-    changed); `ship` is "auto", "none" or a list of names; `cells` overrides the analysis.
+    changed); `ship` is "auto", "none" or a list of names; `cells` overrides the analysis;
+    `allow_side_effects` lets the plan replay cells that act on the machine (otherwise its
+    `refusal` says why it must not run).
     Raises PlanError when the target is unknown, does not parse, or reads a name that neither
-    a replayed cell nor a shipped value provides.
+    a replayed cell nor a shipped value provides, and when a name of `ship` does not exist,
+    cannot be shipped, or is not needed.
     """
     if target not in history:
         raise PlanError(f"In[{target}] is not in this kernel's history "
                         f"(known: In[1]..In[{max(history, default=0)}])")
-    order = sorted(n for n in history if n <= target)
-    facts: dict[int, CellFacts] = {}
-    modules: set[str] = set()
-    for n in sorted(history):
-        facts[n] = analyse_cell(n, history[n], modules)
-        modules |= facts[n].modules
+    facts = analyse_history(history)
     if facts[target].syntax_error:
         raise PlanError(f"In[{target}] does not parse: {facts[target].syntax_error}")
     namespace = namespace or {}
+    explicit = ship if isinstance(ship, list) else []
+    absent = [name for name in explicit if name not in namespace]
+    if absent:
+        raise PlanError(f"cannot ship {', '.join(absent)}: no such variable in this kernel")
     if cells is not None:
-        return _explicit_plan(facts, target, cells, ship, namespace)
-    changed_after = _changed_from(facts, sorted(history))
-    needed = set(facts[target].uses)
-    replay, shipped, refused = [target], [], {}
-    for number in reversed(order[:-1]):
-        cell = facts[number]
-        for name in sorted(needed - refused.keys()):
-            if _ship_allowed(name, ship):
-                reason = _why_not_shippable(name, namespace, changed_after(number + 1))
-                if reason is None:
-                    shipped.append(name)
-                    needed.discard(name)
-                elif ship != "none":
-                    refused[name] = reason
-        if cell.star_import or cell.defines & needed:
-            replay.append(number)
-            needed = (needed - cell.rebinds) | cell.uses
-    missing = sorted(needed)  # uses never hold builtins (analyse_cell drops them)
-    explicit = [n for n in (ship if isinstance(ship, list) else []) if n in missing]
-    if explicit:
-        raise PlanError(f"cannot ship {', '.join(explicit)}: " + "; ".join(
-            f"{n}: {refused.get(n, 'not in the namespace')}" for n in explicit))
-    if missing:
-        raise PlanError(
-            f"In[{target}] reads {', '.join(missing)}, which no earlier cell defines and which "
-            "cannot be shipped (" + "; ".join(f"{n}: {refused.get(n, 'not defined')}"
-                                              for n in missing) + ")"
+        return _explicit_plan(facts, target, cells, explicit, namespace, allow_side_effects)
+    return _Planner(facts, target, namespace, ship).plan(allow_side_effects)
+
+
+class _Planner:
+    """Walks the history backwards from the target, collecting what the target needs."""
+
+    def __init__(self, facts: dict[int, CellFacts], target: int,
+                 namespace: Mapping[str, Any], ship: str | list[str]) -> None:
+        self.facts = facts
+        self.target = target
+        self.namespace = namespace
+        self.ship = ship
+        groups = _alias_groups(cell.aliases for cell in facts.values())
+        # an immutable value (an int, a string...) is never changed in place through an alias
+        fixed = {name for name, value in namespace.items() if _immutable(value)}
+        self.changes = _changed_from(facts, groups, fixed)
+        self.writes = {n: cell.rebinds | (_closed(cell.mutates, groups) - fixed)
+                       for n, cell in facts.items()}
+        self.never_ship: dict[str, str] = {}
+        self.needed: set[str] = set()
+        self.replay: list[int] = []
+        self.shipped: list[str] = []
+        self.refused: dict[str, str] = {}
+        self.provides: dict[int, set[str]] = {}
+
+    def plan(self, allow_side_effects: bool) -> Plan:
+        while True:
+            try:
+                self._walk()
+                self._check_not_made_again()
+                break
+            except _Unship as unship:  # plan again, replaying that name
+                self.never_ship[unship.name] = unship.reason
+        self._check_complete()
+        replay = sorted(self.replay)
+        side_effects = [(n, e) for n in replay for e in self.facts[n].effects]
+        ship_instead, replayed_for = self._instead_of({n for n, _ in side_effects}
+                                                      - {self.target})
+        return Plan(
+            target=self.target,
+            replay=replay,
+            ship=sorted(self.shipped),
+            skipped=[(n, s) for n in replay for s in self.facts[n].skipped],
+            not_shipped={k: v for k, v in self.refused.items() if k not in self.shipped},
+            sources={n: self.facts[n].source for n in replay},
+            side_effects=side_effects,
+            process_state=[(n, ", ".join(self.facts[n].process_state)) for n in replay
+                           if n != self.target and not self.provides.get(n)
+                           and not self.facts[n].star_import],
+            ship_instead=ship_instead,
+            replayed_for=replayed_for,
+            allow_side_effects=allow_side_effects,
         )
-    return Plan(
-        target=target,
-        replay=sorted(replay),
-        ship=sorted(shipped),
-        skipped=[(n, s) for n in sorted(replay) for s in facts[n].skipped],
-        not_shipped={k: v for k, v in refused.items() if k not in shipped},
-        sources={n: facts[n].source for n in replay},
-    )
+
+    def _walk(self) -> None:
+        self.needed = set(self.facts[self.target].uses)
+        self.replay = [self.target]
+        self.shipped = []
+        self.refused = dict(self.never_ship)
+        self.provides = {}
+        order = sorted(n for n in self.facts if n <= self.target)
+        for number in reversed(order[:-1]):
+            self._ship_needed(number + 1)
+            cell = self.facts[number]
+            provided = self.writes[number] & self.needed
+            if cell.star_import or provided or cell.process_state:
+                self.replay.append(number)
+                self.provides[number] = provided
+                self.needed = (self.needed - cell.rebinds) | cell.uses
+        self._ship_needed(order[0])
+
+    def _ship_needed(self, first: int) -> None:
+        """Ship the needed names whose current values no cell from `first` on may have
+        changed (explicitly named ones must be shippable)."""
+        explicit = self.ship if isinstance(self.ship, list) else []
+        candidates = [name for name in sorted(self.needed - self.refused.keys())
+                      if (name in explicit if explicit else self.ship == "auto")]
+        changed = self.changes(first) if candidates else {}
+        for name in candidates:
+            reason = _why_not_shippable(name, self.namespace, changed)
+            if name in self.shipped:  # needed again, earlier: is it still the same value?
+                if reason is None:
+                    self.needed.discard(name)
+                elif name in explicit:
+                    raise PlanError(f"cannot ship {name}: an earlier replayed cell needs the "
+                                    f"value it had before: it {reason}")
+                else:
+                    raise _Unship(name, reason)
+            elif reason is None:
+                self.shipped.append(name)
+                self.needed.discard(name)
+            elif name in explicit:
+                raise PlanError(f"cannot ship {name}: {reason}")
+            else:
+                self.refused[name] = reason
+
+    def _check_not_made_again(self) -> None:
+        """A shipped value that a replayed cell makes again would be overwritten (the child
+        loads shipped values before it replays)."""
+        explicit = self.ship if isinstance(self.ship, list) else []
+        for name in self.shipped:
+            again = [n for n in self.replay if n != self.target and name in self.writes[n]]
+            if again:
+                reason = f"made again by In[{min(again)}], which is replayed anyway"
+                if name in explicit:
+                    raise PlanError(f"cannot ship {name}: it is {reason}")
+                raise _Unship(name, reason)
+
+    def _check_complete(self) -> None:
+        explicit = self.ship if isinstance(self.ship, list) else []
+        unused = [name for name in explicit if name not in self.shipped]
+        if unused:
+            raise PlanError(f"cannot ship {', '.join(unused)}: neither In[{self.target}] nor "
+                            "the cells it needs read it")
+        missing = sorted(self.needed)  # uses never hold builtins (analyse_cell drops them)
+        if missing:
+            raise PlanError(
+                f"In[{self.target}] reads {', '.join(missing)}, which no earlier cell defines "
+                "and which cannot be shipped (" + "; ".join(
+                    f"{n}: {self.refused.get(n, 'not defined')}" for n in missing) + ")")
+
+    def _instead_of(self, cells: set[int]) -> tuple[list[str], dict[int, str]]:
+        """For the cells with side effects: the values that could be shipped instead, and why
+        each cell is replayed."""
+        shippable: set[str] = set()
+        replayed_for: dict[int, str] = {}
+        for n in sorted(cells):
+            names_by_reason: dict[str, list[str]] = {}
+            for name in sorted(self.provides.get(n, ())):
+                why = _why_not_shippable(name, self.namespace, self.changes(n + 1))
+                if why is None:
+                    shippable.add(name)
+                else:
+                    names_by_reason.setdefault(why, []).append(name)
+            reasons = [f"{', '.join(names)} (not shipped: {why})"
+                       for why, names in names_by_reason.items()]
+            if self.facts[n].process_state and not self.provides.get(n):
+                reasons.append(f"process-wide state ({', '.join(self.facts[n].process_state)})")
+            if reasons:
+                replayed_for[n] = "; ".join(reasons)
+        return sorted(shippable), replayed_for
+
+
+class _Unship(Exception):
+    """A shipped name must be replayed instead: an earlier replayed cell needs it as it was
+    before a change, or makes it again."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(name)
+        self.name = name
+        self.reason = reason
 
 
 def _explicit_plan(facts: dict[int, CellFacts], target: int, cells: list[int],
-                   ship: str | list[str], namespace: Mapping[str, Any]) -> Plan:
+                   ship: list[str], namespace: Mapping[str, Any],
+                   allow_side_effects: bool) -> Plan:
     unknown = [n for n in cells if n not in facts]
     if unknown:
         raise PlanError(f"--cells names cells not in the history: {unknown}")
-    names = ship if isinstance(ship, list) else []
-    absent = [n for n in names if n not in namespace]
-    if absent:
-        raise PlanError(f"cannot ship {', '.join(absent)}: not in the namespace")
+    for name in ship:
+        reason = _why_not_shippable(name, namespace, {})
+        if reason is not None:
+            raise PlanError(f"cannot ship {name}: {reason}")
     replay = sorted(set(cells) | {target})
-    return Plan(target=target, replay=replay, ship=list(names),
+    return Plan(target=target, replay=replay, ship=list(ship),
                 skipped=[(n, s) for n in replay for s in facts[n].skipped],
-                sources={n: facts[n].source for n in replay})
+                sources={n: facts[n].source for n in replay},
+                side_effects=[(n, e) for n in replay for e in facts[n].effects],
+                allow_side_effects=allow_side_effects)
 
 
-def _ship_allowed(name: str, ship: str | list[str]) -> bool:
-    return name in ship if isinstance(ship, list) else ship == "auto"
+def _cells(numbers: list[int]) -> str:
+    return ", ".join(f"In[{n}]" for n in numbers)
 
 
-def _changed_from(facts: dict[int, CellFacts], order: list[int]) -> Callable[[int], set[str]]:
-    """Return f(first) -> names that cells executed from `first` on may have rebound or
-    changed in place (in-place changes closed over aliases)."""
-    groups = _alias_groups(facts.values())
+def _changed_from(facts: dict[int, CellFacts], groups: list[set[str]],
+                  fixed: set[str]) -> Callable[[int], dict[str, int]]:
+    """Return f(first) -> {name: the first cell from `first` on that may have rebound or
+    changed it in place} (in-place changes reach every alias of the object, except the
+    `fixed` names, whose values are immutable)."""
 
-    def changed(first: int) -> set[str]:
-        rebound: set[str] = set()
-        in_place: set[str] = set()
-        for n in order:
+    def changed(first: int) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for n in sorted(facts):
             if n >= first:
-                rebound |= facts[n].rebinds
-                in_place |= facts[n].may_change
-        # a change in place reaches every alias of the object; a rebinding does not
-        for group in groups:
-            if group & in_place:
-                in_place |= group
-        return rebound | in_place
+                in_place = _closed(facts[n].may_change, groups) - fixed
+                for name in facts[n].rebinds | in_place:
+                    found.setdefault(name, n)
+        return found
 
     return changed
 
 
-def _alias_groups(cells: Any) -> list[set[str]]:
+def _immutable(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, (int, float, complex, str, bytes, frozenset, range, type(None))):
+        return True
+    return (isinstance(value, tuple) and depth < 3
+            and all(_immutable(item, depth + 1) for item in value))
+
+
+def _closed(names: set[str], groups: list[set[str]]) -> set[str]:
+    """`names` and every name that may share an object with one of them."""
+    closed = set(names)
+    for group in groups:
+        if group & names:
+            closed |= group
+    return closed
+
+
+def _alias_groups(edges_by_cell: Iterable[list[set[str]]]) -> list[set[str]]:
     groups: list[set[str]] = []
-    for cell in cells:
-        for edge in cell.aliases:
+    for edges in edges_by_cell:
+        for edge in edges:
             merged = set(edge)
             rest = []
             for group in groups:
@@ -244,11 +344,13 @@ def _alias_groups(cells: Any) -> list[set[str]]:
     return groups
 
 
-def _why_not_shippable(name: str, namespace: Mapping[str, Any], changed: set[str]) -> str | None:
+def _why_not_shippable(name: str, namespace: Mapping[str, Any],
+                       changed: Mapping[str, int]) -> str | None:
     if name not in namespace:
         return "not in the namespace"
     if name in changed:
-        return "may have been changed since (directly or through an alias)"
+        return (f"may have been changed since, by In[{changed[name]}] (directly or through an "
+                "alias)")
     value = namespace[name]
     if type(value).__name__ == "module":
         return "a module (imports are replayed)"
@@ -265,7 +367,7 @@ def _why_not_shippable(name: str, namespace: Mapping[str, Any], changed: set[str
 
         cloudpickle.dumps(value)
     except (pickle.PicklingError, TypeError, AttributeError, ValueError, RuntimeError) as exc:
-        return f"not picklable ({type(exc).__name__})"
+        return f"not picklable ({type(exc).__name__}: {exc})"
     return None
 
 
@@ -295,232 +397,3 @@ def _non_cpu_device(value: Any, depth: int = 0) -> str | None:
             if found:
                 return found
     return None
-
-
-def _root(node: ast.AST) -> str | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred, ast.Call)):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _local_names(nodes: list[ast.AST], args: ast.arguments | None) -> set[str]:
-    """Names a function (or lambda) binds itself: its parameters and what its body stores,
-    unless declared global."""
-    names: set[str] = set()
-    if args is not None:
-        every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
-        every += [a for a in (args.vararg, args.kwarg) if a is not None]
-        names |= {a.arg for a in every}
-    declared_global: set[str] = set()
-    for node in nodes:
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Name) and not isinstance(sub.ctx, ast.Load):
-                names.add(sub.id)
-            elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(sub.name)
-            elif isinstance(sub, (ast.Import, ast.ImportFrom)):
-                names |= {(a.asname or a.name).split(".")[0] for a in sub.names}
-            elif isinstance(sub, ast.Global):
-                declared_global |= set(sub.names)
-    return names - declared_global
-
-
-class _Visitor(ast.NodeVisitor):
-    """Collects a cell's facts.
-
-    A use is *free* when the cell reads a name it has not bound before (at module level), or
-    that a function body reads without binding it: those must come from earlier cells.
-    """
-
-    def __init__(self, facts: CellFacts, modules: set[str]) -> None:
-        self.facts = facts
-        self.modules = set(modules)
-        self.bound: set[str] = set()
-        """Module-level names this cell has bound so far."""
-        self.scopes: list[set[str]] = []
-        """Local names of the enclosing functions, lambdas and comprehensions."""
-        self.deferred: set[str] = set()
-        """Free names read inside function bodies (resolved when the function is called)."""
-
-    def visit_Module(self, node: ast.Module) -> None:
-        self.generic_visit(node)
-        self.facts.uses |= self.deferred - self.facts.rebinds
-
-    def visit_Name(self, node: ast.Name) -> None:
-        if isinstance(node.ctx, ast.Load):
-            self._read(node.id)
-        else:
-            self._bind(node.id)
-
-    def visit_Import(self, node: ast.Import) -> None:
-        for alias in node.names:
-            name = alias.asname or alias.name.split(".")[0]
-            self._bind(name)
-            if not self.scopes:
-                self.modules.add(name)
-                self.facts.modules.add(name)
-                self.facts.imports.add(name)
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        for alias in node.names:
-            if alias.name == "*":
-                self.facts.star_import = True
-            else:
-                self._bind(alias.asname or alias.name)
-                self.facts.imports.add(alias.asname or alias.name)
-
-    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        for expr in [*node.decorator_list, *node.args.defaults, *node.args.kw_defaults]:
-            if expr is not None:
-                self.visit(expr)
-        self._bind(node.name)
-        self._in_scope(_local_names(node.body, node.args), node.body)
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-
-    def visit_ClassDef(self, node: ast.ClassDef) -> None:
-        for expr in [*node.bases, *node.decorator_list]:
-            self.visit(expr)
-        self._bind(node.name)
-        self._in_scope(_local_names(node.body, None), node.body)
-
-    def visit_Lambda(self, node: ast.Lambda) -> None:
-        self._in_scope(_local_names([], node.args), [node.body])
-
-    def _comprehension(self, node: ast.AST) -> None:
-        generators = node.generators
-        self.visit(generators[0].iter)  # evaluated in the enclosing scope
-        local = {n.id for g in generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
-        rest: list[ast.AST] = [g.target for g in generators]
-        rest += [g.iter for g in generators[1:]] + [c for g in generators for c in g.ifs]
-        rest += [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
-        self.scopes.append(local)
-        for sub in rest:
-            self.visit(sub)
-        self.scopes.pop()
-
-    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
-
-    def visit_Global(self, node: ast.Global) -> None:
-        self.facts.rebinds.update(node.names)
-
-    def visit_Assign(self, node: ast.Assign) -> None:
-        self.visit(node.value)
-        for target in node.targets:
-            self._store(target)
-            self._alias(target, node.value)
-
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
-        if node.value is not None:
-            self.visit(node.value)
-            self._alias(node.target, node.value)
-        self._store(node.target)
-
-    def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        self.visit(node.value)
-        root = _root(node.target)
-        if root:
-            self._read(root)
-            self._mutate(root)
-        self._store(node.target)
-
-    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
-        self.visit(node.iter)
-        self._store(node.target)
-        iterated, target = _root(node.iter), _root(node.target)
-        if iterated and target:
-            self.facts.aliases.append({iterated, target})
-        for stmt in [*node.body, *node.orelse]:
-            self.visit(stmt)
-
-    visit_AsyncFor = visit_For
-
-    def visit_withitem(self, node: ast.withitem) -> None:
-        self.visit(node.context_expr)
-        if node.optional_vars is not None:
-            self._store(node.optional_vars)
-
-    def visit_Delete(self, node: ast.Delete) -> None:
-        for target in node.targets:
-            root = _root(target)
-            if isinstance(target, ast.Name):
-                self._bind(target.id)
-            elif root:
-                self._read(root)
-                self._mutate(root)
-
-    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
-        self.visit(node.value)
-        self._store(node.target)
-
-    def visit_Call(self, node: ast.Call) -> None:
-        self.generic_visit(node)
-        func = node.func
-        owner = _root(func)
-        if isinstance(func, ast.Attribute):
-            pure = owner in self.modules and not func.attr.endswith("_")
-            if owner and owner not in self.modules:
-                self._mutate(owner)  # x.method(...) may change x
-        else:
-            pure = False
-            if owner:
-                self.facts.may_change.add(owner)  # model(x) may change model
-        if not pure:
-            for arg in [*node.args, *(k.value for k in node.keywords)]:
-                root = _root(arg)
-                if root:
-                    self.facts.may_change.add(root)
-
-    def _in_scope(self, local: set[str], body: list[ast.AST]) -> None:
-        self.scopes.append(local)
-        for stmt in body:
-            self.visit(stmt)
-        self.scopes.pop()
-
-    def _read(self, name: str) -> None:
-        if any(name in scope for scope in self.scopes):
-            return
-        if self.scopes:
-            self.deferred.add(name)
-        elif name not in self.bound:
-            self.facts.uses.add(name)
-
-    def _bind(self, name: str) -> None:
-        if not self.scopes:
-            self.bound.add(name)
-            self.facts.rebinds.add(name)
-
-    def _store(self, target: ast.AST) -> None:
-        if isinstance(target, ast.Name):
-            self._bind(target.id)
-        elif isinstance(target, (ast.Tuple, ast.List)):
-            for element in target.elts:
-                self._store(element)
-        elif isinstance(target, ast.Starred):
-            self._store(target.value)
-        else:
-            root = _root(target)
-            if root:
-                self._read(root)
-                self._mutate(root)  # x.attr = ... / x[i] = ...
-            self.visit(target)
-
-    def _mutate(self, root: str) -> None:
-        if any(root in scope for scope in self.scopes):
-            return
-        self.facts.mutates.add(root)
-        self.facts.may_change.add(root)
-
-    def _alias(self, target: ast.AST, value: ast.AST) -> None:
-        names = set(_stored_names(target))
-        sources = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)} - self.modules
-        if names and sources and not self.scopes:
-            self.facts.aliases.append(names | sources)
-
-
-def _stored_names(target: ast.AST) -> list[str]:
-    if isinstance(target, ast.Name):
-        return [target.id]
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return [n for e in target.elts for n in _stored_names(e)]
-    return []

@@ -63,6 +63,9 @@ def _isolation_options(func: Any) -> Any:
                       "them: auto (only what the analysis shows untouched), none, or names"),
         argument("--cells", metavar="N,M,...",
                  help="replay these cells instead of the planned ones"),
+        argument("--allow-side-effects", action="store_true",
+                 help="replay cells that write, delete or move files, start processes or "
+                      "reach the network (refused otherwise: ship their values instead)"),
         argument("--dry-run", action="store_true", help="print the plan and run nothing"),
         argument("--env", action="append", default=[], metavar="K=V",
                  help="set a variable in the child's environment (repeatable)"),
@@ -315,12 +318,15 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str], target: i
     try:
         cells = [int(n) for n in args.cells.split(",")] if args.cells else None
         env = dict(_key_value(item) for item in args.env)
-        plan = make_plan(history, target, shell.user_ns, ship=ship, cells=cells)
+        plan = make_plan(history, target, shell.user_ns, ship=ship, cells=cells,
+                         allow_side_effects=args.allow_side_effects)
     except (PlanError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     print(plan.describe())
     if args.dry_run:
         return
+    if plan.refusal:
+        raise UsageError(plan.refusal)
     recorded = _recorded_batch(args.batch) if args.batch else None
     try:
         result = _isolated_run(shell, plan, target, args, env, recorded)
