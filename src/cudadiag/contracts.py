@@ -47,9 +47,9 @@ class IndexContract:
     """None: how the CUDA kernel reacts is not known from public sources; the simulator
     raises the device-side assert without printing an assertion line."""
     example: str
-    """A call that breaks the contract, with tensors on device `dev` (differentiable inputs
-    where the operator has a backward): run by the tests on the simulated device and under
-    the tracer, and by scripts/gpu_check.py on real hardware."""
+    """A call that breaks the contract with one offending value, tensors on device `dev`
+    (differentiable inputs where the operator has a backward): run by the tests on the
+    simulated device and under the tracer, and by scripts/gpu_check.py on real hardware."""
     ignore_arg: int | None = None
     """Position of an `ignore_index` argument whose value is always allowed."""
     index_is_list: bool = False
@@ -57,8 +57,8 @@ class IndexContract:
     dim_arg: int | None = None
     """Position of the `dim` argument, for messages."""
     cpu_error: str | None = "index {value} is out of bounds for dimension {dim} with size {high}"
-    """What the CPU kernel raises for the same input (formatted with the Violation); None
-    when it is not worth stating (the consequence line then says the CPU rejects it)."""
+    """What the CPU kernel raises for the same input (formatted with the Violation's value,
+    position, dim, high and shape); None when the CPU kernel does not check the range."""
 
 
 @dataclass
@@ -76,14 +76,17 @@ class Violation:
     kernel_assert: KernelAssert | None = None
     dim: int | None = field(default=None)
     cpu_error: str | None = ""
+    shape: list[int] = field(default_factory=list)
+    """Shape of the operator's first tensor argument (the one indexed, or the input)."""
 
-    def cpu_message(self) -> str:
-        """Return what the CPU kernel would raise for these values."""
-        if not self.cpu_error:
-            return f"an error for {self.argument} {self.values[0]}"
+    def cpu_message(self) -> str | None:
+        """Return what the CPU kernel would raise for these values, or None when it does not
+        check them."""
+        if self.cpu_error is None:
+            return None
         position = self.positions[0][0] if len(self.positions[0]) == 1 else self.positions[0]
         return self.cpu_error.format(value=self.values[0], dim=self.dim or 0, high=self.high,
-                                     position=position)
+                                     position=position, shape=self.shape)
 
     def message(self) -> str:
         """Return e.g. `aten::nll_loss_forward: target 4 at position 2 outside [0, 4)
@@ -179,6 +182,7 @@ _ROWS = _t("[1, 7]")  # row 7 of a 5-row weight
 _COLUMN_5 = _t("[[5]]")  # column 5 of a 2x3 tensor
 _LOGITS = _leaf("3, 4")
 _TARGETS = _t("[0, 2, 4]")  # class 4 of 4
+_TARGETS_2D = _t("[[[0, 1], [2, 3]], [[1, 1], [0, 2]]]")  # class 3 of 3 at (0, 1, 1)
 _NLL_BACKWARD = ("torch.ops.aten.{op}(torch.tensor(1.0, device=dev), torch.randn({shape}, "
                  "device=dev), {target}, None, 1, -100, torch.tensor({weight}, device=dev))")
 
@@ -198,13 +202,12 @@ CONTRACTS: dict[str, IndexContract] = {
                       ignore_arg=5, cpu_error=_TARGET_CPU),
         IndexContract("nll_loss2d_forward", "target", 1, _class_bounds(0),
                       KernelAssert(_NLL2D, 106, "nll_loss2d_forward_kernel", _TARGET_ASSERT),
-                      f"F.cross_entropy({_leaf('2, 3, 2, 2')}, "
-                      "torch.full((2, 2, 2), 3, device=dev))",
+                      f"F.cross_entropy({_leaf('2, 3, 2, 2')}, {_TARGETS_2D})",
                       ignore_arg=4, cpu_error=_TARGET_CPU),
         IndexContract("nll_loss2d_backward", "target", 2, _class_bounds(1),
                       KernelAssert(_NLL2D, 179, "nll_loss2d_backward_kernel", _TARGET_ASSERT),
                       _NLL_BACKWARD.format(op="nll_loss2d_backward", shape="2, 3, 2, 2",
-                                           target="torch.full((2, 2, 2), 3, device=dev)",
+                                           target=_TARGETS_2D,
                                            weight="8.0"),
                       ignore_arg=5, cpu_error=_TARGET_CPU),
         IndexContract("multi_margin_loss", "target", 1, _class_bounds(0), None,
@@ -217,15 +220,16 @@ CONTRACTS: dict[str, IndexContract] = {
         IndexContract("embedding", "indices", 1, _rows, _SELECT,
                       f"F.embedding({_t('[[1, 2], [7, 0]]')}, {_leaf('5, 3')})",
                       cpu_error=_RANGE_CPU),
-        # CUDA's embedding backward has no range check known from its sources: it writes
-        # outside the gradient (garbage, or an illegal memory access).
+        # The embedding backward kernels check no range on the CPU (they write outside the
+        # gradient: memory corruption or a crash); none is known from CUDA's sources either.
         IndexContract("embedding_dense_backward", "indices", 1, _count_arg(2), None,
                       "torch.ops.aten.embedding_dense_backward(torch.ones(2, 3, device=dev), "
                       f"{_ROWS}, 5, -1, False)",
                       cpu_error=None),
         IndexContract("embedding_renorm_", "indices", 1, _rows, None,
                       f"F.embedding({_ROWS}, {_leaf('5, 3')}, max_norm=1.0)",
-                      cpu_error=None),
+                      cpu_error="select(): index {value} out of range for tensor of size "
+                                "{shape} at dimension 0"),
         IndexContract("_embedding_bag", "indices", 1, _rows, None,
                       f"F.embedding_bag({_ROWS}, {_leaf('5, 3')}, {_t('[0]')})",
                       cpu_error="Index {position} of input takes value {value} which is not "
@@ -342,7 +346,15 @@ def check(contract: IndexContract, args: tuple[Any, ...]) -> Violation | None:
     if len(args) <= contract.index_arg:
         return None
     if contract.index_is_list:
-        return _check_index_list(contract, args)
+        found = _check_index_list(contract, args)
+    else:
+        found = _check_index(contract, args)
+    if found is not None:
+        found.shape = list(getattr(args[0], "shape", []))
+    return found
+
+
+def _check_index(contract: IndexContract, args: tuple[Any, ...]) -> Violation | None:
     index = args[contract.index_arg]
     if not _is_integer_tensor(index) or index.numel() == 0:
         return None
