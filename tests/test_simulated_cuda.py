@@ -202,3 +202,13 @@ def test_export_of_an_isolated_incident_works_while_the_simulated_context_is_poi
     assert result.error_in_exec is None, result.error_in_exec
     assert "reproduces: yes" in capsys.readouterr().out
     assert is_poisoned()  # the user's simulated context is as the export found it
+
+
+def test_one_hot_takes_cudas_path_and_asserts_in_scatter(capfd):
+    with simulated_cuda():
+        assert F.one_hot(torch.tensor([1, 2]), 4).tolist() == [[0, 1, 0, 0], [0, 0, 1, 0]]
+        out = F.one_hot(torch.tensor([1, 4]), num_classes=4)  # the CPU would raise here
+        with pytest.raises(RuntimeError, match="device-side assert triggered") as raised:
+            out.sum().item()
+    assert raised.value.violation.op == "scatter_" and raised.value.violation.values == [4]
+    assert "ScatterGatherKernel.cu:367: operator()" in capfd.readouterr().err

@@ -11,6 +11,8 @@
 - while that error is pending, later operators run on in-range indices (the garbage a faulted
   kernel leaves) and print nothing: the device stopped at the first assertion, so a second
   violation (`loss.backward()` on the same bad target) never raises the CPU kernel's error;
+- `F.one_hot` takes CUDA's path (no host check of the classes: `scatter_` asserts in the
+  kernel), not the CPU's ("Class values must be smaller than num_classes.");
 - with `CUDA_LAUNCH_BLOCKING=1` in the environment it is raised at the faulty operator instead,
   without the suffix;
 - after the error surfaces every operator raises it again (sticky) until the process ends;
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 from torch.utils._pytree import tree_map
 
@@ -167,6 +170,7 @@ class SimulatedCuda(TorchDispatchMode):
 
     def __enter__(self) -> SimulatedCuda:
         super().__enter__()
+        self._functions = _CudaFunctionPaths().__enter__()
         self._patch_host_reads()
         _STATE.active += 1
         return self
@@ -174,6 +178,7 @@ class SimulatedCuda(TorchDispatchMode):
     def __exit__(self, *exc_info: object) -> None:
         _STATE.active -= 1
         self._restore_host_reads()
+        self._functions.__exit__(*exc_info)
         super().__exit__(*exc_info)
 
     def __call__(self, fn: F) -> F:
@@ -249,6 +254,26 @@ class SimulatedCuda(TorchDispatchMode):
             else:
                 setattr(torch.Tensor, name, original)
         self._patched.clear()
+
+
+class _CudaFunctionPaths(TorchFunctionMode):
+    """Composite functions whose CPU path checks values on the host where CUDA's leaves the
+    check to a kernel assertion: under the simulator they take CUDA's path."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.one_hot:
+            return _one_hot_as_on_cuda(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _one_hot_as_on_cuda(tensor: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+    """aten/src/ATen/native/Onehot.cpp on CUDA: with `num_classes` given, no host check of
+    the values; `scatter_` asserts on one outside [0, num_classes)."""
+    if num_classes == -1 or tensor.dtype != torch.long or num_classes < 1:
+        return torch.nn.functional.one_hot(tensor, num_classes)  # the checks CUDA makes too
+    out = torch.zeros(*tensor.shape, num_classes, dtype=torch.long)
+    return out.scatter_(-1, tensor.unsqueeze(-1), 1)
 
 
 def simulated_cuda(memory_budget: int | str | None = None) -> SimulatedCuda:
