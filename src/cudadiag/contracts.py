@@ -6,11 +6,10 @@ when a simulated kernel would assert and what it would print, the tracer's prech
 (trace.py) name the operator, argument, values and positions before a real kernel runs, and
 scripts/gpu_check.py runs every row's `example` on real hardware to confirm the assertion.
 
-Where the assertions come from: file, kernel and condition are PyTorch's CUDA sources; each
-line number is the one printed by a public log or written in a public copy of the source, as
-the comment beside it says. Lines move between PyTorch releases. `line=None` marks a line not
-known from public sources, and `kernel_assert=None` a kernel whose reaction is not known
-(scripts/gpu_check.py prints what the hardware does for both).
+Where the assertions come from: file, kernel and condition are PyTorch's CUDA sources; the
+comments beside the line numbers say where each was seen. Lines move between PyTorch
+releases. `line=None` marks a line not known from public sources, and `kernel_assert=None` a
+kernel whose reaction is not known: scripts/gpu_check.py prints what the hardware does.
 """
 
 from __future__ import annotations
@@ -151,13 +150,15 @@ _TARGET_ASSERT = "t >= 0 && t < n_classes"
 _TARGET_CPU = "Target {value} is out of bounds."
 _RANGE_CPU = "index out of range in self"
 _FLAT_CPU = "out of range: tried to access index {value} on a tensor of {high} elements."
-# Lines 1422 / 367 / 92: as printed in public logs (other releases: Indexing.cu:1292).
+# Loss.cu 250 / 372, NLLLoss2d.cu 106 / 179, Indexing.cu 1422, ScatterGatherKernel.cu 367 and
+# IndexKernel.cu 92 are kept from the first version of this table; public logs of some
+# releases print Loss.cu:240, NLLLoss2d.cu:106, Indexing.cu:1292 and IndexKernel.cu:92.
 _SELECT = KernelAssert(_INDEXING, 1422, "indexSelectLargeIndex", "srcIndex < srcSelectDimSize")
 _GATHER = KernelAssert(_SCATTER, 367, "operator()",
                        'idx_dim >= 0 && idx_dim < index_size && "index out of bounds"')
 _ADVANCED = KernelAssert(_INDEX_KERNEL, 92, "operator()",
                          '-sizes[i] <= index && index < sizes[i] && "index out of bounds"')
-# Lines 154 / 193 / 339: a public line-numbered copy of a 2025 IndexKernel.cu (where the
+# Lines 154 / 193 / 339: a public line-numbered copy of a recent IndexKernel.cu (where the
 # advanced-indexing assertion above sits at line 111).
 _FILL = KernelAssert(_INDEX_KERNEL, 154, "operator()",
                      'idx >= -self_dim_size && idx < self_dim_size && "index out of bounds"')
