@@ -14,6 +14,7 @@ from cudadiag import classify, contracts
 from cudadiag.testing import SimulatedAcceleratorError, is_poisoned, simulated_cuda
 from cudadiag.trace import OpTracer, PrecheckError
 
+pytestmark = pytest.mark.filterwarnings(r"ignore:index_reduce\(\) is in beta")
 ROWS = list(contracts.CONTRACTS.values())
 ROW_IDS = [row.op for row in ROWS]
 
