@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cudadiag import classify
+from cudadiag import classify, incidents
 from cudadiag.testing import is_poisoned, simulated_cuda
+from scenarios import MODEL, SETUP, run
 
 
 def _bad_loss() -> torch.Tensor:
@@ -120,3 +121,94 @@ def test_tensor_methods_are_restored_on_exit():
     with simulated_cuda():
         assert torch.Tensor.tolist is not before
     assert torch.Tensor.tolist is before and "tolist" not in torch.Tensor.__dict__
+
+
+def _embedding_then_loss(bad_id: int, bad_target: int) -> torch.Tensor:
+    weight = torch.randn(5, 3, requires_grad=True)
+    features = F.embedding(torch.tensor([[1, bad_id], [2, 0]]), weight).mean(1)
+    return F.cross_entropy(features, torch.tensor([0, bad_target]))
+
+
+def test_a_second_violation_while_the_assert_is_pending_stays_on_the_device(capfd):
+    with simulated_cuda():
+        loss = _embedding_then_loss(bad_id=5, bad_target=3)  # two broken contracts
+        loss.backward()  # nll_loss_backward and embedding_dense_backward meet them again
+        with pytest.raises(RuntimeError) as raised:
+            loss.item()
+    assert type(raised.value).__name__ == "SimulatedAcceleratorError"
+    assert raised.value.violation.op == "embedding"  # the first kernel that asserted
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if "Assertion" in ln]
+    assert lines == ["/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1422: "
+                     "indexSelectLargeIndex: block: [0,0,0], thread: [1,0,0] "
+                     "Assertion `srcIndex < srcSelectDimSize` failed."]
+
+
+def test_with_blocking_launches_the_first_violation_raises_and_the_second_never_runs(
+        monkeypatch, capfd):
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    with simulated_cuda(), pytest.raises(RuntimeError) as raised:
+        _embedding_then_loss(bad_id=5, bad_target=3)
+    assert raised.value.violation.op == "embedding"
+    assert "Loss.cu" not in capfd.readouterr().err
+
+
+def test_a_training_step_with_bad_targets_fails_with_the_device_assert_in_the_kernel(shell):
+    # pytest re-points fds 1/2 between the setup and call phases: load again inside the test.
+    shell.extension_manager.reload_extension("cudadiag")
+    run(shell, SETUP)
+    run(shell, "torch.manual_seed(0)\n"
+               "model = torch.nn.Sequential(torch.nn.Embedding(50, 8), torch.nn.Flatten(),\n"
+               "                            torch.nn.Linear(16, 10))\n"
+               "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+               "ids = torch.randint(0, 50, (32, 2)); ids[21, 1] = 50\n"
+               "labels = torch.randint(0, 10, (32,)); labels[27] = 10")
+    # The bad token id is in the third batch, the bad target in the fourth: the second
+    # violation (forward and backward) runs while the first assert is pending.
+    result, cell = run(shell, "for start in range(0, 32, 8):\n"
+                              "    loss = F.cross_entropy(model(ids[start:start + 8]),\n"
+                              "                           labels[start:start + 8])\n"
+                              "    opt.zero_grad(); loss.backward(); opt.step()\n"
+                              "print(start, loss.item())")
+    assert type(result.error_in_exec).__name__ == "SimulatedAcceleratorError"
+    (incident,) = incidents()
+    assert incident.error.type.endswith("SimulatedAcceleratorError")
+    assert incident.diagnosis.family == "device_assert" and incident.run.simulated
+    assert incident.diagnosis.details["kernel"] == "indexSelectLargeIndex"
+    assert incident.error.reported_at.source == "print(start, loss.item())"
+    assert incident.run.cells == [cell]
+
+
+def test_an_error_raised_while_the_simulator_is_on_is_marked_simulated(shell):
+    run(shell, SETUP)
+    result, _ = run(shell, "torch.ones(2, 3) @ torch.ones(4, 5)")  # the CPU's own error
+    assert result.error_in_exec is not None and not getattr(result.error_in_exec,
+                                                             "simulated", False)
+    (incident,) = incidents()
+    assert incident.diagnosis.family == "shape_mismatch" and incident.run.simulated
+
+
+@pytest.mark.slow
+def test_export_of_an_isolated_incident_works_while_the_simulated_context_is_poisoned(
+        shell, tmp_path, capsys):
+    run(shell, SETUP)
+    run(shell, MODEL)
+    run(shell, "print('loss', loss.item())")
+    assert is_poisoned()
+    run(shell, "%cuda_isolate")
+    isolated = incidents()[-1]
+    assert isolated.run.mode == "isolated" and isolated.run.simulated
+    path = tmp_path / "repro.ipynb"
+    result, _ = run(shell, f"%cudadiag export {isolated.id} {path} --max-trials 2")
+    assert result.error_in_exec is None, result.error_in_exec
+    assert "reproduces: yes" in capsys.readouterr().out
+    assert is_poisoned()  # the user's simulated context is as the export found it
+
+
+def test_one_hot_takes_cudas_path_and_asserts_in_scatter(capfd):
+    with simulated_cuda():
+        assert F.one_hot(torch.tensor([1, 2]), 4).tolist() == [[0, 1, 0, 0], [0, 0, 1, 0]]
+        out = F.one_hot(torch.tensor([1, 4]), num_classes=4)  # the CPU would raise here
+        with pytest.raises(RuntimeError, match="device-side assert triggered") as raised:
+            out.sum().item()
+    assert raised.value.violation.op == "scatter_" and raised.value.violation.values == [4]
+    assert "ScatterGatherKernel.cu:367: operator()" in capfd.readouterr().err

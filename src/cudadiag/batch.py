@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
 
 from cudadiag.incident import StepInfo
+from cudadiag.own_work import outside_user_modes
 from cudadiag.shortlist import cut_join
 
 SUMMARY_MAX_NUMEL = 10_000_000
@@ -80,7 +80,7 @@ def summarize(obj: Any, *, max_numel: int = SUMMARY_MAX_NUMEL, root: str = "batc
     Never touches GPU data and never modifies the batch. Does not raise on odd objects: they
     are listed by type under `others`.
     """
-    with _disable_current_modes():  # cudadiag's own reads stay out of user modes and traces
+    with outside_user_modes():  # cudadiag's own reads stay out of user modes and traces
         return _summarize(obj, max_numel, root)
 
 
@@ -284,7 +284,7 @@ class WatchRecord:
             kept = KeptBatch(self.step, None, 0, size, indices,
                              note="batch on a GPU: no CPU copy (copying would synchronise)")
         elif torch._C._len_torch_dispatch_stack():
-            with _disable_current_modes():  # the copy is cudadiag's, not the user's work
+            with outside_user_modes():  # the copy is cudadiag's, not the user's work
                 kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)
         else:
             kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)

@@ -665,6 +665,11 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("index_out_of_bounds", r"Assertion `cur_target >= 0 && cur_target < n_classes' failed"),
     _sig("index_out_of_bounds",
          r"index (?P<value>-?\d+) out of range for tensor of size (?P<shape>\[[^\]]*\])"),
+    _sig("index_out_of_bounds", r"out of range: tried to access index (?P<value>-?\d+) on a "
+                                r"tensor of (?P<size>\d+) elements"),
+    _sig("index_out_of_bounds", r"Index \d+ of input takes value (?P<value>-?\d+) which is not "
+                                r"in the valid range \[0, (?P<size>\d+)\)"),
+    _sig("index_out_of_bounds", r"\btarget out of range\b"),
     # --- library status with no further cause
     _sig("library_status",
          r"(?P<status>CUBLAS_STATUS_\w+)(?: when calling `(?P<call>[^`(]+))?", catch_all=True),

@@ -2,11 +2,17 @@
 
 `simulated_cuda()` is a dispatch mode that reproduces CUDA's behaviour where cudadiag cares:
 
-- a broken index contract (contracts.py: nll_loss targets, embedding, index_select, gather,
-  scatter, advanced indexing) is a *kernel assertion*: its line is written to the process's
-  stderr file descriptor as the real kernel's printf would, and the error is raised later, at
-  the next synchronising operation (`.item()`, `.tolist()`, `.cpu()`, `print(t)`), with
-  PyTorch's real text and the asynchronous-report suffix;
+- a broken index contract (every row of contracts.py: loss targets, embedding, index_select,
+  index_add / copy / fill, take / put, gather / scatter, advanced indexing, and their backward
+  operators) is a *kernel assertion*: its line is written to the process's stderr file
+  descriptor as the real kernel's printf would, and the error is raised later, at the next
+  synchronising operation (`.item()`, `.tolist()`, `.cpu()`, `print(t)`), with PyTorch's real
+  text and the asynchronous-report suffix;
+- while that error is pending, later operators run on in-range indices (the garbage a faulted
+  kernel leaves) and print nothing: the device stopped at the first assertion, so a second
+  violation (`loss.backward()` on the same bad target) never raises the CPU kernel's error;
+- `F.one_hot` takes CUDA's path (no host check of the classes: `scatter_` asserts in the
+  kernel), not the CPU's ("Class values must be smaller than num_classes.");
 - with `CUDA_LAUNCH_BLOCKING=1` in the environment it is raised at the faulty operator instead,
   without the suffix;
 - after the error surfaces every operator raises it again (sticky) until the process ends;
@@ -26,10 +32,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 from torch.utils._pytree import tree_map
 
 from cudadiag import contracts, trace
+from cudadiag.own_work import outside_user_modes
 
 F = TypeVar("F", bound=Callable[..., Any])
 _BaseAcceleratorError: type[RuntimeError] = getattr(torch, "AcceleratorError", RuntimeError)
@@ -122,6 +130,12 @@ def is_active() -> bool:
     return _STATE.active > 0
 
 
+def in_use() -> bool:
+    """Return True while a simulated device is entered, or once one has faulted (pending or
+    surfaced): whatever fails then is the simulated device's doing, not a real GPU's."""
+    return _STATE.active > 0 or _STATE.pending is not None or _STATE.poisoned is not None
+
+
 def reset_simulated_device() -> None:
     """Forget a simulated fault (for test isolation only: a real CUDA context cannot be reset,
     the process must restart)."""
@@ -156,6 +170,7 @@ class SimulatedCuda(TorchDispatchMode):
 
     def __enter__(self) -> SimulatedCuda:
         super().__enter__()
+        self._functions = _CudaFunctionPaths().__enter__()
         self._patch_host_reads()
         _STATE.active += 1
         return self
@@ -163,6 +178,7 @@ class SimulatedCuda(TorchDispatchMode):
     def __exit__(self, *exc_info: object) -> None:
         _STATE.active -= 1
         self._restore_host_reads()
+        self._functions.__exit__(*exc_info)
         super().__exit__(*exc_info)
 
     def __call__(self, fn: F) -> F:
@@ -180,10 +196,11 @@ class SimulatedCuda(TorchDispatchMode):
         if _STATE.poisoned is not None or (name in SYNCHRONISING_OPS and _STATE.pending):
             _STATE.surface()
         contract = contracts.contract_for(name)
-        if contract is not None and _STATE.pending is None and not trace.prechecks_active():
-            violation = contracts.check(contract, args)
-            if violation is not None:
-                args = self._fault(contract, args, violation)
+        if contract is not None and not trace.prechecks_active():
+            with outside_user_modes():
+                violation = contracts.check(contract, args)
+                if violation is not None:
+                    args = self._fault(contract, args, violation)
         if self.memory_budget is not None:
             self._check_memory(func, args, kwargs)
         out = func(*args, **kwargs)
@@ -193,6 +210,9 @@ class SimulatedCuda(TorchDispatchMode):
 
     def _fault(self, contract: contracts.IndexContract, args: tuple[Any, ...],
                violation: contracts.Violation) -> tuple[Any, ...]:
+        """Assert as the kernel would; return the args the CPU kernel may run on."""
+        if _STATE.pending is not None:  # the device already stopped: no kernel runs, no line
+            return contracts.sanitized_args(contract, args, violation)
         _write_assert_lines(violation)
         fault = _Fault(violation)
         if blocking_from_env():
@@ -234,6 +254,26 @@ class SimulatedCuda(TorchDispatchMode):
             else:
                 setattr(torch.Tensor, name, original)
         self._patched.clear()
+
+
+class _CudaFunctionPaths(TorchFunctionMode):
+    """Composite functions whose CPU path checks values on the host where CUDA's leaves the
+    check to a kernel assertion: under the simulator they take CUDA's path."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.one_hot:
+            return _one_hot_as_on_cuda(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _one_hot_as_on_cuda(tensor: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+    """aten/src/ATen/native/Onehot.cpp on CUDA: with `num_classes` given, no host check of
+    the values; `scatter_` asserts on one outside [0, num_classes)."""
+    if num_classes == -1 or tensor.dtype != torch.long or num_classes < 1:
+        return torch.nn.functional.one_hot(tensor, num_classes)  # the checks CUDA makes too
+    out = torch.zeros(*tensor.shape, num_classes, dtype=torch.long)
+    return out.scatter_(-1, tensor.unsqueeze(-1), 1)
 
 
 def simulated_cuda(memory_budget: int | str | None = None) -> SimulatedCuda:
@@ -319,7 +359,8 @@ def _release(key: int) -> None:
 
 
 def _write_assert_lines(violation: contracts.Violation) -> None:
-    """Write the kernel's assertion printf lines to fd 2, as a real kernel would."""
+    """Write the kernel's assertion printf lines to fd 2, as a real kernel would (none for a
+    kernel whose assertion is not known; line 0 for one whose line is not known)."""
     ka = violation.kernel_assert
     if ka is None:
         return
@@ -327,7 +368,7 @@ def _write_assert_lines(violation: contracts.Violation) -> None:
     for position in violation.positions[:MAX_ASSERT_LINES]:
         thread = position[-1] if position else 0
         lines.append(
-            f"{ka.file}:{ka.line}: {ka.kernel}: block: [0,0,0], thread: [{thread},0,0] "
+            f"{ka.file}:{ka.line or 0}: {ka.kernel}: block: [0,0,0], thread: [{thread},0,0] "
             f"Assertion `{ka.assertion}` failed.\n"
         )
     os.write(2, "".join(lines).encode())

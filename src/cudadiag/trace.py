@@ -155,7 +155,11 @@ def _value_range(t: torch.Tensor) -> str | None:
 
 def _consequence(violation: contracts.Violation, device: str) -> str:
     if device == "cpu":
-        return f"On the CPU this kernel raises: {violation.cpu_message()}"
+        raised = violation.cpu_message()
+        if raised is None:
+            return ("On the CPU this kernel does not check the range: it would write outside "
+                    "the tensor (memory corruption or a crash)")
+        return f"On the CPU this kernel raises: {raised}"
     return (f"On {device} this kernel fails with: device-side assert triggered (the precheck "
             "stopped it before it ran)")
 

@@ -161,7 +161,7 @@ def _incident(failures: list[tuple[BaseException, int | None]], job: dict[str, A
     from cudadiag.classify import classify
     from cudadiag.env import collect_env
     from cudadiag.incident import ErrorInfo, Incident, LaterError, OpInfo, RunInfo
-    from cudadiag.kernel.hooks import attach_batch, is_simulated
+    from cudadiag.kernel.hooks import attach_batch, raised_on_simulator
     from cudadiag.knowledge import FAMILIES
 
     exc, _cell = failures[0]
@@ -192,7 +192,7 @@ def _incident(failures: list[tuple[BaseException, int | None]], job: dict[str, A
         run=RunInfo(mode="isolated", blocking=job.get("blocking", True),
                     env_vars=job.get("env_vars", {}),
                     cells=[c["number"] for c in job["cells"]],
-                    simulated=is_simulated(exc),
+                    simulated=raised_on_simulator(exc),
                     batch_replay=(job.get("batch") or {}).get("step")),
     )
     attach_batch(incident)

@@ -134,7 +134,7 @@ class KernelCapture:
             error=error,
             diagnosis=diagnosis,
             run=RunInfo(mode="kernel", cells=[cell] if cell is not None else [],
-                        simulated=is_simulated(exc), ingested_late=ingested_late,
+                        simulated=raised_on_simulator(exc), ingested_late=ingested_late,
                         sources={str(cell): source} if source else {}),
             env=collect_env(),
             loop=loop_context(exc, self._locate_cell),
@@ -236,6 +236,13 @@ def is_relevant(exc: BaseException, family: str) -> bool:
 def is_simulated(exc: BaseException) -> bool:
     """Return True when `exc` (or a cause of it) came from cudadiag's simulated device."""
     return any(getattr(e, "simulated", False) for e in exception_chain(exc))
+
+
+def raised_on_simulator(exc: BaseException) -> bool:
+    """Return True when `exc` came from cudadiag's simulated device, or was raised while one
+    is entered or after one faulted (whatever fails then is marked simulated)."""
+    testing = sys.modules.get("cudadiag.testing")
+    return is_simulated(exc) or bool(testing and testing.in_use())
 
 
 def _now() -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from cudadiag.incident import Incident
 from cudadiag.kernel.store import IncidentStore
+from cudadiag.own_work import outside_user_modes
 from cudadiag.repro.minimize import MinimizeResult, Progress, minimize
 from cudadiag.repro.notebook import ExportResult, export_notebook
 
@@ -61,10 +62,11 @@ def stored_inputs(incident: Incident, store: IncidentStore | None = None) -> Rep
             "notebook, run %cuda_isolate on its cell, then export that isolated incident")
     folder = (store or IncidentStore()).run_files(incident.id)
     rng_file, batch_file = folder / "rng.pt", folder / "batch.pt"
-    rng = torch.load(rng_file, weights_only=False) if rng_file.exists() else None
-    batch = None
-    if batch_file.exists() and incident.run.batch_replay is not None:
-        batch = (incident.run.batch_replay, torch.load(batch_file, weights_only=False))
+    with outside_user_modes():  # cudadiag's own files, not the user's (simulated) device
+        rng = torch.load(rng_file, weights_only=False) if rng_file.exists() else None
+        batch = None
+        if batch_file.exists() and incident.run.batch_replay is not None:
+            batch = (incident.run.batch_replay, torch.load(batch_file, weights_only=False))
     cells = {int(n): source for n, source in sorted(incident.run.sources.items(),
                                                      key=lambda kv: int(kv[0]))}
     return ReproInputs(cells=cells, rng_states=rng, batch=batch)

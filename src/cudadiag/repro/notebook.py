@@ -21,6 +21,7 @@ from cudadiag.batch import tensors_of
 from cudadiag.classify import classify
 from cudadiag.incident import Incident
 from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
+from cudadiag.own_work import outside_user_modes
 from cudadiag.repro.minimize import Signature
 from cudadiag.repro.redact import Redactor
 from cudadiag.repro.report import render_report
@@ -55,9 +56,10 @@ def export_notebook(incident: Incident, path: str | Path, cells: dict[int, str],
     scrub = redactor or Redactor()
     path.parent.mkdir(parents=True, exist_ok=True)
     backend_vars = ROCM_BLOCKING if incident.env and incident.env.hip else NVIDIA_BLOCKING
-    batch_cell, batch_file = _batch_cell(batch, path)
-    rng_cell = _rng_cell({n: rng_states[n] for n in cells if rng_states and n in rng_states},
-                         path)
+    with outside_user_modes():  # cudadiag's own tensor work, not the user's (simulated) device
+        batch_cell, batch_file = _batch_cell(batch, path)
+        rng_cell = _rng_cell({n: rng_states[n] for n in cells if rng_states and n in rng_states},
+                             path)
     nb = new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
