@@ -22,6 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
+
 CELL_FILENAME = "<cudadiag In[{}]>"
 _CELL_FILENAME_RE = re.compile(r"^<cudadiag In\[(\d+)\]>$")
 
@@ -72,9 +74,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     with tracer or nullcontext():
         if job.get("script"):
             exit_code = _run_script(job["script"], failures)
-        for cell in job["cells"]:
+        for position, cell in enumerate(job["cells"], start=1):
             _restore_rng(rng.get(cell["number"]), torch)
             new_cell()
+            _mark(cell["number"], TARGET if position == len(job["cells"]) else REPLAY)
             try:
                 _run_cell(cell["number"], cell["source"], namespace)
             except (Exception, SystemExit) as exc:
@@ -106,8 +109,38 @@ def _run_script(script: dict[str, Any], failures: list[tuple[BaseException, int 
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except Exception as exc:
         failures.append((exc, None))
+        _print_traceback(exc)
         return 1
     return 0
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """Print `exc` as `python SCRIPT` would (through sys.excepthook, which the script may have
+    replaced): from the script's frame down, without this worker's and runpy's frames."""
+    import runpy
+
+    ours = {__file__, runpy.__file__}
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    recorded = exc.__traceback__
+    exc.__traceback__ = tb  # the hook may read the exception's own traceback
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    finally:
+        exc.__traceback__ = recorded
+        sys.stderr.flush()
+
+
+def _mark(number: int, role: str) -> None:
+    """Tell the parent, on both streams, that cell `number` starts (see isolate.output)."""
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    marker = cell_marker(number, role)
+    os.write(1, marker)
+    os.write(2, marker)
 
 
 def _run_cell(number: int, source: str, namespace: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ is built once, as sections; each format only lays it out.
 
 from __future__ import annotations
 
+import signal
 import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -46,6 +47,9 @@ def render_short(incident: Incident) -> str:
     """Return the few lines shown under a failing cell."""
     d = incident.diagnosis
     lines = [f"cudadiag [{incident.id}] {d.summary}" + _simulated_tag(incident)]
+    death = death_line(incident)
+    if death:
+        lines.append(f"  {death}")
     lines += [f"  {line}" for line in header_lines(incident)[1:]]
     if d.first_checks:
         lines.append(f"  check first: {d.first_checks[0]}")
@@ -261,16 +265,22 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("<", "&lt;")
 
 
-def render_isolated(result: Any, plan_text: str) -> str:
-    """Return the short text shown after an isolated run (an IsolatedResult)."""
+def render_isolated(result: Any, plan_text: str, verdict: str | None = None) -> str:
+    """Return the short text shown after an isolated run (an IsolatedResult); `verdict`, the
+    comparison with the original failure, comes first when there is one."""
     settings = f"{result.settings.note}; {result.wall_s:.1f} s"
     incident = result.incident
+    first = [verdict] if verdict else []
     if incident is None:
-        lines = [result.message or "cudadiag: the isolated run did not reproduce the error"]
+        lines = first or [result.message
+                          or "cudadiag: the isolated run did not reproduce the error"]
         return "\n".join([*lines, f"  {plan_text}", f"  settings: {settings}"])
     d = incident.diagnosis
-    lines = [f"cudadiag isolated run [{incident.id}]: {d.family} — {d.summary}"
+    lines = [*first, f"cudadiag isolated run [{incident.id}]: {d.family} — {d.summary}"
              + _simulated_tag(incident)]
+    death = death_line(incident)
+    if death:
+        lines.append(f"  {death}")
     if incident.op:
         args = ", ".join(arg_text(a) for a in incident.op.args)
         lines.append(f"  operator: {incident.op.name}({args})")
@@ -280,8 +290,6 @@ def render_isolated(result: Any, plan_text: str) -> str:
         lines.append(f"  precheck: {incident.op.precheck}")
     elif incident.op:
         lines.append("  precheck: no index contract violated before the kernel ran")
-    if incident.run.signal:
-        lines.append(f"  the child died by {incident.run.signal}")
     lines += [f"  {plan_text}", f"  settings: {settings}",
               "  (diagnosis only: the kernel's variables, devices and RNG are untouched)"]
     return "\n".join(lines)
@@ -313,7 +321,7 @@ def render_table(incidents: Iterable[Incident]) -> str:
     """Return one line per incident: id, time, family, where, summary."""
     rows = [f"{'id':12}  {'time':25}  {'family':19}  {'where':10}  summary"]
     for i in incidents:
-        where = f"In[{i.run.cells[0]}]" if i.run.cells else i.run.mode
+        where = f"In[{_raising_cell(i)}]" if i.run.cells else i.run.mode
         rows.append(f"{i.id:12}  {i.created_at:25}  {i.diagnosis.family:19}  {where:10}  "
                     f"{_clip(i.diagnosis.summary, 90)}{_simulated_tag(i)}")
     return "\n".join(rows) if len(rows) > 1 else "no incidents recorded"
@@ -338,6 +346,32 @@ def arg_text(arg: Any) -> str:
             text += f" stride={arg.stride}"
         return text + (f" values {arg.value}" if arg.value else "")
     return f"{arg.name}={arg.value}"
+
+
+def death_line(incident: Incident) -> str | None:
+    """Return how a child that died without a Python exception ended (`the process exited
+    with status 3 ...`, `the process was killed by SIGSEGV (Segmentation fault)`), else
+    None."""
+    if not incident.error.type.startswith("ProcessDied("):
+        return None
+    run = incident.run
+    if run.signal:
+        try:
+            meaning = signal.strsignal(signal.Signals[run.signal]) or ""
+        except KeyError:
+            meaning = ""
+        return f"the process was killed by {run.signal}" + (f" ({meaning})" if meaning else "")
+    return (f"the process exited with status {run.exit_status} without a Python exception "
+            "(os._exit, or a library that ended the process)")
+
+
+def _raising_cell(incident: Incident) -> int:
+    """The cell a listing names: the kernel's failing cell; for an isolated run, the cell
+    that raised (else the suspect cell), never merely the first cell replayed."""
+    frame = incident.error.reported_at
+    if incident.run.mode != "kernel" and frame is not None and frame.cell is not None:
+        return frame.cell
+    return incident.run.cells[0] if incident.run.mode == "kernel" else incident.run.cells[-1]
 
 
 def _cell_label(incident: Incident) -> str:
