@@ -13,6 +13,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from cudadiag.argtypes import positive_seconds
+
 DEMO_CELLS = (
     "%load_ext cudadiag",
     "%xmode Minimal",
@@ -69,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                           help="synchronous kernel launches (the default)")
     blocking.add_argument("--no-blocking", dest="blocking", action="store_false",
                           help="a faithful asynchronous run, without tracer and prechecks")
-    run.add_argument("--timeout", type=float, metavar="S",
+    run.add_argument("--timeout", type=positive_seconds, metavar="S",
                      help="kill the run (its whole process group) after S seconds")
     run.add_argument("--json", metavar="PATH", help="also write the incident as JSON here")
     run.add_argument("--no-precheck", action="store_true",
@@ -90,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("path", help="the notebook to write (PATH.ipynb)")
     export.add_argument("--max-trials", type=int, default=200,
                         help="candidates tried at most (default 200)")
-    export.add_argument("--timeout", type=float, metavar="S",
+    export.add_argument("--timeout", type=positive_seconds, metavar="S",
                         help="stop minimizing after S seconds, keeping the best so far")
     export.add_argument("--no-verify", action="store_true",
                         help="write the notebook without executing it")
@@ -243,8 +245,27 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    if not args.keep:
-        os.environ["CUDADIAG_HOME"] = tempfile.mkdtemp(prefix="cudadiag-demo-")
+    if args.keep:
+        _run_demo()
+        return 0
+    with tempfile.TemporaryDirectory(prefix="cudadiag-demo-") as home:
+        previous = os.environ.get("CUDADIAG_HOME")
+        os.environ["CUDADIAG_HOME"] = home
+        try:
+            _run_demo()
+        finally:
+            if previous is None:
+                del os.environ["CUDADIAG_HOME"]
+            else:
+                os.environ["CUDADIAG_HOME"] = previous
+    print("cudadiag demo: the demo's incident went to a temporary log, now removed (its "
+          "`show` hint no longer applies); run `cudadiag demo --keep` to record it in your "
+          "incident log, then `cudadiag incidents` and `cudadiag show ID` find it.")
+    return 0
+
+
+def _run_demo() -> None:
+    """Run DEMO_CELLS in an IPython shell, echoing each cell as a terminal would."""
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance(colors="nocolor")
@@ -259,7 +280,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         print()
-    return 0
 
 
 if __name__ == "__main__":

@@ -68,14 +68,18 @@ class ChildOutput:
         self._role: dict[str, tuple[int, str] | None] = {name: None for name in STREAMS}
         self._ends_line = {name: True for name in STREAMS}
         self._folds: list[_Fold] = []
+        self._queue: dict[str, deque[bytes | tuple[int, str]]] = {
+            name: deque() for name in STREAMS}
+        self._cells_entered = {name: 0 for name in STREAMS}
 
     def take(self, name: str, data: bytes) -> None:
         """Route a chunk the child wrote on stream `name` (`stdout` or `stderr`)."""
         buffer = self._carry[name] + data
+        events = self._queue[name]
         position = 0
         for marker in _MARKER.finditer(buffer):
-            self._route(name, buffer[position:marker.start()])
-            self._enter(name, int(marker.group(1)), marker.group(2).decode())
+            events.append(buffer[position:marker.start()])
+            events.append((int(marker.group(1)), marker.group(2).decode()))
             position = marker.end()
         rest = buffer[position:]
         cut = rest.rfind(b"\x00")
@@ -83,20 +87,45 @@ class ChildOutput:
             rest, self._carry[name] = rest[:cut], rest[cut:]
         else:
             self._carry[name] = b""
-        self._route(name, rest)
+        events.append(rest)
+        self._drain(wait=True)
 
     def finish(self) -> None:
         """The streams have ended: route what was held back, fold the last replayed cells,
         scan the last unterminated lines, say how much was not shown."""
         for name in STREAMS:
-            self._route(name, self._carry[name])
+            self._queue[name].append(self._carry[name])
             self._carry[name] = b""
+        self._drain(wait=False)
+        for name in STREAMS:
             self._leave(name)
             self._keep_device_lines([self._partial[name]])
         if self.hidden and self.stream:
             print(f"cudadiag: {self.hidden:,} more bytes of output from the isolated run were "
                   f"not shown (the last {KEPT_BYTES >> 20} MiB of each stream are kept in the "
                   "result)", file=sys.stderr)
+
+    def _drain(self, wait: bool) -> None:
+        """Route the queued events. With `wait`, a stream's output waits while that stream
+        is in a later cell than the other one (whose marker is on its way), so the folded
+        line of a replayed cell counts both streams and comes before the next cell's
+        output."""
+        progress = True
+        while progress:
+            progress = False
+            for name in STREAMS:
+                other = STREAMS[1 - STREAMS.index(name)]
+                events = self._queue[name]
+                while events:
+                    event = events[0]
+                    if isinstance(event, tuple):
+                        self._enter(name, *event)
+                    elif wait and self._cells_entered[name] > self._cells_entered[other]:
+                        break
+                    else:
+                        self._route(name, event)
+                    events.popleft()
+                    progress = True
 
     def text(self, name: str) -> str:
         """The kept tail of stream `name`, markers removed."""
@@ -134,6 +163,7 @@ class ChildOutput:
 
     def _enter(self, name: str, number: int, role: str) -> None:
         self._leave(name)
+        self._cells_entered[name] += 1
         self._role[name] = (number, role)
         self._ends_line[name] = True
         if role == REPLAY:

@@ -14,6 +14,7 @@ import json
 import linecache
 import random
 import re
+import runpy
 import sys
 import time
 import types
@@ -94,7 +95,6 @@ def _run_script(script: dict[str, Any], failures: list[tuple[BaseException, int 
     """Run a script or module as `python SCRIPT ARGS` / `python -m MODULE ARGS` would;
     return its exit code (an uncaught exception is recorded and gives 1)."""
     import os
-    import runpy
 
     target = script["target"]
     sys.argv = [target, *script["argv"]]
@@ -106,7 +106,10 @@ def _run_script(script: dict[str, Any], failures: list[tuple[BaseException, int 
             sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
             runpy.run_path(target, run_name="__main__")
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)  # sys.exit("message"), as Python does
+        return 1
     except Exception as exc:
         failures.append((exc, None))
         _print_traceback(exc)
@@ -116,13 +119,12 @@ def _run_script(script: dict[str, Any], failures: list[tuple[BaseException, int 
 
 def _print_traceback(exc: BaseException) -> None:
     """Print `exc` as `python SCRIPT` would (through sys.excepthook, which the script may have
-    replaced): from the script's frame down, without this worker's and runpy's frames."""
-    import runpy
-
-    ours = {__file__, runpy.__file__}
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
-        tb = tb.tb_next
+    replaced): from the script's frame down to the call that failed, without the frames of
+    this worker and runpy above it, nor those of cudadiag's tracer or simulator below it."""
+    frames = _script_frames(exc.__traceback__)
+    tb = None
+    for frame in reversed(frames):
+        tb = types.TracebackType(tb, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
     recorded = exc.__traceback__
     exc.__traceback__ = tb  # the hook may read the exception's own traceback
     try:
@@ -130,6 +132,30 @@ def _print_traceback(exc: BaseException) -> None:
     finally:
         exc.__traceback__ = recorded
         sys.stderr.flush()
+
+
+_RUNNER_FILES = {__file__, runpy._run_code.__code__.co_filename}
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+_DISPATCH_WRAPPERS = ("torch/_compile.py", "torch/_dynamo/")
+"""Frames PyTorch puts between an operator and a dispatch mode's __torch_dispatch__."""
+
+
+def _script_frames(tb: types.TracebackType | None) -> list[types.TracebackType]:
+    frames = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    while frames and frames[0].tb_frame.f_code.co_filename in _RUNNER_FILES:
+        frames.pop(0)
+    files = [f.tb_frame.f_code.co_filename for f in frames]
+    inside = next((i for i, name in enumerate(files) if i and name.startswith(_PACKAGE_DIR)),
+                  None)
+    if inside is None:
+        return frames
+    while inside > 1 and any(w in files[inside - 1].replace("\\", "/")
+                             for w in _DISPATCH_WRAPPERS):
+        inside -= 1
+    return frames[:inside]
 
 
 def _mark(number: int, role: str) -> None:

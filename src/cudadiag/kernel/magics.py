@@ -217,9 +217,9 @@ class CudadiagMagics(Magics):
         if result.interrupted:
             raise KeyboardInterrupt
         if result.incident is not None:
-            d = result.incident.diagnosis
-            raise IsolatedRunFailed(f"{d.family} — {d.summary} (details: %cudadiag show "
-                                    f"{result.incident.id})", result.incident.id)
+            raise IsolatedRunFailed(f"{render.one_line(result.incident)} (details: "
+                                    f"%cudadiag show {result.incident.id})",
+                                    result.incident.id)
         if result.timed_out:
             raise IsolatedRunFailed(result.message.removeprefix("cudadiag: "), None)
 

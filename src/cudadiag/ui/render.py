@@ -348,6 +348,15 @@ def arg_text(arg: Any) -> str:
     return f"{arg.name}={arg.value}"
 
 
+def one_line(incident: Incident) -> str:
+    """Return the diagnosis in one line: `family — summary`, with how the process ended when
+    it died without a Python exception."""
+    d, death = incident.diagnosis, death_line(incident)
+    if death and d.family == "unknown":
+        return death
+    return f"{d.family} — {d.summary}" + (f"; {death}" if death else "")
+
+
 def death_line(incident: Incident) -> str | None:
     """Return how a child that died without a Python exception ended (`the process exited
     with status 3 ...`, `the process was killed by SIGSEGV (Segmentation fault)`), else
