@@ -100,10 +100,13 @@ class ChildOutput:
         for name in STREAMS:
             self._leave(name)
             self._keep_device_lines([self._partial[name]])
+        if self.stream:
+            sys.stdout.flush()
+            sys.stderr.flush()
         if self.hidden and self.stream:
             print(f"cudadiag: {self.hidden:,} more bytes of output from the isolated run were "
                   f"not shown (the last {KEPT_BYTES >> 20} MiB of each stream are kept in the "
-                  "result)", file=sys.stderr)
+                  "result)", file=sys.stderr, flush=True)
 
     def _drain(self, wait: bool) -> None:
         """Route the queued events. With `wait`, a stream's output waits while that stream
@@ -159,7 +162,8 @@ class ChildOutput:
         self.hidden += len(data) - len(visible)
         out = sys.stdout if name == "stdout" else sys.stderr
         out.write(self._decoders[name].decode(visible))
-        out.flush()
+        if b"\n" in visible or b"\r" in visible:
+            out.flush()  # per line, not per write: a kernel sends one message per flush
 
     def _enter(self, name: str, number: int, role: str) -> None:
         self._leave(name)

@@ -307,7 +307,7 @@ class _Pump:
         kill_group(self.process.pid, signal.SIGKILL)
         plural = "process" if len(left) == 1 else "processes"
         print(f"cudadiag: killed {len(left)} left-over {plural} of {self.what}: "
-              f"{describe(left)}", file=sys.stderr)
+              f"{describe(left)}", file=sys.stderr, flush=True)
 
 
 def _incident_of(result: IsolatedResult, child: dict[str, Any] | None, blocking: bool,
@@ -360,8 +360,7 @@ def _message(result: IsolatedResult, timeout: float | None) -> str:
     if result.interrupted:
         return "cudadiag: interrupted; the isolated run's process group was killed"
     if result.incident is None:
-        return ("cudadiag: the isolated run did not reproduce the error "
-                f"({result.settings.note})")
+        return f"cudadiag: the isolated run finished without error ({result.settings.note})"
     return ""
 
 

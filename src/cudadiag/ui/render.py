@@ -272,15 +272,10 @@ def render_isolated(result: Any, plan_text: str, verdict: str | None = None) -> 
     incident = result.incident
     first = [verdict] if verdict else []
     if incident is None:
-        lines = first or [result.message
-                          or "cudadiag: the isolated run did not reproduce the error"]
+        lines = first or [result.message]
         return "\n".join([*lines, f"  {plan_text}", f"  settings: {settings}"])
-    d = incident.diagnosis
-    lines = [*first, f"cudadiag isolated run [{incident.id}]: {d.family} — {d.summary}"
+    lines = [*first, f"cudadiag isolated run [{incident.id}]: {one_line(incident)}"
              + _simulated_tag(incident)]
-    death = death_line(incident)
-    if death:
-        lines.append(f"  {death}")
     if incident.op:
         args = ", ".join(arg_text(a) for a in incident.op.args)
         lines.append(f"  operator: {incident.op.name}({args})")
