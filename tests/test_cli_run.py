@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ import time
 import pytest
 
 from test_cli import TRAIN, cudadiag
+from test_isolate_magics import _alive
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +79,7 @@ def test_run_returns_when_the_script_exits_and_kills_what_it_left(tmp_path):
     result = cudadiag("run", "spawns.py", cwd=tmp_path)
     assert time.monotonic() - started < 25  # the grandchild sleeps 30 s and holds stdout
     pid = int(result.stdout.split()[-1])
-    assert (f"cudadiag: killed 1 left-over process of the script's run: pid {pid} (sleep)"
+    assert (f"cudadiag: killed 1 left-over process of the script: pid {pid} (sleep)"
             in result.stderr)
     assert result.returncode == 0
 
@@ -90,6 +92,22 @@ def test_a_timeout_that_is_not_a_positive_number_exits_2(tmp_path, command, valu
     result = cudadiag(*[word.format(value) for word in command], cwd=tmp_path)
     assert result.returncode == 2
     assert "--timeout: expected a number of seconds greater than 0" in result.stderr
+
+
+def test_ctrl_c_kills_the_scripts_group_and_exits_130(tmp_path):
+    (tmp_path / "loop.py").write_text(
+        "import subprocess, time\np = subprocess.Popen(['sleep', '60'])\n"
+        "print('grandchild', p.pid, flush=True)\nfor epoch in range(600):\n"
+        "    print('epoch', epoch, flush=True)\n    time.sleep(0.2)\n")
+    process = subprocess.Popen([sys.executable, "-m", "cudadiag.cli", "run", "loop.py"],
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    seen = [process.stdout.readline() for _ in range(3)]  # the grandchild, epochs 0 and 1
+    process.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "cudadiag: interrupted; the script's process group was killed" in err
+    assert not _alive(int(seen[0].split()[1]))
 
 
 def _demo(tmp_path, *args):

@@ -15,20 +15,13 @@ from IPython.core.error import UsageError
 
 from cudadiag import incidents
 from scenarios import MODEL, SETUP, run
+from test_isolate_magics import _alive
 
 pytestmark = pytest.mark.slow
 
 GRANDCHILD = ("import subprocess\n"
               "p = subprocess.Popen(['sleep', '30'])  # inherits stdout: keeps the pipe open\n"
               "print('grandchild', p.pid, flush=True)")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _pids(text: str, word: str) -> list[int]:

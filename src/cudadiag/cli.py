@@ -8,10 +8,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from cudadiag.argtypes import positive_seconds
 
@@ -138,7 +140,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     elif result.message:
         print(result.message, file=sys.stderr)
-    return result.returncode if result.returncode is not None else 1
+    return _exit_status(result)
+
+
+def _exit_status(result: Any) -> int:
+    """The status a shell would report for the script run plainly: its own, 128 + N for a
+    death by signal N, 130 when the user interrupted it (Ctrl-C)."""
+    if result.interrupted:
+        return 128 + signal.SIGINT
+    if result.returncode is None:
+        return 1
+    return 128 - result.returncode if result.returncode < 0 else result.returncode
 
 
 def _split_command(command: list[str]) -> tuple[str | None, str | None, list[str], bool]:

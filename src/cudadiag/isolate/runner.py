@@ -156,7 +156,7 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
             Path(job["path"]).write_text(json.dumps(job))
         started = time.perf_counter()
         process = (launcher or SubprocessLauncher()).start(str(job["path"]), child_env)
-        what = "the script's run" if script is not None else "the isolated run"
+        what = "the script" if script is not None else "the isolated run"
         pump = _Pump(process, timeout, output, what)
         pump.run()
         wall = time.perf_counter() - started
@@ -173,7 +173,7 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
             _complete(result.incident, output, wall, process.returncode, numbered, script)
             if store:
                 _store(result.incident, job)
-    result.message = _message(result, timeout)
+    result.message = _message(result, timeout, what)
     return result
 
 
@@ -353,14 +353,14 @@ def _crash_incident(result: IsolatedResult, blocking: bool,
     )
 
 
-def _message(result: IsolatedResult, timeout: float | None) -> str:
+def _message(result: IsolatedResult, timeout: float | None, what: str) -> str:
     if result.timed_out:
-        return (f"cudadiag: the isolated run exceeded the timeout of {timeout:g} s; its whole "
+        return (f"cudadiag: {what} exceeded the timeout of {timeout:g} s; its whole "
                 "process group was killed")
     if result.interrupted:
-        return "cudadiag: interrupted; the isolated run's process group was killed"
+        return f"cudadiag: interrupted; {what}'s process group was killed"
     if result.incident is None:
-        return f"cudadiag: the isolated run finished without error ({result.settings.note})"
+        return f"cudadiag: {what} finished without error ({result.settings.note})"
     return ""
 
 
