@@ -89,6 +89,11 @@ def capture_current(shell):
     return capture_for(shell).current
 
 
+def test_a_blocking_launch_body_with_an_ordinary_error_fails_with_that_error(shell):
+    result, _ = run(shell, "%%blocking_launch\nraise ValueError('no such column: label')")
+    assert str(result.error_in_exec).startswith("ValueError: no such column: label (details: ")
+
+
 def test_a_blocking_launch_that_times_out_fails_the_cell(shell):
     result, _ = run(shell, "%%blocking_launch --timeout 3\nwhile True:\n    pass")
     assert type(result.error_in_exec).__name__ == "IsolatedRunFailed"

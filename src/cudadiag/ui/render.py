@@ -345,10 +345,11 @@ def arg_text(arg: Any) -> str:
 
 def one_line(incident: Incident) -> str:
     """Return the diagnosis in one line: `family — summary`, with how the process ended when
-    it died without a Python exception."""
+    it died without a Python exception; for an error cudadiag does not know, the error
+    itself (`ValueError: bad shape`) or how the process ended."""
     d, death = incident.diagnosis, death_line(incident)
-    if death and d.family == "unknown":
-        return death
+    if d.family == "unknown":
+        return death or f"{incident.error.type.rsplit('.', 1)[-1]}: {incident.error.message}"
     return f"{d.family} — {d.summary}" + (f"; {death}" if death else "")
 
 
