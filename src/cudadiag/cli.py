@@ -63,8 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="run a script with blocking launches, the op tracer and the prechecks",
         description="Run SCRIPT the way `CUDA_LAUNCH_BLOCKING=1 python SCRIPT` does, plus "
-                    "cudadiag's op tracer, index prechecks and watch(); print the diagnosis "
-                    "and store the incident. The exit status is the script's. A leading "
+                    "cudadiag's op tracer, index prechecks and watch(): its output and its "
+                    "traceback print as Python prints them, then the diagnosis, and the "
+                    "incident is stored. The exit status is the script's (130 after Ctrl-C). "
+                    "Processes it leaves behind are killed and named. A leading "
                     "interpreter is accepted: `cudadiag run -- python train.py --epochs 1`, "
                     "`cudadiag run -- python -m package.module`.",
     )
