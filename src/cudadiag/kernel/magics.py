@@ -184,8 +184,9 @@ class CudadiagMagics(Magics):
 
         This is a diagnosis, not a re-run of the user's program: when the isolated run fails,
         the diagnosis has succeeded (its incident is stored), so the cell does not fail and
-        "Run All" goes on. Interrupting it kills the run's process group and raises
-        KeyboardInterrupt, like interrupting any cell; bad options raise UsageError.
+        "Run All" goes on; a run that exceeds --timeout is reported, not raised, for the same
+        reason. Interrupting it kills the run's process group and raises KeyboardInterrupt,
+        like interrupting any cell; bad options raise UsageError.
         """
         args = _parse_magic_line(self.cuda_isolate, line)
         history = _history(self.shell)
