@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import json
 import linecache
+import os
 import random
 import re
 import runpy
@@ -94,8 +95,6 @@ def _run_script(script: dict[str, Any], failures: list[tuple[BaseException, int 
                 ) -> int:
     """Run a script or module as `python SCRIPT ARGS` / `python -m MODULE ARGS` would;
     return its exit code (an uncaught exception is recorded and gives 1)."""
-    import os
-
     target = script["target"]
     sys.argv = [target, *script["argv"]]
     try:
@@ -161,8 +160,6 @@ def _script_frames(tb: types.TracebackType | None) -> list[types.TracebackType]:
 
 def _mark(number: int, role: str) -> None:
     """Tell the parent, on both streams, that cell `number` starts (see isolate.output)."""
-    import os
-
     sys.stdout.flush()
     sys.stderr.flush()
     marker = cell_marker(number, role)
