@@ -8,10 +8,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from cudadiag.argtypes import positive_seconds
 
 DEMO_CELLS = (
     "%load_ext cudadiag",
@@ -59,8 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="run a script with blocking launches, the op tracer and the prechecks",
         description="Run SCRIPT the way `CUDA_LAUNCH_BLOCKING=1 python SCRIPT` does, plus "
-                    "cudadiag's op tracer, index prechecks and watch(); print the diagnosis "
-                    "and store the incident. The exit status is the script's. A leading "
+                    "cudadiag's op tracer, index prechecks and watch(): its output and its "
+                    "traceback print as Python prints them, then the diagnosis, and the "
+                    "incident is stored. The exit status is the script's (130 after Ctrl-C). "
+                    "Processes it leaves behind are killed and named. A leading "
                     "interpreter is accepted: `cudadiag run -- python train.py --epochs 1`, "
                     "`cudadiag run -- python -m package.module`.",
     )
@@ -69,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
                           help="synchronous kernel launches (the default)")
     blocking.add_argument("--no-blocking", dest="blocking", action="store_false",
                           help="a faithful asynchronous run, without tracer and prechecks")
-    run.add_argument("--timeout", type=float, metavar="S",
+    run.add_argument("--timeout", type=positive_seconds, metavar="S",
                      help="kill the run (its whole process group) after S seconds")
     run.add_argument("--json", metavar="PATH", help="also write the incident as JSON here")
     run.add_argument("--no-precheck", action="store_true",
@@ -90,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("path", help="the notebook to write (PATH.ipynb)")
     export.add_argument("--max-trials", type=int, default=200,
                         help="candidates tried at most (default 200)")
-    export.add_argument("--timeout", type=float, metavar="S",
+    export.add_argument("--timeout", type=positive_seconds, metavar="S",
                         help="stop minimizing after S seconds, keeping the best so far")
     export.add_argument("--no-verify", action="store_true",
                         help="write the notebook without executing it")
@@ -152,7 +158,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     elif result.message:
         print(result.message, file=sys.stderr)
-    return result.returncode if result.returncode is not None else 1
+    return _exit_status(result)
+
+
+def _exit_status(result: Any) -> int:
+    """The status a shell would report for the script run plainly: its own, 128 + N for a
+    death by signal N, 130 when the user interrupted it (Ctrl-C)."""
+    if result.interrupted:
+        return 128 + signal.SIGINT
+    if result.returncode is None:
+        return 1
+    return 128 - result.returncode if result.returncode < 0 else result.returncode
 
 
 def _split_command(command: list[str]) -> tuple[str | None, str | None, list[str], bool]:
@@ -283,8 +299,27 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    if not args.keep:
-        os.environ["CUDADIAG_HOME"] = tempfile.mkdtemp(prefix="cudadiag-demo-")
+    if args.keep:
+        _run_demo()
+        return 0
+    with tempfile.TemporaryDirectory(prefix="cudadiag-demo-") as home:
+        previous = os.environ.get("CUDADIAG_HOME")
+        os.environ["CUDADIAG_HOME"] = home
+        try:
+            _run_demo()
+        finally:
+            if previous is None:
+                del os.environ["CUDADIAG_HOME"]
+            else:
+                os.environ["CUDADIAG_HOME"] = previous
+    print("cudadiag demo: the demo's incident went to a temporary log, now removed (its "
+          "`show` hint no longer applies); run `cudadiag demo --keep` to record it in your "
+          "incident log, then `cudadiag incidents` and `cudadiag show ID` find it.")
+    return 0
+
+
+def _run_demo() -> None:
+    """Run DEMO_CELLS in an IPython shell, echoing each cell as a terminal would."""
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance(colors="nocolor")
@@ -299,7 +334,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         print()
-    return 0
 
 
 if __name__ == "__main__":

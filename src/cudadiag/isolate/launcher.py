@@ -9,6 +9,7 @@ pre-started interpreters that imported torch without initialising CUDA could tak
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -59,8 +60,10 @@ class Launcher(Protocol):
     """Starts the worker for a job file in a fresh process with the given environment."""
 
     def start(self, job_path: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        """Return the running process; its stdout/stderr are pipes, in its own process
-        group (so a timeout or an interrupt can kill everything it started)."""
+        """Return the running process (`pid`, `stdout`, `stderr`, `returncode`, `poll()`,
+        `wait(timeout)` as Popen has them); its stdout/stderr are pipes, which the caller
+        closes, and it is in its own process group (so a timeout or an interrupt can kill
+        everything it started)."""
         ...
 
 
@@ -94,7 +97,7 @@ def child_environment(extra: dict[str, str]) -> dict[str, str]:
 
 class ForkedProcess:
     """The parent's handle on a child forked by the fork server; quacks like Popen for what
-    the runner uses (pid, stdout, stderr, returncode, wait)."""
+    the runner uses (pid, stdout, stderr, returncode, poll, wait)."""
 
     def __init__(self, channel: socket.socket, pid: int, stdout: int, stderr: int) -> None:
         self._channel = channel
@@ -103,14 +106,20 @@ class ForkedProcess:
         self.stderr = os.fdopen(stderr, "rb", buffering=0)
         self.returncode: int | None = None
 
+    def poll(self) -> int | None:
+        """Return the exit code if the child has exited (the server said so), else None."""
+        if self.returncode is None:
+            readable, _, _ = select.select([self._channel], [], [], 0)
+            if readable:
+                self.wait()
+        return self.returncode
+
     def wait(self, timeout: float | None = None) -> int:
         """Return the exit code; raises subprocess.TimeoutExpired after `timeout` seconds."""
         if self.returncode is None:
             line = _read_line(self._channel, timeout, ["fork server", str(self.pid)])
             _, _, code = line.split()
             self.returncode = int(code)
-            self.stdout.close()
-            self.stderr.close()
         return self.returncode
 
 

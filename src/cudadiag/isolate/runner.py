@@ -6,9 +6,8 @@ The kernel never touches CUDA on this path: everything CUDA happens in the child
 
 from __future__ import annotations
 
-import codecs
-import contextlib
 import json
+import math
 import os
 import selectors
 import shutil
@@ -17,14 +16,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cudadiag.classify import classify, first_error_line
-from cudadiag.fdtail import DEVICE_LINES_KEPT
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
 from cudadiag.isolate.launcher import (
     NVIDIA_BLOCKING,
@@ -35,13 +32,15 @@ from cudadiag.isolate.launcher import (
     blocking_settings,
     child_environment,
 )
-from cudadiag.knowledge import DEVICE_MESSAGE
+from cudadiag.isolate.output import ChildOutput
+from cudadiag.isolate.procgroup import describe, group_members, kill_group
 
-SHOWN_BYTES = 1 * 2**20
-"""Output streamed to the notebook per run; the rest is counted, not shown."""
-KEPT_BYTES = 1 * 2**20
-"""Tail of each stream kept in the result."""
 KILL_GRACE_S = 2.0
+"""After SIGTERM, how long the child may take to exit before its group gets SIGKILL."""
+IDLE_AFTER_EXIT_S = 0.3
+"""Once the child has exited, its pipes are read until they stay idle this long..."""
+DRAIN_AFTER_EXIT_S = 2.0
+"""...or at most this long (a left-over process may write for ever)."""
 
 
 @dataclass
@@ -79,6 +78,7 @@ def run_isolated(
     launcher: Launcher | None = None,
     stream: bool = True,
     store: bool = True,
+    show_replay: bool = False,
 ) -> IsolatedResult:
     """Run `code` in a fresh Python process with blocking launches, the op tracer and the
     index prechecks; return an IsolatedResult.
@@ -88,14 +88,17 @@ def run_isolated(
     child's environment; `rng_states` maps a cell number to the RNG states it started from;
     `batch` = (step, data) makes the child's first watch() yield only that recorded batch.
     With `blocking=False` the re-run is faithful and asynchronous: no tracer, no prechecks.
-    The incident, if any, is appended to the incident log unless `store` is False.
-    Raises ValueError for a non-positive timeout and OSError when no process can be started
-    (or on Windows).
+    With `stream`, `code` prints live and each replayed cell's output is folded into one
+    line (`show_replay`: printed live too). The incident, if any, is appended to the incident
+    log unless `store` is False. An interrupt (KeyboardInterrupt) kills the child's process
+    group and returns a result with `interrupted` set: the caller decides whether to raise.
+    Raises ValueError for a timeout that is not a positive finite number and OSError when
+    no process can be started (or on Windows).
     """
     numbered = _numbered(cells or [], code, target_cell)
     return _execute(numbered, None, blocking=blocking, timeout=timeout, env=env, ship=ship,
                     trace=trace, precheck=precheck, rng_states=rng_states, batch=batch,
-                    launcher=launcher, stream=stream, store=store)
+                    launcher=launcher, output=ChildOutput(stream, show_replay), store=store)
 
 
 def run_script(
@@ -115,22 +118,23 @@ def run_script(
     """Run a script (or `python -m` module when `module`) the way
     `CUDA_LAUNCH_BLOCKING=1 python train.py` does, plus the tracer, prechecks and watch(),
     under the interpreter `python` (default: this one, which must be able to import
-    cudadiag). Returns an IsolatedResult whose returncode is the script's; the incident, if
-    any, has `run.mode = "cli"`. Raises ValueError for a non-positive timeout, OSError when
-    the interpreter cannot be started."""
+    cudadiag). The script's output, and its traceback as Python prints it, stream live.
+    Returns an IsolatedResult whose returncode is the script's; the incident, if any, has
+    `run.mode = "cli"`. Raises ValueError for a timeout that is not a positive finite number,
+    OSError when the interpreter cannot be started."""
     script = {"target": target, "argv": list(argv), "module": module}
     launcher = SubprocessLauncher(python) if python else None
     return _execute([], script, blocking=blocking, timeout=timeout, env=env, ship=None,
                     trace=trace, precheck=precheck, rng_states=None, batch=None,
-                    launcher=launcher, stream=stream, store=store)
+                    launcher=launcher, output=ChildOutput(stream), store=store)
 
 
 def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
              blocking: bool, timeout: float | None, env: dict[str, str] | None,
              ship: dict[str, Any] | None, trace: bool, precheck: bool,
              rng_states: dict[int, dict[str, Any]] | None, batch: tuple[int, Any] | None,
-             launcher: Launcher | None, stream: bool, store: bool) -> IsolatedResult:
-    if timeout is not None and timeout <= 0:
+             launcher: Launcher | None, output: ChildOutput, store: bool) -> IsolatedResult:
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout}")
     if os.name == "nt":
         raise OSError("isolated runs need process groups and select() on pipes: Linux or "
@@ -152,31 +156,31 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
             Path(job["path"]).write_text(json.dumps(job))
         started = time.perf_counter()
         process = (launcher or SubprocessLauncher()).start(str(job["path"]), child_env)
-        pump = _Pump(process, timeout, stream)
+        what = "the script" if script is not None else "the isolated run"
+        pump = _Pump(process, timeout, output, what)
         pump.run()
-        pump.finish()
         wall = time.perf_counter() - started
         result_path = Path(job["result"])
         child_result = json.loads(result_path.read_text()) if result_path.exists() else None
         result = IsolatedResult(
-            incident=None, returncode=process.returncode, stdout=pump.text("stdout"),
-            stderr=pump.text("stderr"), wall_s=wall, settings=settings,
+            incident=None, returncode=process.returncode, stdout=output.text("stdout"),
+            stderr=output.text("stderr"), wall_s=wall, settings=settings,
             timed_out=pump.timed_out, interrupted=pump.interrupted,
             cells=[n for n, _ in numbered], pid=process.pid,
         )
         result.incident = _incident_of(result, child_result, blocking, extra)
         if result.incident is not None:
-            _complete(result.incident, pump, wall, process.returncode, numbered, script)
+            _complete(result.incident, output, wall, process.returncode, numbered, script)
             if store:
                 _store(result.incident, job)
-    result.message = _message(result, timeout)
+    result.message = _message(result, timeout, what)
     return result
 
 
-def _complete(incident: Incident, pump: _Pump, wall: float, returncode: int | None,
+def _complete(incident: Incident, output: ChildOutput, wall: float, returncode: int | None,
               numbered: list[tuple[int, str]], script: dict[str, Any] | None) -> None:
-    if pump.device_lines:
-        _add_device_lines(incident, "\n".join(pump.device_lines))
+    if output.device_lines:
+        _add_device_lines(incident, "\n".join(output.device_lines))
     incident.run.wall_s = wall
     incident.run.exit_status = returncode
     incident.run.sources = {str(n): source for n, source in numbered}
@@ -234,95 +238,76 @@ def _write_batch(workdir: Path, job: dict[str, Any], batch: tuple[int, Any]) -> 
 
 
 class _Pump:
-    """Streams a child's stdout/stderr to ours as it comes, keeps their tails, and enforces
-    the timeout and interrupts (killing the child's whole process group)."""
+    """Reads a child's stdout/stderr into a ChildOutput as they come, and ends the run: at
+    the timeout or on an interrupt (killing the child's whole process group), or when the
+    child has exited and its pipes stay idle (a left-over grandchild may hold them open for
+    ever). Left-over processes of the group are killed and named."""
 
-    def __init__(self, process: subprocess.Popen[bytes], timeout: float | None,
-                 stream: bool) -> None:
+    def __init__(self, process: Any, timeout: float | None, output: ChildOutput,
+                 what: str) -> None:
         self.process = process
         self.deadline = time.monotonic() + timeout if timeout else None
-        self.stream = stream
-        self.kept = {"stdout": bytearray(), "stderr": bytearray()}
-        self.decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace")
-                         for name in self.kept}
-        self.shown = 0
-        self.hidden = 0
-        self.device_lines: deque[str] = deque(maxlen=DEVICE_LINES_KEPT)
-        self.partial = {name: b"" for name in self.kept}
+        self.output = output
+        self.what = what
         self.timed_out = False
         self.interrupted = False
 
     def run(self) -> None:
+        """Pump until the run has ended; never raises KeyboardInterrupt (see `interrupted`)."""
         selector = selectors.DefaultSelector()
         selector.register(self.process.stdout, selectors.EVENT_READ, "stdout")
         selector.register(self.process.stderr, selectors.EVENT_READ, "stderr")
         try:
-            while selector.get_map():
-                if self.deadline is not None and time.monotonic() > self.deadline:
-                    self.timed_out = True
-                    self._kill_group()
-                    break
-                for key, _ in selector.select(timeout=0.1):
-                    data = os.read(key.fileobj.fileno(), 65536)
-                    if data:
-                        self._take(key.data, data)
-                    else:
-                        selector.unregister(key.fileobj)
+            self._read(selector)
             self.process.wait()
         except KeyboardInterrupt:
             self.interrupted = True
             self._kill_group()
         finally:
             selector.close()
-            self._notice_hidden()
+            self.output.finish()
+            self._kill_leftovers()
+            for pipe in (self.process.stdout, self.process.stderr):
+                pipe.close()
 
-    def text(self, name: str) -> str:
-        return bytes(self.kept[name]).decode(errors="replace")
-
-    def _take(self, name: str, data: bytes) -> None:
-        *lines, self.partial[name] = (self.partial[name] + data).split(b"\n")
-        self.partial[name] = self.partial[name][-4096:]
-        self._keep_device_lines(lines)
-        kept = self.kept[name]
-        kept += data
-        del kept[:-KEPT_BYTES]
-        if not self.stream:
-            return
-        if self.shown >= SHOWN_BYTES:
-            self.hidden += len(data)
-            return
-        visible = data[: SHOWN_BYTES - self.shown]
-        self.shown += len(visible)
-        self.hidden += len(data) - len(visible)
-        out = sys.stdout if name == "stdout" else sys.stderr
-        out.write(self.decoders[name].decode(visible))
-        out.flush()
-
-    def _keep_device_lines(self, lines: list[bytes]) -> None:
-        for raw in lines:
-            line = raw.decode(errors="replace")
-            if DEVICE_MESSAGE.search(line):
-                self.device_lines.append(line.strip())
-
-    def finish(self) -> None:
-        """Scan what is left after the last newline of each stream."""
-        self._keep_device_lines([p for p in self.partial.values() if p])
-
-    def _notice_hidden(self) -> None:
-        if self.hidden:
-            print(f"cudadiag: {self.hidden:,} more bytes of output from the isolated run were "
-                  f"not shown (the last {KEPT_BYTES >> 20} MiB of each stream are kept in the "
-                  "result)", file=sys.stderr)
+    def _read(self, selector: selectors.BaseSelector) -> None:
+        exited_at: float | None = None
+        last_data = time.monotonic()
+        while selector.get_map():
+            now = time.monotonic()
+            if self.deadline is not None and now > self.deadline:
+                self.timed_out = True
+                self._kill_group()
+                return
+            if exited_at is None and self.process.poll() is not None:
+                exited_at = now
+            if exited_at is not None and (now - last_data > IDLE_AFTER_EXIT_S
+                                          or now - exited_at > DRAIN_AFTER_EXIT_S):
+                return
+            for key, _ in selector.select(timeout=0.05):
+                data = os.read(key.fileobj.fileno(), 65536)
+                if data:
+                    self.output.take(key.data, data)
+                    last_data = time.monotonic()
+                else:
+                    selector.unregister(key.fileobj)
 
     def _kill_group(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGTERM)
+        kill_group(self.process.pid, signal.SIGTERM)
         try:
             self.process.wait(timeout=KILL_GRACE_S)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+            kill_group(self.process.pid, signal.SIGKILL)
             self.process.wait()
+
+    def _kill_leftovers(self) -> None:
+        left = group_members(self.process.pid)
+        if not left:
+            return
+        kill_group(self.process.pid, signal.SIGKILL)
+        plural = "process" if len(left) == 1 else "processes"
+        print(f"cudadiag: killed {len(left)} left-over {plural} of {self.what}: "
+              f"{describe(left)}", file=sys.stderr, flush=True)
 
 
 def _incident_of(result: IsolatedResult, child: dict[str, Any] | None, blocking: bool,
@@ -368,15 +353,14 @@ def _crash_incident(result: IsolatedResult, blocking: bool,
     )
 
 
-def _message(result: IsolatedResult, timeout: float | None) -> str:
+def _message(result: IsolatedResult, timeout: float | None, what: str) -> str:
     if result.timed_out:
-        return (f"cudadiag: the isolated run exceeded the timeout of {timeout:g} s; its whole "
+        return (f"cudadiag: {what} exceeded the timeout of {timeout:g} s; its whole "
                 "process group was killed")
     if result.interrupted:
-        return "cudadiag: interrupted; the isolated run's process group was killed"
+        return f"cudadiag: interrupted; {what}'s process group was killed"
     if result.incident is None:
-        return ("cudadiag: the isolated run did not reproduce the error "
-                f"({result.settings.note})")
+        return f"cudadiag: {what} finished without error ({result.settings.note})"
     return ""
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 import builtins
 import json
 import linecache
+import os
 import random
 import re
+import runpy
 import sys
 import time
 import types
@@ -21,6 +23,8 @@ from contextlib import nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
 
 CELL_FILENAME = "<cudadiag In[{}]>"
 _CELL_FILENAME_RE = re.compile(r"^<cudadiag In\[(\d+)\]>$")
@@ -74,9 +78,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     with tracer or nullcontext():
         if job.get("script"):
             exit_code = _run_script(job["script"], failures)
-        for cell in job["cells"]:
+        for position, cell in enumerate(job["cells"], start=1):
             _restore_rng(rng.get(cell["number"]), torch)
             new_cell()
+            _mark(cell["number"], TARGET if position == len(job["cells"]) else REPLAY)
             try:
                 _run_cell(cell["number"], cell["source"], namespace)
             except (Exception, SystemExit) as exc:
@@ -95,9 +100,6 @@ def _run_script(script: dict[str, Any], failures: list[tuple[BaseException, int 
                 ) -> int:
     """Run a script or module as `python SCRIPT ARGS` / `python -m MODULE ARGS` would;
     return its exit code (an uncaught exception is recorded and gives 1)."""
-    import os
-    import runpy
-
     target = script["target"]
     sys.argv = [target, *script["argv"]]
     try:
@@ -105,14 +107,69 @@ def _run_script(script: dict[str, Any], failures: list[tuple[BaseException, int 
             sys.path.insert(0, os.getcwd())
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
-            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-            runpy.run_path(target, run_name="__main__")
+            path = os.path.abspath(target)  # as Python 3.9+ makes __main__.__file__
+            sys.path.insert(0, os.path.dirname(path))
+            runpy.run_path(path, run_name="__main__")
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)  # sys.exit("message"), as Python does
+        return 1
     except Exception as exc:
         failures.append((exc, None))
+        _print_traceback(exc)
         return 1
     return 0
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """Print `exc` as `python SCRIPT` would (through sys.excepthook, which the script may have
+    replaced): from the script's frame down to the call that failed, without the frames of
+    this worker and runpy above it, nor those of cudadiag's tracer or simulator below it."""
+    frames = _script_frames(exc.__traceback__)
+    tb = None
+    for frame in reversed(frames):
+        tb = types.TracebackType(tb, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    recorded = exc.__traceback__
+    exc.__traceback__ = tb  # the hook may read the exception's own traceback
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    finally:
+        exc.__traceback__ = recorded
+        sys.stderr.flush()
+
+
+_RUNNER_FILES = {__file__, runpy._run_code.__code__.co_filename}
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+_DISPATCH_WRAPPERS = ("torch/_compile.py", "torch/_dynamo/")
+"""Frames PyTorch puts between an operator and a dispatch mode's __torch_dispatch__."""
+
+
+def _script_frames(tb: types.TracebackType | None) -> list[types.TracebackType]:
+    frames = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    while frames and frames[0].tb_frame.f_code.co_filename in _RUNNER_FILES:
+        frames.pop(0)
+    files = [f.tb_frame.f_code.co_filename for f in frames]
+    inside = next((i for i, name in enumerate(files) if i and name.startswith(_PACKAGE_DIR)),
+                  None)
+    if inside is None:
+        return frames
+    while inside > 1 and any(w in files[inside - 1].replace("\\", "/")
+                             for w in _DISPATCH_WRAPPERS):
+        inside -= 1
+    return frames[:inside]
+
+
+def _mark(number: int, role: str) -> None:
+    """Tell the parent, on both streams, that cell `number` starts (see isolate.output)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    marker = cell_marker(number, role)
+    os.write(1, marker)
+    os.write(2, marker)
 
 
 def _run_cell(number: int, source: str, namespace: dict[str, Any]) -> None:

@@ -102,7 +102,10 @@ class KernelCapture:
     def capture(self, exc: BaseException, cell: int | None,
                 ingested_late: bool = False) -> Incident | None:
         """Record `exc` raised by cell `cell`. Returns the incident it was filed under, or
-        None for an error unrelated to PyTorch (a NameError, a KeyError...)."""
+        None for an error unrelated to PyTorch (a NameError, a KeyError...) and for one
+        that cudadiag itself raised after recording it (a failed `%%blocking_launch`)."""
+        if getattr(exc, "cudadiag_reported", False):
+            return None
         with contextlib.suppress(AttributeError):
             exc._cudadiag_seen = True  # type: ignore[attr-defined]
         diagnosis = classify(exc)

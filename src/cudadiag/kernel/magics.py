@@ -5,17 +5,38 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from cudadiag.argtypes import positive_seconds
 from cudadiag.kernel.hooks import KernelCapture
 from cudadiag.kernel.store import IncidentNotFound, IncidentStore
 from cudadiag.ui import render
 
+if TYPE_CHECKING:
+    from cudadiag.incident import Incident
+    from cudadiag.isolate.runner import IsolatedResult
+
 _captures: dict[int, KernelCapture] = {}
+
+
+class IsolatedRunFailed(RuntimeError):
+    """A `%%blocking_launch` body failed in its fresh process; the message is the one-line
+    diagnosis. cudadiag has already reported it (`cudadiag_reported`): the isolated incident
+    `incident_id` is the record, so the kernel capture does not file it again."""
+
+    cudadiag_reported = True
+
+    def __init__(self, message: str, incident_id: str | None) -> None:
+        super().__init__(message)
+        self.incident_id = incident_id
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows instead of a traceback into cudadiag's own code."""
+        return [f"{type(self).__name__}: {self}"]
 
 
 class _MagicParser(argparse.ArgumentParser):
@@ -45,9 +66,25 @@ def _parser() -> argparse.ArgumentParser:
                              "repro-ID.ipynb)")
     export.add_argument("--max-trials", type=int, default=200,
                         help="candidates tried by the minimizer at most (default 200)")
-    export.add_argument("--timeout", type=float, metavar="S",
+    export.add_argument("--timeout", type=positive_seconds, metavar="S",
                         help="stop minimizing after S seconds, keeping the best so far")
     return parser
+
+
+def _split(line: str) -> list[str]:
+    """The words of a magic's line as a shell splits them; UsageError for bad quoting."""
+    try:
+        return shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"{exc} in: {line}") from None
+
+
+def _parse_magic_line(magic: Any, line: str) -> Any:
+    """parse_argstring, with bad quoting reported as a UsageError like any bad option."""
+    try:
+        return parse_argstring(magic, line)
+    except ValueError as exc:
+        raise UsageError(f"{exc} in: {line}") from None
 
 
 def _isolation_options(func: Any) -> Any:
@@ -56,8 +93,11 @@ def _isolation_options(func: Any) -> Any:
         argument("--no-blocking", action="store_true",
                  help="a faithful asynchronous re-run (no blocking launches, no tracer): "
                       "does the error reproduce at all?"),
-        argument("--timeout", type=float, metavar="S",
+        argument("--timeout", type=positive_seconds, metavar="S",
                  help="kill the isolated run (its whole process group) after S seconds"),
+        argument("--show-replay", action="store_true",
+                 help="print the output of the replayed cells too, instead of one line each "
+                      "(In[3]: 1,204 lines hidden)"),
         argument("--ship", default="auto", metavar="auto|none|a,b",
                  help="values sent to the child instead of replaying the cells that made "
                       "them: auto (only what the analysis shows untouched), none, or names"),
@@ -102,7 +142,7 @@ class CudadiagMagics(Magics):
         if command == "explain":
             _explain(self.shell, rest.strip())
             return
-        args = _parser().parse_args(shlex.split(line))
+        args = _parser().parse_args(_split(line))
         store = capture_for(self.shell).store
         if args.command == "incidents":
             contents = store.contents()
@@ -147,14 +187,25 @@ class CudadiagMagics(Magics):
         The fresh process replays the earlier cells the suspect cell needs (or receives
         their values), starts each from the RNG states it had, and records which aten
         operator raised, with its arguments; index-taking operators are checked before they
-        run. Works in a kernel whose CUDA context is already unusable: the kernel itself
-        never touches CUDA here, and its variables, devices and RNG are left untouched (the
-        isolated run's variables are not brought back).
+        run. Only the suspect cell's output is printed live; each replayed cell's output is
+        folded into one line (--show-replay prints it). Works in a kernel whose CUDA context
+        is already unusable: the kernel itself never touches CUDA here, and its variables,
+        devices and RNG are left untouched (the isolated run's variables are not brought
+        back). The first line of the result says whether the run failed as the cell's
+        original incident did.
+
+        This is a diagnosis, not a re-run of the user's program: when the isolated run fails,
+        the diagnosis has succeeded (its incident is stored), so the cell does not fail and
+        "Run All" goes on; a run that exceeds --timeout is reported, not raised, for the same
+        reason. Interrupting it kills the run's process group and raises KeyboardInterrupt,
+        like interrupting any cell; bad options raise UsageError.
         """
-        args = parse_argstring(self.cuda_isolate, line)
+        args = _parse_magic_line(self.cuda_isolate, line)
         history = _history(self.shell)
         target = args.cell if args.cell is not None else self._latest_incident_cell()
-        _run_isolated_cell(self.shell, args, history, target)
+        result = _run_isolated_cell(self.shell, args, history, target)
+        if result is not None and result.interrupted:
+            raise KeyboardInterrupt
 
     @magic_arguments()
     @_isolation_options
@@ -162,13 +213,28 @@ class CudadiagMagics(Magics):
     def blocking_launch(self, line: str, cell: str) -> None:
         """Run this cell's body in a fresh process with blocking launches.
 
-        Same options and behaviour as %cuda_isolate, for a cell you already suspect.
+        Same options and behaviour as %cuda_isolate, for a cell you already suspect. The
+        body is the cell's program, so the cell ends as the body did, as `%%script
+        --raise-error` does: when the body fails (or is killed at --timeout), the cell
+        raises IsolatedRunFailed with the one-line diagnosis, so "Run All" stops there; the
+        isolated incident is the record (the kernel does not file it again). Interrupting
+        it kills the run's process group and raises KeyboardInterrupt.
         """
-        args = parse_argstring(self.blocking_launch, line)
+        args = _parse_magic_line(self.blocking_launch, line)
         history = _history(self.shell)
         target = max(history, default=0) + 1
         history[target] = cell
-        _run_isolated_cell(self.shell, args, history, target)
+        result = _run_isolated_cell(self.shell, args, history, target)
+        if result is None:
+            return
+        if result.interrupted:
+            raise KeyboardInterrupt
+        if result.incident is not None:
+            raise IsolatedRunFailed(f"{render.one_line(result.incident)} (details: "
+                                    f"%cudadiag show {result.incident.id})",
+                                    result.incident.id)
+        if result.timed_out:
+            raise IsolatedRunFailed(result.message.removeprefix("cudadiag: "), None)
 
     def _latest_incident_cell(self) -> int:
         incident = capture_for(self.shell).current
@@ -310,8 +376,12 @@ def _history(shell: Any) -> dict[int, str]:
     return {n: src for n, src in enumerate(inputs) if n > 0 and src}
 
 
-def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str], target: int) -> None:
+def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
+                       target: int) -> IsolatedResult | None:
+    """Plan and run cell `target` isolated, print the outcome; return the result (None for
+    --dry-run). Raises UsageError for a bad option or plan."""
     from cudadiag.isolate.plan import PlanError, make_plan
+    from cudadiag.isolate.verdict import verdict_line
 
     ship = args.ship if args.ship in ("auto", "none") else [
         n.strip() for n in args.ship.split(",") if n.strip()]
@@ -322,17 +392,35 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str], target: i
                          allow_side_effects=args.allow_side_effects)
     except (PlanError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    print(plan.describe())
+    print(plan.describe(), flush=True)
     if args.dry_run:
-        return
+        return None
     if plan.refusal:
         raise UsageError(plan.refusal)
     recorded = _recorded_batch(args.batch) if args.batch else None
+    original = _original_incident(shell, target, history[target])
     try:
         result = _isolated_run(shell, plan, target, args, env, recorded)
-    except (OSError, ValueError) as exc:  # Windows, a bad --timeout, no interpreter
+    except (OSError, ValueError) as exc:  # Windows, no interpreter
         raise UsageError(f"cannot run isolated: {exc}") from None
-    print(render.render_isolated(result, plan.describe()))
+    ended = not (result.timed_out or result.interrupted)
+    verdict = verdict_line(original, result.incident) if original and ended else None
+    print(render.render_isolated(result, plan.describe(), verdict))
+    return result
+
+
+def _original_incident(shell: Any, cell: int, source: str) -> Incident | None:
+    """The kernel's latest incident for cell `cell` (filed with this very source, so a cell
+    of another kernel with the same number does not count), if there is one."""
+    try:
+        found = capture_for(shell).store.load()
+    except OSError:
+        return None
+    for incident in reversed(found):
+        if (incident.run.mode == "kernel" and incident.run.cells == [cell]
+                and incident.run.sources.get(str(cell)) == source):
+            return incident
+    return None
 
 
 def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, str],
@@ -352,6 +440,7 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
         trace=not args.no_trace,
         precheck=not args.no_precheck,
         batch=recorded,
+        show_replay=args.show_replay,
     )
 
 

@@ -9,6 +9,7 @@ is built once, as sections; each format only lays it out.
 from __future__ import annotations
 
 import os
+import signal
 import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -69,6 +70,9 @@ def render_short(incident: Incident, *, show: str | None) -> str:
     be opened (it was not saved): then no hint is given."""
     d = incident.diagnosis
     lines = [f"cudadiag [{incident.id}] {d.summary}" + _simulated_tag(incident)]
+    death = death_line(incident)
+    if death:
+        lines.append(f"  {death}")
     lines += [f"  {line}" for line in header_lines(incident)[1:]]
     if d.first_checks:
         lines.append(f"  check first: {d.first_checks[0]}")
@@ -364,15 +368,16 @@ _BANNER_STYLE = ("border: 2px solid #c62828; background: #ffebee; color: #b71c1c
                  "padding: 6px 10px; margin: 6px 0; border-radius: 4px")
 
 
-def render_isolated(result: Any, plan_text: str) -> str:
-    """Return the short text shown after an isolated run (an IsolatedResult)."""
+def render_isolated(result: Any, plan_text: str, verdict: str | None = None) -> str:
+    """Return the short text shown after an isolated run (an IsolatedResult); `verdict`, the
+    comparison with the original failure, comes first when there is one."""
     settings = f"{result.settings.note}; {result.wall_s:.1f} s"
     incident = result.incident
+    first = [verdict] if verdict else []
     if incident is None:
-        lines = [result.message or "cudadiag: the isolated run did not reproduce the error"]
+        lines = first or [result.message]
         return "\n".join([*lines, f"  {plan_text}", f"  settings: {settings}"])
-    d = incident.diagnosis
-    lines = [f"cudadiag isolated run [{incident.id}]: {d.family} — {d.summary}"
+    lines = [*first, f"cudadiag isolated run [{incident.id}]: {one_line(incident)}"
              + _simulated_tag(incident)]
     if incident.op:
         args = ", ".join(arg_text(a) for a in incident.op.args)
@@ -383,8 +388,6 @@ def render_isolated(result: Any, plan_text: str) -> str:
         lines.append(f"  precheck: {incident.op.precheck}")
     elif incident.op:
         lines.append("  precheck: no index contract violated before the kernel ran")
-    if incident.run.signal:
-        lines.append(f"  the child died by {incident.run.signal}")
     lines += [f"  {plan_text}", f"  settings: {settings}",
               "  (diagnosis only: the kernel's variables, devices and RNG are untouched)"]
     return "\n".join(lines)
@@ -427,7 +430,7 @@ def render_table(incidents: Iterable[Incident], newer: Iterable[NewerRecord] = (
 
 
 def _where(incident: Incident) -> str:
-    return f"In[{incident.run.cells[0]}]" if incident.run.cells else incident.run.mode
+    return f"In[{_raising_cell(incident)}]" if incident.run.cells else incident.run.mode
 
 
 def _wrap(text: str, bullet: str = "  ") -> str:
@@ -449,6 +452,42 @@ def arg_text(arg: Any) -> str:
             text += f" stride={arg.stride}"
         return text + (f" values {arg.value}" if arg.value else "")
     return f"{arg.name}={arg.value}"
+
+
+def one_line(incident: Incident) -> str:
+    """Return the diagnosis in one line: `family — summary`, with how the process ended when
+    it died without a Python exception; for an error cudadiag does not know, the error
+    itself (`ValueError: bad shape`) or how the process ended."""
+    d, death = incident.diagnosis, death_line(incident)
+    if d.family == "unknown":
+        return death or f"{incident.error.type.rsplit('.', 1)[-1]}: {incident.error.message}"
+    return f"{d.family} — {d.summary}" + (f"; {death}" if death else "")
+
+
+def death_line(incident: Incident) -> str | None:
+    """Return how a child that died without a Python exception ended (`the process exited
+    with status 3 ...`, `the process was killed by SIGSEGV (Segmentation fault)`), else
+    None."""
+    if not incident.error.type.startswith("ProcessDied("):
+        return None
+    run = incident.run
+    if run.signal:
+        try:
+            meaning = signal.strsignal(signal.Signals[run.signal]) or ""
+        except KeyError:
+            meaning = ""
+        return f"the process was killed by {run.signal}" + (f" ({meaning})" if meaning else "")
+    return (f"the process exited with status {run.exit_status} without a Python exception "
+            "(os._exit, or a library that ended the process)")
+
+
+def _raising_cell(incident: Incident) -> int:
+    """The cell a listing names: the kernel's failing cell; for an isolated run, the cell
+    that raised (else the suspect cell), never merely the first cell replayed."""
+    frame = incident.error.reported_at
+    if incident.run.mode != "kernel" and frame is not None and frame.cell is not None:
+        return frame.cell
+    return incident.run.cells[0] if incident.run.mode == "kernel" else incident.run.cells[-1]
 
 
 def _cell_label(incident: Incident) -> str:

@@ -1,0 +1,20 @@
+"""Argument types shared by the magics and the `cudadiag` command, so a bad value gets the
+same clear message in both (argparse turns ArgumentTypeError into a usage error)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def positive_seconds(text: str) -> float:
+    """Return `text` as a number of seconds; raises argparse.ArgumentTypeError unless it is a
+    finite number greater than zero (`nan`, `inf`, `0`, `-5` and words are refused)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds greater than 0, like 30 or 2.5; got {text!r}")
+    return seconds

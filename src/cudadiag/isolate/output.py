@@ -1,0 +1,214 @@
+"""The isolated child's output as the user sees it: the suspect cell streams live, each
+replayed cell is folded into one line, and everything is kept for the result.
+
+The worker writes a marker on both of its streams before each cell (`cell_marker`); the
+parent cuts the streams at those markers, so it knows which cell printed what without the
+worker redirecting anything (the device's own lines, written by C code to fd 2, are cut the
+same way). A marker is NUL-delimited: it cannot be confused with text, and it is removed
+before anything is shown or kept.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import sys
+from collections import deque
+from dataclasses import dataclass
+
+from cudadiag.fdtail import DEVICE_LINES_KEPT
+from cudadiag.knowledge import DEVICE_MESSAGE
+
+SHOWN_BYTES = 1 * 2**20
+"""Output shown live per run; the rest is counted, not shown."""
+KEPT_BYTES = 1 * 2**20
+"""Tail of each stream kept in the result."""
+STREAMS = ("stdout", "stderr")
+REPLAY, TARGET = "replay", "target"
+
+_MARKER = re.compile(rb"\x00cudadiag:cell:(\d+):(replay|target)\x00")
+_MARKER_HEAD = b"\x00cudadiag:cell:"
+_MARKER_MAX = len(_MARKER_HEAD) + 32
+
+
+def cell_marker(number: int, role: str) -> bytes:
+    """Return the marker the worker writes on fds 1 and 2 before cell `number`, whose `role`
+    is `replay` (an earlier cell replayed for its values) or `target` (the suspect cell)."""
+    return b"\x00cudadiag:cell:%d:%s\x00" % (number, role.encode())
+
+
+@dataclass
+class _Fold:
+    """What one replayed cell printed while hidden."""
+
+    number: int
+    lines: int = 0
+    open_streams: int = len(STREAMS)
+
+
+class ChildOutput:
+    """Routes the child's stdout and stderr: shows, folds, counts and keeps.
+
+    `stream`: show anything at all (False: only keep). `show_replay`: stream replayed cells
+    live too instead of folding them.
+    """
+
+    def __init__(self, stream: bool = True, show_replay: bool = False) -> None:
+        self.stream = stream
+        self.show_replay = show_replay
+        self.kept = {name: bytearray() for name in STREAMS}
+        self.device_lines: deque[str] = deque(maxlen=DEVICE_LINES_KEPT)
+        self.shown = 0
+        self.hidden = 0
+        """Bytes not shown because the live output reached SHOWN_BYTES."""
+        self._decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace")
+                          for name in STREAMS}
+        self._carry = {name: b"" for name in STREAMS}
+        self._partial = {name: b"" for name in STREAMS}
+        self._role: dict[str, tuple[int, str] | None] = {name: None for name in STREAMS}
+        self._ends_line = {name: True for name in STREAMS}
+        self._folds: list[_Fold] = []
+        self._queue: dict[str, deque[bytes | tuple[int, str]]] = {
+            name: deque() for name in STREAMS}
+        self._cells_entered = {name: 0 for name in STREAMS}
+
+    def take(self, name: str, data: bytes) -> None:
+        """Route a chunk the child wrote on stream `name` (`stdout` or `stderr`)."""
+        buffer = self._carry[name] + data
+        events = self._queue[name]
+        position = 0
+        for marker in _MARKER.finditer(buffer):
+            events.append(buffer[position:marker.start()])
+            events.append((int(marker.group(1)), marker.group(2).decode()))
+            position = marker.end()
+        rest = buffer[position:]
+        cut = rest.rfind(b"\x00")
+        if cut != -1 and _may_start_marker(rest[cut:]):
+            rest, self._carry[name] = rest[:cut], rest[cut:]
+        else:
+            self._carry[name] = b""
+        events.append(rest)
+        self._drain(wait=True)
+
+    def finish(self) -> None:
+        """The streams have ended: route what was held back, fold the last replayed cells,
+        scan the last unterminated lines, say how much was not shown."""
+        for name in STREAMS:
+            self._queue[name].append(self._carry[name])
+            self._carry[name] = b""
+        self._drain(wait=False)
+        for name in STREAMS:
+            self._leave(name)
+            self._keep_device_lines([self._partial[name]])
+        if self.stream:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        if self.hidden and self.stream:
+            print(f"cudadiag: {self.hidden:,} more bytes of output from the isolated run were "
+                  f"not shown (the last {KEPT_BYTES >> 20} MiB of each stream are kept in the "
+                  "result)", file=sys.stderr, flush=True)
+
+    def _drain(self, wait: bool) -> None:
+        """Route the queued events. With `wait`, a stream's output waits while that stream
+        is in a later cell than the other one (whose marker is on its way), so the folded
+        line of a replayed cell counts both streams and comes before the next cell's
+        output."""
+        progress = True
+        while progress:
+            progress = False
+            for name in STREAMS:
+                other = STREAMS[1 - STREAMS.index(name)]
+                events = self._queue[name]
+                while events:
+                    event = events[0]
+                    if isinstance(event, tuple):
+                        self._enter(name, *event)
+                    elif wait and self._cells_entered[name] > self._cells_entered[other]:
+                        break
+                    else:
+                        self._route(name, event)
+                    events.popleft()
+                    progress = True
+
+    def text(self, name: str) -> str:
+        """The kept tail of stream `name`, markers removed."""
+        return bytes(self.kept[name]).decode(errors="replace")
+
+    def _route(self, name: str, data: bytes) -> None:
+        if not data:
+            return
+        *lines, partial = (self._partial[name] + data).split(b"\n")
+        self._partial[name] = partial[-4096:]
+        self._keep_device_lines(lines)
+        kept = self.kept[name]
+        kept += data
+        del kept[:-KEPT_BYTES]
+        role = self._role[name]
+        if role is not None and role[1] == REPLAY and not self.show_replay:
+            fold = self._fold_of(role[0])
+            fold.lines += data.count(b"\n")
+            self._ends_line[name] = data.endswith(b"\n")
+            return
+        self._show(name, data)
+
+    def _show(self, name: str, data: bytes) -> None:
+        if not self.stream:
+            return
+        if self.shown >= SHOWN_BYTES:
+            self.hidden += len(data)
+            return
+        visible = data[: SHOWN_BYTES - self.shown]
+        self.shown += len(visible)
+        self.hidden += len(data) - len(visible)
+        out = sys.stdout if name == "stdout" else sys.stderr
+        out.write(self._decoders[name].decode(visible))
+        if b"\n" in visible or b"\r" in visible:
+            out.flush()  # per line, not per write: a kernel sends one message per flush
+
+    def _enter(self, name: str, number: int, role: str) -> None:
+        self._leave(name)
+        self._cells_entered[name] += 1
+        self._role[name] = (number, role)
+        self._ends_line[name] = True
+        if role == REPLAY:
+            self._fold_of(number)
+
+    def _leave(self, name: str) -> None:
+        """Stream `name` is done with its current cell: fold the cells both streams left."""
+        role = self._role[name]
+        self._role[name] = None
+        if role is None or role[1] != REPLAY:
+            return
+        fold = self._fold_of(role[0])
+        fold.open_streams -= 1
+        if not self._ends_line[name]:
+            fold.lines += 1  # an unterminated last line is a line
+        while self._folds and self._folds[0].open_streams <= 0:
+            fold = self._folds.pop(0)
+            if fold.lines and self.stream and not self.show_replay:
+                plural = "" if fold.lines == 1 else "s"
+                print(f"In[{fold.number}]: {fold.lines:,} line{plural} hidden; --show-replay "
+                      "to see them", flush=True)
+
+    def _fold_of(self, number: int) -> _Fold:
+        for fold in self._folds:
+            if fold.number == number:
+                return fold
+        self._folds.append(_Fold(number))
+        return self._folds[-1]
+
+    def _keep_device_lines(self, lines: list[bytes]) -> None:
+        for raw in lines:
+            if not raw:
+                continue
+            line = raw.decode(errors="replace")
+            if DEVICE_MESSAGE.search(line):
+                self.device_lines.append(line.strip())
+
+
+def _may_start_marker(tail: bytes) -> bool:
+    """True when `tail` (from a NUL on) could be the start of a marker cut by a read."""
+    if len(tail) <= len(_MARKER_HEAD):
+        return _MARKER_HEAD.startswith(tail)
+    return (tail.startswith(_MARKER_HEAD) and len(tail) < _MARKER_MAX
+            and re.fullmatch(rb"\d*(?::[a-z]*)?", tail[len(_MARKER_HEAD):]) is not None)

@@ -1,0 +1,57 @@
+"""Did the isolated run reproduce the original failure? One line that says so, first.
+
+The isolated run is only evidence about the original error when it fails the same way: same
+family, same exception type, same operator when both know it. Its prechecks stop an
+index-taking operator before the kernel runs and raise PrecheckError in place of the error
+the kernel would have raised (a device assert on a GPU, an IndexError on the CPU), so for a
+precheck the family alone decides.
+"""
+
+from __future__ import annotations
+
+from cudadiag.incident import Incident
+
+SUGGESTION = ("check the plan with --dry-run, or choose the cells to replay with "
+              "--cells N,M,...")
+
+
+def same_failure(original: Incident, isolated: Incident) -> bool:
+    """Return True when `isolated` fails the way `original` did (family, exception type
+    unless a precheck stood in for it, operator when both know it)."""
+    if isolated.diagnosis.family != original.diagnosis.family:
+        return False
+    prechecked = isolated.op is not None and isolated.op.precheck is not None
+    if not prechecked and isolated.error.type != original.error.type:
+        return False
+    ops = (original.op.name if original.op else None, isolated.op.name if isolated.op else None)
+    return None in ops or ops[0] == ops[1]
+
+
+def verdict_line(original: Incident, isolated: Incident | None) -> str:
+    """Return the first line shown after an isolated run of the cell that failed as
+    `original`: reproduced, failed differently, or did not fail at all."""
+    if isolated is None:
+        return (f"cudadiag: the error did not reproduce: the isolated run finished without "
+                f"error (original: {failure_text(original)}) — {SUGGESTION}")
+    if same_failure(original, isolated):
+        return (f"cudadiag: reproduced: same failure ({original.diagnosis.family}) as "
+                f"{_where(original)}")
+    return (f"cudadiag: the isolated run failed differently: {failure_text(isolated)}; "
+            f"original: {failure_text(original)} — {SUGGESTION}")
+
+
+def failure_text(incident: Incident) -> str:
+    """Return `device_assert SimulatedAcceleratorError in aten::nll_loss_forward at In[5]:
+    print(loss.item())`: the signature of a failure and where it was raised."""
+    short_type = incident.error.type.rsplit(".", 1)[-1]
+    op = f" in {incident.op.name}" if incident.op else ""
+    frame = incident.error.reported_at
+    source = f": {frame.source}" if frame is not None and frame.source else ""
+    return f"{incident.diagnosis.family} {short_type}{op} at {_where(incident)}{source}"
+
+
+def _where(incident: Incident) -> str:
+    frame = incident.error.reported_at
+    if frame is not None:
+        return f"In[{frame.cell}]" if frame.cell is not None else frame.location()
+    return f"In[{incident.run.cells[-1]}]" if incident.run.cells else "an unknown line"

@@ -1,0 +1,141 @@
+"""`cudadiag run` and `cudadiag demo` as a user types them: the script's own traceback, its
+exit status, left-over processes, bad timeouts, no temporary leftovers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_cli import TRAIN, cudadiag
+from test_isolate_magics import _alive
+
+pytestmark = pytest.mark.slow
+
+BOOM = """\
+import json
+
+
+def parse(text):
+    return json.loads(text)
+
+
+print("about to fail")
+parse("{not json")
+"""
+
+
+def test_run_prints_the_scripts_traceback_as_python_does_then_the_diagnosis(tmp_path):
+    (tmp_path / "boom.py").write_text(BOOM)
+    plain = subprocess.run([sys.executable, "boom.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    assert plain.stderr.startswith("Traceback (most recent call last):")
+    result = cudadiag("run", "--", sys.executable, "boom.py", cwd=tmp_path)
+    assert result.returncode == plain.returncode == 1
+    assert result.stdout == plain.stdout == "about to fail\n"
+    traceback, _, diagnosis = result.stderr.partition("cudadiag [")
+    assert traceback == plain.stderr
+    assert "boom.py:5 in parse: return json.loads(text)" in diagnosis
+
+
+def test_the_traceback_of_a_failing_operator_ends_at_the_call_in_pytorch(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    result = cudadiag("run", "train.py", "--bad", cwd=tmp_path)
+    assert result.returncode == 1
+    traceback, _, diagnosis = result.stderr.partition("cudadiag [")
+    lines = traceback.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[1] == f'  File "{tmp_path / "train.py"}", line 18, in <module>'
+    assert lines[2] == "    loss = F.cross_entropy(model(x), y)"
+    assert "torch/nn/functional.py" in traceback
+    for internal in ("runpy", "isolate/worker.py", "cudadiag/trace.py", "_dynamo"):
+        assert internal not in traceback
+    assert "target 4 at position 3 outside [0, 4)" in lines[-2]
+    assert "aten::nll_loss_forward" in diagnosis
+
+
+def test_sys_exit_with_a_message_prints_it_and_exits_1(tmp_path):
+    (tmp_path / "quit.py").write_text("import sys\nsys.exit('no data found')\n")
+    result = cudadiag("run", "quit.py", cwd=tmp_path)
+    assert result.returncode == 1 and "no data found" in result.stderr
+
+
+def test_a_script_that_dies_by_os_exit_says_its_status(tmp_path):
+    (tmp_path / "dies.py").write_text("import os\nprint('bye', flush=True)\nos._exit(3)\n")
+    result = cudadiag("run", "dies.py", cwd=tmp_path)
+    assert result.returncode == 3
+    assert "the process exited with status 3 without a Python exception" in result.stderr
+
+
+def test_run_returns_when_the_script_exits_and_kills_what_it_left(tmp_path):
+    (tmp_path / "spawns.py").write_text(
+        "import subprocess\np = subprocess.Popen(['sleep', '30'])\nprint('grandchild', p.pid)\n")
+    started = time.monotonic()
+    result = cudadiag("run", "spawns.py", cwd=tmp_path)
+    assert time.monotonic() - started < 25  # the grandchild sleeps 30 s and holds stdout
+    pid = int(result.stdout.split()[-1])
+    assert (f"cudadiag: killed 1 left-over process of the script: pid {pid} (sleep)"
+            in result.stderr)
+    assert result.returncode == 0
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "soon"])
+@pytest.mark.parametrize("command", [["run", "--timeout", "{}", "train.py"],
+                                     ["export", "--timeout", "{}", "abc", "x.ipynb"]])
+def test_a_timeout_that_is_not_a_positive_number_exits_2(tmp_path, command, value):
+    (tmp_path / "train.py").write_text(TRAIN)
+    result = cudadiag(*[word.format(value) for word in command], cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--timeout: expected a number of seconds greater than 0" in result.stderr
+
+
+def test_ctrl_c_kills_the_scripts_group_and_exits_130(tmp_path):
+    (tmp_path / "loop.py").write_text(
+        "import subprocess, time\np = subprocess.Popen(['sleep', '60'])\n"
+        "print('grandchild', p.pid, flush=True)\nfor epoch in range(600):\n"
+        "    print('epoch', epoch, flush=True)\n    time.sleep(0.2)\n")
+    process = subprocess.Popen([sys.executable, "-m", "cudadiag.cli", "run", "loop.py"],
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    seen = [process.stdout.readline() for _ in range(3)]  # the grandchild, epochs 0 and 1
+    process.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "cudadiag: interrupted; the script's process group was killed" in err
+    assert not _alive(int(seen[0].split()[1]))
+
+
+def _demo(tmp_path, *args):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = subprocess.run([sys.executable, "-m", "cudadiag.cli", "demo", *args],
+                            env={**os.environ, "TMPDIR": str(scratch)}, capture_output=True,
+                            text=True, timeout=300)
+    # torchinductor_USER is PyTorch's own per-user cache (any dispatch mode creates it)
+    left = [p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_")]
+    return result, left
+
+
+def test_the_demo_says_its_log_was_temporary_and_leaves_nothing_behind(tmp_path,
+                                                                      cudadiag_home):
+    result, left = _demo(tmp_path)
+    assert result.returncode == 0 and "Device-side assertion" in result.stdout + result.stderr
+    assert left == []
+    assert "the demo's incident went to a temporary log, now removed" in result.stdout
+    assert "cudadiag demo --keep" in result.stdout
+    assert not cudadiag_home.exists()
+
+
+def test_the_demo_with_keep_records_an_incident_that_show_finds_afterwards(tmp_path):
+    result, left = _demo(tmp_path, "--keep")
+    assert result.returncode == 0 and left == []
+    listing = cudadiag("incidents", "--family", "device_assert").stdout.splitlines()
+    incident_id = listing[1].split()[0]
+    shown = cudadiag("show", incident_id, "--json")
+    assert shown.returncode == 0
+    assert json.loads(shown.stdout)["run"]["simulated"] is True
