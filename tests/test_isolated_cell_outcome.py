@@ -207,12 +207,12 @@ def test_replayed_cells_output_is_folded_and_the_suspect_cell_streams(shell, cap
     _, chatty = run(shell, CHATTY)
     _, target = run(shell, "for i in range(n):\n    print('suspect', i)\nraise ValueError(n)")
     capsys.readouterr()
-    run(shell, f"%cuda_isolate {target}")
+    run(shell, f"%cuda_isolate {target} --ship none")  # replay the chatty cell, not ship n
     out = capsys.readouterr().out
     assert f"In[{chatty}]: 1,204 lines hidden; --show-replay to see them" in out
     assert "setup 0" not in out
     assert "suspect 0\nsuspect 1\nsuspect 2\n" in out
-    run(shell, f"%cuda_isolate {target} --show-replay")
+    run(shell, f"%cuda_isolate {target} --ship none --show-replay")
     out = capsys.readouterr().out
     assert "setup 1203" in out and "lines hidden" not in out
 
