@@ -338,7 +338,7 @@ def test_a_scripts_loops_in_the_run_summary_and_its_report(tmp_path):
     assert "check first: one class more than the output layer: target 4 needs 5" in ran.stderr
     incident = json.loads((tmp_path / "incident.json").read_text())
     report = cudadiag("report", incident["id"]).stdout
-    assert ("# train.py:12 in train_epoch\n"
+    assert ("# ./train.py:12 in train_epoch\n"
             "for batch_idx, (x, y) in enumerate(loader):  # batch_idx=3, "
             "x=<tensor float32[8, 8]>, y=<tensor int64[8]>\n"
             "    ...\n"
