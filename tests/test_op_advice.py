@@ -34,10 +34,11 @@ def _loss(targets: list[int], classes: int, **kwargs):
                                    torch.tensor(targets), **kwargs)
 
 
-def test_targets_exactly_one_to_c_look_one_based():
+def test_targets_exactly_one_to_c_may_be_one_based_and_the_dataset_decides():
     checks = _prechecked(_loss([1, 5, 10, 3, 10, 2], 10))
-    assert checks[0].startswith("labels look 1-based: the targets run exactly 1..10 for 10 "
-                                "classes — shift them by −1")
+    assert checks[0].startswith("labels may be 1-based: the targets run 1..10 here, no 0, for "
+                                "10 classes — if the whole label set is 1..10, shift it by −1")
+    assert "Check min and max over the dataset, not one batch" in checks[0]
     assert not any(c.startswith("one class more") for c in checks)
     assert checks[1].startswith(TARGET_CHECK)
 

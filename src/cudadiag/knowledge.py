@@ -911,8 +911,9 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
     ValuePattern(
         "one_based_labels", ("class_target",),
         lambda v: v.min == 1 and v.max == v.high,
-        "labels look 1-based: the targets run exactly 1..{high} for {high} classes — shift "
-        "them by −1 (target - 1) or widen the output to {wider} classes if 0 is a class too",
+        "labels may be 1-based: the targets run 1..{high} here, no 0, for {high} classes — if "
+        "the whole label set is 1..{high}, shift it by −1 (target - 1); if 0 is a class too, "
+        "the output needs {wider} classes. Check min and max over the dataset, not one batch",
         group="range"),
     ValuePattern(
         "one_class_more", ("class_target",),

@@ -41,6 +41,12 @@ def restart_reminder(incident: Incident) -> str:
     """Return the one-paragraph reminder shown after a sticky error."""
     cell = _cell_label(incident)
     simulated = " (simulated)" if incident.run.simulated else ""
+    if incident.run.mode != "kernel":
+        return (
+            f"The CUDA context{simulated} was unusable from {cell} on: that process could only "
+            "end (the next run starts a fresh one). A restart fixes no bad target or index: "
+            "check the data first."
+        )
     return (
         f"The CUDA context{simulated} has been unusable since {cell}: every later CUDA call in "
         "this process fails and existing GPU tensors are lost. Restart the kernel. A restart "
