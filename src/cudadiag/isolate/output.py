@@ -15,6 +15,7 @@ import re
 import sys
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from cudadiag.fdtail import DEVICE_LINES_KEPT
 from cudadiag.knowledge import DEVICE_MESSAGE
@@ -24,6 +25,8 @@ SHOWN_BYTES = 1 * 2**20
 KEPT_BYTES = 1 * 2**20
 """Tail of each stream kept in the result."""
 STREAMS = ("stdout", "stderr")
+ERASE_LINE = b"\x1b[2K"
+"""What IPython's `clear_output()` prints (then a carriage return) outside a kernel."""
 REPLAY, TARGET = "replay", "target"
 
 _MARKER = re.compile(rb"\x00cudadiag:cell:(\d+):(replay|target)\x00")
@@ -71,6 +74,8 @@ class ChildOutput:
         self._queue: dict[str, deque[bytes | tuple[int, str]]] = {
             name: deque() for name in STREAMS}
         self._cells_entered = {name: 0 for name in STREAMS}
+        self._held = {name: b"" for name in STREAMS}
+        """A newline held back from the live output until the next write (see _redrawn)."""
 
     def take(self, name: str, data: bytes) -> None:
         """Route a chunk the child wrote on stream `name` (`stdout` or `stderr`)."""
@@ -100,6 +105,9 @@ class ChildOutput:
         for name in STREAMS:
             self._leave(name)
             self._keep_device_lines([self._partial[name]])
+            if self.stream and self._held[name]:
+                (sys.stdout if name == "stdout" else sys.stderr).write("\n")
+                self._held[name] = b""
         if self.stream:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -161,9 +169,27 @@ class ChildOutput:
         self.shown += len(visible)
         self.hidden += len(data) - len(visible)
         out = sys.stdout if name == "stdout" else sys.stderr
-        out.write(self._decoders[name].decode(visible))
+        out.write(self._decoders[name].decode(self._redrawn(name, visible, out)))
         if b"\n" in visible or b"\r" in visible:
             out.flush()  # per line, not per write: a kernel sends one message per flush
+
+    def _redrawn(self, name: str, data: bytes, out: Any) -> bytes:
+        """`data` with a cell's redraws kept as redraws: outside a kernel, IPython's
+        `clear_output()` prints ERASE_LINE; the line before it then ends with a newline that
+        would pile the redrawn lines up. That newline is held back until the next write
+        shows whether a redraw follows, and in a notebook (where ANSI line erasing is not
+        understood) only the carriage return is kept, which the front end honours within
+        one stream's consecutive outputs."""
+        data = self._held[name] + data
+        self._held[name] = b""
+        data = data.replace(b"\n" + ERASE_LINE, ERASE_LINE)
+        if data.endswith(b"\n"):
+            data, self._held[name] = data[:-1], b"\n"
+        if type(out).__module__.startswith("ipykernel"):
+            data = data.replace(ERASE_LINE, b"")
+            if name == "stderr" and not data.strip(b"\r"):
+                return b""  # clear_output's stderr half: a bare return would split stdout
+        return data
 
     def _enter(self, name: str, number: int, role: str) -> None:
         self._leave(name)

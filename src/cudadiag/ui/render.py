@@ -394,6 +394,9 @@ def render_isolated(result: Any, plan_text: str, verdict: str | None = None) -> 
         lines.append(f"  precheck: {incident.op.precheck}")
     elif incident.op:
         lines.append("  precheck: no index contract violated before the kernel ran")
+    lines += [f"  {line}" for line in iteration_lines(incident)]
+    if incident.diagnosis.first_checks:
+        lines.append(f"  check first: {incident.diagnosis.first_checks[0]}")
     lines += [f"  {plan_text}", f"  settings: {settings}",
               "  (diagnosis only: the kernel's variables, devices and RNG are untouched)"]
     return "\n".join(lines)
