@@ -11,6 +11,7 @@ pipe ends attached (SCM_RIGHTS); the server answers `started PID`, then `exited 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -29,6 +30,15 @@ def serve(fd: int) -> None:
         torch.ones(1).add(1)
 
     channel = socket.socket(fileno=fd)
+    try:
+        _answer_runs(channel, worker)
+    except OSError:
+        return  # the parent went away (closed the socket or was interrupted): stop quietly
+
+
+def _answer_runs(channel: socket.socket, worker: object) -> None:
+    """Fork one child per job received; tell the parent its pid, then its exit code. A child
+    nobody waits for any more (the parent went away) is killed with its process group."""
     while True:
         message, fds, _, _ = socket.recv_fds(channel, 4096, 2)
         if not message:
@@ -39,9 +49,22 @@ def serve(fd: int) -> None:
             _run_child(worker, message.decode(), fds)
         for received in fds:
             os.close(received)
-        channel.sendall(f"started {pid}\n".encode())
+        try:
+            channel.sendall(f"started {pid}\n".encode())
+        except OSError:
+            _kill_group(pid)
+            raise
         _, status = os.waitpid(pid, 0)
         channel.sendall(f"exited {pid} {os.waitstatus_to_exitcode(status)}\n".encode())
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)  # not yet the leader of its own group
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
 
 
 def _run_child(worker: object, job_path: str, fds: list[int]) -> None:

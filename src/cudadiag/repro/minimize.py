@@ -1,31 +1,45 @@
 """Shrink a failing program without losing the trigger (guide point 8).
 
 Delta debugging (ddmin, halving granularity, as PyTorch's FX minifier) first over the cells,
-then over the top-level statements of what is left. Every candidate runs in a fresh process
-(forked from a pre-started interpreter: milliseconds, not seconds) with the same RNG states
-and recorded batch. A candidate still fails only when its signature matches the original:
-family, exception type and, when known, the failing operator; failing differently is not
-failing.
+then over the top-level statements of what is left, then the range loop that holds the
+failing line is cut to the iterations it needs (loops.py). Every candidate runs in a fresh
+process (forked from a pre-started interpreter: milliseconds, not seconds) in the program's
+working directory, with the same RNG states, recorded batch and shipped values. A candidate
+still fails only when its signature matches the original: family, exception type and, when
+known, the failing operator; failing differently is not failing. Candidates that use a name
+whose definition they removed, or that remove a seed but keep what draws from it, are refused
+without a trial (dependencies.py).
 """
 
 from __future__ import annotations
 
-import ast
+import os
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cudadiag.incident import Incident
 from cudadiag.isolate.launcher import ForkServerLauncher, Launcher
 from cudadiag.isolate.runner import run_isolated
+from cudadiag.repro import loops
+from cudadiag.repro.dependencies import Admissible, Unit, statements
 
 Progress = Callable[[int, int, str], None]
 """progress(trials so far, size of the best candidate, phase)"""
 
+SETUP_CELL = 0
+"""The number of the setup cell (a script's command line): run first, never removed."""
+
 
 class MinimizeError(RuntimeError):
     """The program to minimize does not fail the way the incident says."""
+
+
+class MinimizeInterrupted(MinimizeError):
+    """Ctrl-C before the full program's run finished: there is nothing to keep."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,14 @@ class MinimizeResult:
     """Why the search ended early: `interrupted`, `max trials` or `timeout`."""
     history: list[tuple[int, int]] = field(default_factory=list)
     """(trial, size of the best candidate) each time the best improved."""
+    refused: int = 0
+    """Candidates refused without a trial by the static check."""
+    incident: Incident | None = None
+    """The failure of the best candidate (what it read, where it failed)."""
+    loop: loops.LoopCut | None = None
+    """The loop cut to the iterations the failure needs, when one was."""
+    loop_states: dict[str, Any] = field(default_factory=dict)
+    """Random states the reduced loop starts from, by key (see loop.rng_key)."""
 
 
 class _Budget(Exception):
@@ -77,48 +99,70 @@ class _Budget(Exception):
 
 
 class _Search:
-    def __init__(self, runner: Callable[[dict[int, str]], Incident | str | None],
-                 signature: Signature | None, max_trials: int, deadline: float | None,
-                 progress: Progress | None) -> None:
+    def __init__(self, runner: Callable[[list[Unit], float | None], Incident | str | None],
+                 signature: Signature, admissible: Admissible, max_trials: int,
+                 deadline: float | None, progress: Progress | None) -> None:
         self.runner = runner
         self.signature = signature
+        self.admissible = admissible
         self.max_trials = max_trials
         self.deadline = deadline
         self.progress = progress
         self.trials = 0
+        self.refused = 0
         self.stopped: str | None = None
         self.cache: dict[tuple[Any, ...], bool] = {}
         self.history: list[tuple[int, int]] = []
         self.best_size = 0
+        self.best_incident: Incident | None = None
 
-    def fails(self, program: dict[int, str], key: tuple[Any, ...], phase: str) -> bool:
+    def fails(self, units: list[Unit], phase: str) -> bool:
+        key = tuple((*u.key, u.source) for u in units)
         if key in self.cache:
             return self.cache[key]
+        if self.admissible.why_not(units):
+            self.refused += 1
+            self.cache[key] = False
+            return False
+        left = self._time_left()
+        self.trials += 1
+        try:
+            outcome = self.runner(units, left)
+        except KeyboardInterrupt:  # Ctrl-C while the fork server was starting the trial
+            outcome = "interrupted"
+        if outcome == "timed out" and left is not None and self._time_left() == 0:
+            outcome = "timeout"
+        if outcome in ("interrupted", "timeout"):
+            self.stopped = str(outcome)
+            raise _Budget
+        result = self.signature.matches(outcome if isinstance(outcome, Incident) else None)
+        self.cache[key] = result
+        if result:
+            self.best_incident = outcome  # type: ignore[assignment]
+        if self.progress:
+            self.progress(self.trials, len(units) if result else self.best_size, phase)
+        return result
+
+    def _time_left(self) -> float | None:
         if self.stopped:
             raise _Budget
         if self.trials >= self.max_trials:
             self.stopped = "max trials"
             raise _Budget
-        if self.deadline is not None and time.monotonic() > self.deadline:
+        if self.deadline is None:
+            return None
+        left = max(self.deadline - time.monotonic(), 0.0)
+        if left == 0:
             self.stopped = "timeout"
             raise _Budget
-        self.trials += 1
-        outcome = self.runner(program)
-        if outcome == "interrupted":
-            self.stopped = "interrupted"
-            raise _Budget
-        result = self.signature.matches(outcome) if self.signature else outcome is not None
-        self.cache[key] = result
-        if self.progress:
-            self.progress(self.trials, len(key) if result else self.best_size, phase)
-        return result
+        return left
 
-    def ddmin(self, units: list[Any], build: Callable[[list[Any]], dict[int, str]],
+    def ddmin(self, items: list[Any], expand: Callable[[list[Any]], list[Unit]],
               phase: str) -> list[Any]:
-        """Zeller's ddmin: the smallest subsequence of `units` that still fails (1-minimal
+        """Zeller's ddmin: the smallest subsequence of `items` that still fails (1-minimal
         when the budget allows); keeps the best found when the budget runs out."""
-        best = list(units)
-        self.best_size = len(best)
+        best = list(items)
+        self.best_size = len(expand(best))
         granularity = 2
         try:
             while len(best) >= 2:
@@ -127,10 +171,10 @@ class _Search:
                 # complements first: the planned cells are mostly needed, so removing a chunk
                 # succeeds far more often than keeping only one
                 for candidate in [*(_without(best, c) for c in chunks), *chunks]:
-                    if candidate and self.fails(build(candidate), _key(candidate), phase):
+                    if candidate and self.fails(expand(candidate), phase):
                         best = candidate
-                        self.best_size = len(best)
-                        self.history.append((self.trials, len(best)))
+                        self.best_size = len(expand(best))
+                        self.history.append((self.trials, self.best_size))
                         granularity = max(granularity - 1, 2)
                         reduced = True
                         break
@@ -151,6 +195,11 @@ def minimize(
     expected_family: str | None = None,
     rng_states: dict[int, dict[str, Any]] | None = None,
     batch: tuple[int, Any] | None = None,
+    ship: Path | None = None,
+    provided: Iterable[str] = (),
+    setup: str | None = None,
+    failed_at: Sequence[tuple[int, int]] = (),
+    cwd: str | None = None,
     env: dict[str, str] | None = None,
     max_trials: int = 200,
     timeout: float | None = None,
@@ -159,76 +208,133 @@ def minimize(
     launcher: Launcher | None = None,
 ) -> MinimizeResult:
     """Shrink `cells` ({execution count: source}, in order) to the fewest cells and then
-    statements that still fail like the full program.
+    statements that still fail like the full program, then cut the range loop holding one
+    of the `failed_at` lines ((cell, line), outermost first) to the iterations it needs.
 
-    The full program runs first, isolated with blocking launches and the tracer: its failure
-    is the signature every candidate must match. `expected_family` (the incident's) must
-    agree with it. Stops after `max_trials` candidates or `timeout` seconds, or on Ctrl-C,
-    keeping the best candidate so far. Raises MinimizeError when the full program does not
-    fail, or fails as another family.
+    `ship` is a file of pickled values every candidate receives (their names in `provided`);
+    `setup` is code run before every candidate and never removed (a script's command line);
+    candidates run in `cwd` (default: this process's working directory). The full program
+    runs first, isolated with blocking launches and the tracer: its failure is the signature
+    every candidate must match; `expected_family` (the incident's) must agree with it. Stops
+    after `max_trials` candidates or `timeout` seconds (no trial runs past it), or on
+    Ctrl-C, keeping the best candidate so far. Raises MinimizeInterrupted on Ctrl-C before
+    the full program's run ended, MinimizeError when it does not fail, or fails as another
+    family.
     """
     started = time.monotonic()
     owned = launcher is None
-    launcher = launcher or ForkServerLauncher()
+    launcher = launcher or ForkServerLauncher(cwd=cwd)
+    units = statements(cells)
+    site = loops.find_loop(units, list(failed_at))
     try:
-        def run(program: dict[int, str]) -> Incident | str | None:
-            numbers = list(program)
-            result = run_isolated(
-                program[numbers[-1]], cells=[(n, program[n]) for n in numbers[:-1]],
-                target_cell=numbers[-1], rng_states=rng_states, batch=batch, env=env,
-                launcher=launcher, stream=False, store=False, timeout=trial_timeout)
-            return "interrupted" if result.interrupted else result.incident
+        with tempfile.TemporaryDirectory(prefix="cudadiag-minimize-") as scratch:
+            probe_path = os.path.join(scratch, "loop.probe")
+            loop_states_path = os.path.join(scratch, "loop-states.pkl")
 
-        reference = run(cells)
-        if reference == "interrupted":
-            raise MinimizeError("interrupted before the first run finished")
-        if reference is None:
-            raise MinimizeError("the program does not fail when run isolated: nothing to keep")
-        if expected_family and reference.diagnosis.family != expected_family:
-            raise MinimizeError(
-                f"run isolated, the program fails as {reference.diagnosis.family} "
-                f"({reference.error.message}), not as {expected_family}")
-        signature = Signature.of(reference)
-        deadline = started + timeout if timeout else None
-        search = _Search(run, signature, max_trials - 1, deadline, progress)
-        numbers = search.ddmin(list(cells), lambda keep: {n: cells[n] for n in keep}, "cells")
-        kept = {n: cells[n] for n in numbers}
-        units = _statements(kept)
-        if len(units) > 1 and not search.stopped:
-            units = search.ddmin(units, _program, "statements")
-        best_units = units
-        return MinimizeResult(
-            cells=_program(best_units), signature=signature, trials=search.trials + 1,
-            wall_s=time.monotonic() - started, original_cells=len(cells),
-            original_statements=len(_statements(cells)), statements=len(best_units),
-            stopped=search.stopped, history=search.history,
-        )
+            def run(program: list[Unit], limit: float | None) -> Incident | str | None:
+                numbered = _numbered(program, setup, loop_states_path)
+                result = run_isolated(
+                    numbered[-1][1], cells=numbered[:-1], target_cell=numbered[-1][0],
+                    rng_states=rng_states, batch=batch, ship=ship, env=env,
+                    launcher=launcher, stream=False, store=False,
+                    timeout=min(trial_timeout, limit) if limit else trial_timeout)
+                if result.interrupted:
+                    return "interrupted"
+                return "timed out" if result.timed_out else result.incident
+
+            reference = _reference(run, units, site, probe_path, expected_family,
+                                   trial_timeout)
+            signature = Signature.of(reference)
+            restored = [n for n in cells if rng_states and n in rng_states]
+            admissible = Admissible(units, [*provided, "restore_rng"], restored)
+            deadline = started + timeout if timeout else None
+            search = _Search(run, signature, admissible, max_trials - 1, deadline, progress)
+            search.best_incident = reference
+            kept_cells = search.ddmin(list(cells), lambda keep: [
+                u for u in units if u.cell in set(keep)], "cells")
+            best = [u for u in units if u.cell in set(kept_cells)]
+            if len(best) > 1 and not search.stopped:
+                best = search.ddmin(best, list, "statements")
+            cut, states = None, {}
+            probed = loops.read_probe(probe_path) if site else None
+            if site is not None and probed is not None and not search.stopped:
+                best, cut, states = _cut_loop(search, best, site, probed, loop_states_path)
+            return MinimizeResult(
+                cells=_program(best), signature=signature, trials=search.trials + 1,
+                wall_s=time.monotonic() - started, original_cells=len(cells),
+                original_statements=len(units), statements=len(best),
+                stopped=search.stopped, history=search.history, refused=search.refused,
+                incident=search.best_incident, loop=cut, loop_states=states,
+            )
     finally:
         if owned:
             launcher.close()
 
 
-def _statements(cells: dict[int, str]) -> list[tuple[int, int, str]]:
-    """(cell, index, source) of each top-level statement; a cell that does not parse is one
-    unit."""
-    units = []
-    for number, source in cells.items():
+def _reference(run: Callable[[list[Unit], float | None], Incident | str | None],
+               units: list[Unit], site: loops.LoopSite | None, probe_path: str,
+               expected_family: str | None, trial_timeout: float) -> Incident:
+    """Run the full program (its failing loop probed); return its failure."""
+    program = units
+    if site is not None:
+        probed = site.unit.replaced(loops.instrumented(site, probe_path))
+        program = [probed if u is site.unit else u for u in units]
+    try:
+        reference = run(program, None)
+    except KeyboardInterrupt:
+        reference = "interrupted"
+    if reference == "interrupted":
+        raise MinimizeInterrupted("interrupted before the full program's run finished")
+    if reference == "timed out":
+        raise MinimizeError(f"the program did not fail within {trial_timeout:g} s")
+    if reference is None:
+        raise MinimizeError("the program does not fail when run isolated: nothing to keep")
+    assert isinstance(reference, Incident)
+    if expected_family and reference.diagnosis.family != expected_family:
+        raise MinimizeError(
+            f"run isolated, the program fails as {reference.diagnosis.family} "
+            f"({reference.error.message}), not as {expected_family}")
+    return reference
+
+
+def _cut_loop(search: _Search, best: list[Unit], site: loops.LoopSite,
+              probed: tuple[Any, dict[str, Any]], states_path: str
+              ) -> tuple[list[Unit], loops.LoopCut | None, dict[str, Any]]:
+    """Try the reduced loops, best first; keep the first that still fails the same way."""
+    import pickle
+
+    if site.unit not in best:
+        return best, None, {}
+    value, states = probed
+    for cut in loops.cuts(site, value):
+        recorded = {cut.rng_key: states} if cut.rng_key else {}
+        Path(states_path).write_bytes(pickle.dumps(recorded))
+        candidate = [site.unit.replaced(cut.source) if u is site.unit else u for u in best]
         try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            units.append((number, 0, source))
-            continue
-        lines = source.splitlines()
-        for index, node in enumerate(tree.body):
-            first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-            units.append((number, index, "\n".join(lines[first - 1: node.end_lineno])))
-    return units
+            if search.fails(candidate, "loop"):
+                search.history.append((search.trials, len(candidate)))
+                return candidate, cut, recorded
+        except _Budget:
+            break
+    return best, None, {}
 
 
-def _program(units: Sequence[tuple[int, int, str]]) -> dict[int, str]:
+def _numbered(program: list[Unit], setup: str | None,
+              loop_states: str) -> list[tuple[int, str]]:
+    """The candidate as (cell number, source) pairs, the setup cell first when there is
+    one; a reduced loop's `restore_rng` is defined there."""
+    lines = [setup] if setup else []
+    if any("restore_rng(" in u.source for u in program):
+        lines.append("restore_rng = __import__('cudadiag.repro.loops', fromlist=['x'])"
+                     f".rng_restorer({loop_states!r})")
+    cells = list(_program(program).items())
+    return [(SETUP_CELL, "\n".join(lines)), *cells] if lines else cells
+
+
+def _program(units: Sequence[Unit]) -> dict[int, str]:
     program: dict[int, list[str]] = {}
-    for number, _, source in units:
-        program.setdefault(number, []).append(source)
+    for unit in units:
+        program.setdefault(unit.cell, []).append(unit.source)
     return {n: "\n".join(parts) for n, parts in program.items()}
 
 
@@ -246,7 +352,3 @@ def _split(items: list[Any], parts: int) -> list[list[Any]]:
 def _without(items: list[Any], chunk: list[Any]) -> list[Any]:
     removed = {id(x) for x in chunk}
     return [x for x in items if id(x) not in removed]
-
-
-def _key(units: list[Any]) -> tuple[Any, ...]:
-    return tuple(u if isinstance(u, int) else (u[0], u[1]) for u in units)

@@ -1,0 +1,106 @@
+"""`%cudadiag export` inside IPython: where the minimization runs and where its progress goes.
+
+In a notebook kernel it runs in a background thread, so the kernel stays usable; a progress
+bar and the final result are widgets in the export cell's output area (widget messages reach
+that cell whichever cell runs when they are sent). In a terminal IPython it runs in the
+foreground with a progress line, and Ctrl-C stops it early, keeping the best candidate.
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+from cudadiag.incident import Incident
+from cudadiag.kernel.store import IncidentStore
+from cudadiag.repro.export import ExportError, ReproInputs, export_repro
+from cudadiag.repro.minimize import MinimizeError, MinimizeInterrupted, Progress
+from cudadiag.ui.render import render_export
+
+THREAD_NAME = "cudadiag export"
+
+
+def run_export(shell: Any, incident: Incident, path: Path, inputs: ReproInputs, *,
+               max_trials: int, timeout: float, bundle: bool,
+               store: IncidentStore) -> threading.Thread | None:
+    """Export `incident` to `path`: in the background in a notebook kernel (returns the
+    thread, named THREAD_NAME), else in the foreground (returns None once done). Raises
+    ExportError or MinimizeError in the foreground; in the background they are shown in the
+    export cell's output."""
+    intro = (f"minimizing {len(inputs.cells)} cell(s) of incident {incident.id}, each "
+             f"candidate in a fresh process (at most {timeout:g} s)...")
+    if getattr(shell, "kernel", None) is None:
+        print(intro)
+        try:
+            minimized, exported = export_repro(
+                incident, path, inputs, max_trials=max_trials, timeout=timeout,
+                progress=_progress_line(max_trials), bundle=bundle, store=store)
+        except MinimizeInterrupted:
+            print("\ncudadiag export: stopped early: interrupted before the full program's "
+                  "run finished; nothing was written", file=sys.stderr)
+            return None
+        print(render_export(minimized, exported))
+        return None
+    view = _ExportView(intro, max_trials)
+    thread = threading.Thread(
+        target=view.run, name=THREAD_NAME, daemon=True,
+        args=(lambda progress: export_repro(
+            incident, path, inputs, max_trials=max_trials, timeout=timeout,
+            progress=progress, bundle=bundle, store=store),))
+    thread.start()
+    return thread
+
+
+class _ExportView:
+    """The widgets in the export cell: a progress bar and the result, updated from the
+    export's thread."""
+
+    def __init__(self, intro: str, total: int) -> None:
+        import ipywidgets
+        from IPython.display import display
+
+        self.bar = ipywidgets.IntProgress(min=0, max=total, description="minimizing",
+                                          bar_style="info")
+        self.status = ipywidgets.HTML(value=_pre(intro))
+        display(ipywidgets.VBox([self.bar, self.status]))
+
+    def run(self, export: Any) -> None:
+        try:
+            minimized, exported = export(self.progress)
+        except MinimizeInterrupted:
+            self._finish("cudadiag export: stopped early: interrupted before the full "
+                         "program's run finished; nothing was written", "warning")
+        except (MinimizeError, ExportError) as exc:
+            self._finish(f"cudadiag export: {exc}", "danger")
+        except Exception:  # a bug: shown where the user looks, not lost in a thread
+            self._finish("cudadiag export failed inside cudadiag:\n"
+                         + traceback.format_exc(), "danger")
+        else:
+            style = "success" if exported.reproduces else "warning"
+            self.bar.value = self.bar.max
+            self._finish(render_export(minimized, exported).strip(), style)
+
+    def progress(self, trials: int, size: int, phase: str) -> None:
+        self.bar.value = min(trials, self.bar.max)
+        self.bar.description = f"{phase}: {size}"
+
+    def _finish(self, text: str, style: str) -> None:
+        self.bar.bar_style = style
+        self.bar.description = "done" if style == "success" else "stopped"
+        self.status.value = _pre(text)
+
+
+def _progress_line(total: int) -> Progress:
+    def line(trials: int, size: int, phase: str) -> None:
+        sys.stdout.write(f"\r  trial {trials}/{total}, best {size} {phase}   ")
+        sys.stdout.flush()
+
+    return line
+
+
+def _pre(text: str) -> str:
+    return f"<pre style='margin:0'>{html.escape(text)}</pre>"
