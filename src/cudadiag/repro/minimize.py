@@ -259,6 +259,7 @@ def minimize(
             probed = loops.read_probe(probe_path) if site else None
             if site is not None and probed is not None and not search.stopped:
                 best, cut, states = _cut_loop(search, best, site, probed, loop_states_path)
+            _forget_own_files(search.best_incident, scratch)
             return MinimizeResult(
                 cells=_program(best), signature=signature, trials=search.trials + 1,
                 wall_s=time.monotonic() - started, original_cells=len(cells),
@@ -317,6 +318,14 @@ def _cut_loop(search: _Search, best: list[Unit], site: loops.LoopSite,
         except _Budget:
             break
     return best, None, {}
+
+
+def _forget_own_files(incident: Incident | None, scratch: str) -> None:
+    """Drop the minimizer's own files (the reduced loop's random states) from what the
+    program read."""
+    if incident is not None:
+        own = os.path.join(os.path.realpath(scratch), "")
+        incident.run.files_read = [f for f in incident.run.files_read if not f.startswith(own)]
 
 
 def _numbered(program: list[Unit], setup: str | None,
