@@ -1,8 +1,9 @@
 """Shrink a failing program without losing the trigger (guide point 8).
 
-Delta debugging (ddmin, halving granularity, as PyTorch's FX minifier) first over the cells,
-then over the top-level statements of what is left, then the range loop that holds the
-failing line is cut to the iterations it needs (loops.py). Every candidate runs in a fresh
+First the range loop that holds the failing line is cut to the iterations it needs
+(loops.py), which makes every later trial short; then delta debugging (ddmin, halving
+granularity, as PyTorch's FX minifier) over the cells, then over the top-level statements of
+what is left. Every candidate runs in a fresh
 process (forked from a pre-started interpreter: milliseconds, not seconds) in the program's
 working directory, with the same RNG states, recorded batch and shipped values. A candidate
 still fails only when its signature matches the original: family, exception type and, when
@@ -207,9 +208,9 @@ def minimize(
     progress: Progress | None = None,
     launcher: Launcher | None = None,
 ) -> MinimizeResult:
-    """Shrink `cells` ({execution count: source}, in order) to the fewest cells and then
-    statements that still fail like the full program, then cut the range loop holding one
-    of the `failed_at` lines ((cell, line), outermost first) to the iterations it needs.
+    """Shrink `cells` ({execution count: source}, in order): cut the range loop holding one
+    of the `failed_at` lines ((cell, line), outermost first) to the iterations it needs,
+    then keep the fewest cells and statements that still fail like the full program.
 
     `ship` is a file of pickled values every candidate receives (their names in `provided`);
     `setup` is code run before every candidate and never removed (a script's command line);
@@ -250,15 +251,16 @@ def minimize(
             deadline = started + timeout if timeout else None
             search = _Search(run, signature, admissible, max_trials - 1, deadline, progress)
             search.best_incident = reference
+            cut, states = None, {}
+            probed = loops.read_probe(probe_path) if site else None
+            if site is not None and probed is not None:
+                # first: a loop cut to the failing iteration makes every later trial short
+                units, cut, states = _cut_loop(search, units, site, probed, loop_states_path)
             kept_cells = search.ddmin(list(cells), lambda keep: [
                 u for u in units if u.cell in set(keep)], "cells")
             best = [u for u in units if u.cell in set(kept_cells)]
             if len(best) > 1 and not search.stopped:
                 best = search.ddmin(best, list, "statements")
-            cut, states = None, {}
-            probed = loops.read_probe(probe_path) if site else None
-            if site is not None and probed is not None and not search.stopped:
-                best, cut, states = _cut_loop(search, best, site, probed, loop_states_path)
             _forget_own_files(search.best_incident, scratch)
             return MinimizeResult(
                 cells=_program(best), signature=signature, trials=search.trials + 1,
@@ -304,8 +306,6 @@ def _cut_loop(search: _Search, best: list[Unit], site: loops.LoopSite,
     """Try the reduced loops, best first; keep the first that still fails the same way."""
     import pickle
 
-    if site.unit not in best:
-        return best, None, {}
     value, states = probed
     for cut in loops.cuts(site, value):
         recorded = {cut.rng_key: states} if cut.rng_key else {}
