@@ -4,6 +4,9 @@ The verdict ("reproduces: yes/no") and the signature go in the notebook's metada
 check runs the notebook as written, from its own folder, except that the program runs in its
 original working directory when the data it reads was not bundled. The kernel's own start-up
 messages (the TCP warning of ipykernel, debugger notes) are kept out of the user's output.
+
+nbformat is imported only when a notebook is written: its schema validator compiles grammars
+at import (seconds), which must not happen in the kernel's thread when an export starts.
 """
 
 from __future__ import annotations
@@ -13,16 +16,16 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from typing import TYPE_CHECKING, Any
 
 from cudadiag.classify import classify
 from cudadiag.incident import Incident
 from cudadiag.repro.document import Program, ReproDocument, build_document
 from cudadiag.repro.redact import Redactor
 from cudadiag.repro.staging import Staging, check_target
+
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
 
 VERIFY_TIMEOUT_S = 600
 
@@ -38,9 +41,12 @@ class ExportResult:
     side_files: list[Path] | None = None
 
 
-def to_notebook(doc: ReproDocument, chdir: str | None = None) -> nbformat.NotebookNode:
+def to_notebook(doc: ReproDocument, chdir: str | None = None) -> NotebookNode:
     """The document as a notebook; `chdir` adds a cell that moves to that directory before
     the program (verification only). Raises nbformat.ValidationError on a bug."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
     nb = new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
@@ -82,6 +88,8 @@ def write_and_verify(doc: ReproDocument, path: Path, signature: Any,
                      verify: bool) -> ExportResult:
     """Stage the notebook and its side files beside `path`, check it reproduces there, move
     everything into place. Raises ExportError (nothing left behind)."""
+    import nbformat
+
     with Staging(path) as staging:
         for side in doc.side_files:
             staging.write(side.name, side.data)
@@ -101,12 +109,13 @@ def write_and_verify(doc: ReproDocument, path: Path, signature: Any,
     return result
 
 
-def verify_notebook(nb: nbformat.NotebookNode, folder: Path, signature: Any,
+def verify_notebook(nb: NotebookNode, folder: Path, signature: Any,
                     env_vars: dict[str, str]) -> tuple[bool | None, dict[str, Any]]:
     """Execute a copy of `nb` in a fresh kernel started in `folder` (blocking variables set
     before it starts); return (reproduces, what was observed). It reproduces when a cell
     fails with the same family, and the same exception type unless the original was a
     precheck (which exists only under cudadiag's tracer). Ctrl-C stops it: (None, a note)."""
+    import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
