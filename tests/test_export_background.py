@@ -58,6 +58,9 @@ def test_export_runs_in_the_background_and_cuts_the_loop(tmp_path):
     seconds = float(re.search(r"trials in ([\d.]+) s", result).group(1))
     assert seconds <= 65  # the default budget is 60 s; a trial never runs past it
 
+    printed = [o.get("text", "") for c in nb.cells for o in c.outputs]
+    assert not any("without encryption" in text for text in printed)  # verifier's kernel
+
     repro = nbformat.read(tmp_path / "repro.ipynb", as_version=4)
     code = "\n".join(c.source for c in repro.cells if c.cell_type == "code")
     assert f"for i in range({failed_at}, {failed_at + 1}):" in code

@@ -76,7 +76,8 @@ def twenty_cells():
 
 
 @pytest.mark.slow
-def test_ctrl_c_before_the_first_run_ends_says_stopped_early(twenty_cells, tmp_path):
+def test_ctrl_c_before_the_first_run_ends_says_stopped_early(twenty_cells, tmp_path,
+                                                            cudadiag_home):
     out = tmp_path / "out"
     out.mkdir()
     export = _Export(twenty_cells, str(out / "repro.ipynb"))
@@ -86,6 +87,25 @@ def test_ctrl_c_before_the_first_run_ends_says_stopped_early(twenty_cells, tmp_p
     assert "stopped early" in output and "nothing was written" in output
     assert "Traceback" not in output and "BrokenPipeError" not in output
     assert list(out.iterdir()) == []
+    assert _processes_of(cudadiag_home) == []  # no fork server, no orphaned trial
+
+
+def _processes_of(home) -> list[int]:
+    """Processes still running with this test's incident log in their environment."""
+    marker = f"CUDADIAG_HOME={home}".encode()
+    deadline = time.monotonic() + 10
+    while True:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        found.append(int(pid))
+            except OSError:
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
 
 
 @pytest.mark.slow

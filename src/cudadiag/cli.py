@@ -167,6 +167,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from cudadiag.kernel.exporting import progress_line
     from cudadiag.kernel.store import IncidentNotFound, IncidentStore
     from cudadiag.repro.export import (
         SUFFIXES,
@@ -192,8 +193,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         minimized, exported = export_repro(
             incident, args.path, inputs, max_trials=args.max_trials, timeout=args.timeout,
             verify=not args.no_verify, bundle=args.bundle, store=store,
-            progress=lambda t, n, phase: print(f"\r  trial {t}/{args.max_trials}, best {n} "
-                                               f"{phase}   ", end="", flush=True))
+            progress=progress_line(args.max_trials, args.timeout))
     except MinimizeInterrupted:
         print("\ncudadiag export: stopped early: interrupted before the full program's run "
               "finished; nothing was written", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -38,14 +39,14 @@ def run_export(shell: Any, incident: Incident, path: Path, inputs: ReproInputs, 
         try:
             minimized, exported = export_repro(
                 incident, path, inputs, max_trials=max_trials, timeout=timeout,
-                progress=_progress_line(max_trials), bundle=bundle, store=store)
+                progress=progress_line(max_trials, timeout), bundle=bundle, store=store)
         except MinimizeInterrupted:
             print("\ncudadiag export: stopped early: interrupted before the full program's "
                   "run finished; nothing was written", file=sys.stderr)
             return None
         print(render_export(minimized, exported))
         return None
-    view = _ExportView(intro, max_trials)
+    view = _ExportView(intro, max_trials, timeout)
     thread = threading.Thread(
         target=view.run, name=THREAD_NAME, daemon=True,
         args=(lambda progress: export_repro(
@@ -56,14 +57,15 @@ def run_export(shell: Any, incident: Incident, path: Path, inputs: ReproInputs, 
 
 
 class _ExportView:
-    """The widgets in the export cell: a progress bar and the result, updated from the
-    export's thread."""
+    """The widgets in the export cell: a progress bar (the share of the trial or time
+    budget used, whichever is larger) and the result, updated from the export's thread."""
 
-    def __init__(self, intro: str, total: int) -> None:
+    def __init__(self, intro: str, max_trials: int, timeout: float) -> None:
         import ipywidgets
         from IPython.display import display
 
-        self.bar = ipywidgets.IntProgress(min=0, max=total, description="minimizing",
+        self.budget = _Budget(max_trials, timeout)
+        self.bar = ipywidgets.IntProgress(min=0, max=100, description="minimizing",
                                           bar_style="info")
         self.status = ipywidgets.HTML(value=_pre(intro))
         display(ipywidgets.VBox([self.bar, self.status]))
@@ -85,7 +87,7 @@ class _ExportView:
             self._finish(render_export(minimized, exported).strip(), style)
 
     def progress(self, trials: int, size: int, phase: str) -> None:
-        self.bar.value = min(trials, self.bar.max)
+        self.bar.value = self.budget.percent_used(trials)
         self.bar.description = f"{phase}: {size}"
 
     def _finish(self, text: str, style: str) -> None:
@@ -94,9 +96,29 @@ class _ExportView:
         self.status.value = _pre(text)
 
 
-def _progress_line(total: int) -> Progress:
+class _Budget:
+    """How much of an export's budget (trials, seconds) is used."""
+
+    def __init__(self, max_trials: int, timeout: float) -> None:
+        self.max_trials = max_trials
+        self.timeout = timeout
+        self.started = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def percent_used(self, trials: int) -> int:
+        used = max(trials / self.max_trials, self.elapsed() / self.timeout)
+        return min(int(100 * used), 100)
+
+
+def progress_line(max_trials: int, timeout: float) -> Progress:
+    """A progress callback that rewrites one terminal line: trials, best size, time used."""
+    budget = _Budget(max_trials, timeout)
+
     def line(trials: int, size: int, phase: str) -> None:
-        sys.stdout.write(f"\r  trial {trials}/{total}, best {size} {phase}   ")
+        sys.stdout.write(f"\r  trial {trials}/{max_trials}, best {size} {phase}, "
+                         f"{budget.elapsed():.0f} of {timeout:g} s   ")
         sys.stdout.flush()
 
     return line
