@@ -56,7 +56,6 @@ def script_incident(tmp_path):
     assert ran.returncode == 1, ran.stderr
     (incident,) = incidents()
     assert incident.run.command == ["train.py", "--bad"]
-    assert incident.run.cwd == str(project)
     return incident, project, elsewhere
 
 
@@ -65,6 +64,7 @@ def test_a_script_exports_to_a_py_that_runs_anywhere(script_incident):
     done = cudadiag("export", incident.id, "repro.py", "--bundle", cwd=elsewhere)
     assert done.returncode == 0, done.stderr
     assert "cudadiag repro script:" in done.stdout and "reproduces: yes" in done.stdout
+    assert incident.run.cwd == str(project)  # recorded: the trials and the check ran there
     assert "loop cut to step: only 30, from its random states" in done.stdout
     script = (elsewhere / "repro.py").read_text()
     assert "# Command line: `train.py --bad`" in script
