@@ -26,15 +26,15 @@ THREAD_NAME = "cudadiag export"
 
 
 def run_export(shell: Any, incident: Incident, path: Path, inputs: ReproInputs, *,
-               max_trials: int, timeout: float, bundle: bool,
-               store: IncidentStore) -> threading.Thread | None:
-    """Export `incident` to `path`: in the background in a notebook kernel (returns the
-    thread, named THREAD_NAME), else in the foreground (returns None once done). Raises
-    ExportError or MinimizeError in the foreground; in the background they are shown in the
-    export cell's output."""
+               max_trials: int, timeout: float, bundle: bool, store: IncidentStore,
+               background: bool = True) -> threading.Thread | None:
+    """Export `incident` to `path`: in the background in a notebook kernel unless
+    `background` is False (returns the thread, named THREAD_NAME), else in the foreground
+    (returns None once done). Raises ExportError or MinimizeError in the foreground; in the
+    background they are shown in the export cell's output."""
     intro = (f"minimizing {len(inputs.cells)} cell(s) of incident {incident.id}, each "
              f"candidate in a fresh process (at most {timeout:g} s)...")
-    if getattr(shell, "kernel", None) is None:
+    if not background or getattr(shell, "kernel", None) is None:
         print(intro)
         try:
             minimized, exported = export_repro(

@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="incident (default: the newest) and repro path (default: "
                              "repro-ID.ipynb)")
     add_export_options(export)
+    export.add_argument("--wait", action="store_true",
+                        help="minimize in the foreground even in a notebook (for nbconvert "
+                             "or papermill runs, which end with the last cell)")
     return parser
 
 
@@ -181,11 +184,14 @@ def _export(shell: Any, store: IncidentStore, args: Any) -> None:
     from cudadiag.repro.export import SUFFIXES, ExportError, check_target
     from cudadiag.repro.minimize import MinimizeError
 
-    paths = [a for a in args.args if a.endswith(SUFFIXES)]
-    ids = [a for a in args.args if not a.endswith(SUFFIXES)]
+    # incident ids are hex: anything with a dot or a slash is meant as the repro's path
+    paths = [a for a in args.args if "." in a or "/" in a]
+    ids = [a for a in args.args if a not in paths]
     if len(paths) > 1 or len(ids) > 1:
         raise UsageError("usage: %cudadiag export [ID] [PATH.ipynb|PATH.py]")
     try:
+        if paths:
+            check_target(Path(paths[0]), SUFFIXES)
         incident = store.get(ids[0] if ids else None)
         path = Path(paths[0] if paths else f"repro-{incident.id}.ipynb")
         check_target(path, SUFFIXES)
@@ -194,7 +200,8 @@ def _export(shell: Any, store: IncidentStore, args: Any) -> None:
         raise UsageError(str(exc)) from None
     try:
         run_export(shell, incident, path, inputs, max_trials=args.max_trials,
-                   timeout=args.timeout, bundle=args.bundle, store=store)
+                   timeout=args.timeout, bundle=args.bundle, store=store,
+                   background=not args.wait)
     except MinimizeError as exc:
         raise UsageError(f"cannot minimize incident {incident.id}: {exc}") from None
     except ExportError as exc:

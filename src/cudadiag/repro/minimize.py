@@ -15,6 +15,7 @@ without a trial (dependencies.py).
 from __future__ import annotations
 
 import os
+import pickle
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -45,29 +46,41 @@ class MinimizeInterrupted(MinimizeError):
 
 @dataclass(frozen=True)
 class Signature:
-    """What makes two failures the same failure."""
+    """What makes two failures the same failure: family, exception type, failing operator
+    and, when a precheck found it, the offending value and the range it had to be in (a
+    program that fails on another value reproduces another bug)."""
 
     family: str
     error_type: str
     op: str | None = None
+    value: Any = None
+    valid_range: tuple[Any, ...] | None = None
 
     @classmethod
     def of(cls, incident: Incident) -> Signature:
         """The signature of an incident."""
+        details = incident.diagnosis.details
+        valid_range = details.get("valid_range")
         return cls(incident.diagnosis.family, incident.error.type,
-                   incident.op.name if incident.op else None)
+                   incident.op.name if incident.op else None, details.get("value"),
+                   tuple(valid_range) if valid_range is not None else None)
 
     def matches(self, incident: Incident | None) -> bool:
-        """True when `incident` fails the same way (an op is compared only when known)."""
+        """True when `incident` fails the same way (the op, value and range are compared
+        only when known here)."""
         if incident is None:
             return False
         other = Signature.of(incident)
         return (other.family == self.family and other.error_type == self.error_type
-                and (self.op is None or other.op == self.op))
+                and all(mine is None or mine == theirs for mine, theirs in (
+                    (self.op, other.op), (self.value, other.value),
+                    (self.valid_range, other.valid_range))))
 
     def to_dict(self) -> dict[str, Any]:
         """The signature as JSON-ready data."""
-        return {"family": self.family, "error_type": self.error_type, "op": self.op}
+        return {"family": self.family, "error_type": self.error_type, "op": self.op,
+                "value": self.value,
+                "valid_range": list(self.valid_range) if self.valid_range else None}
 
 
 @dataclass
@@ -214,13 +227,12 @@ def minimize(
 
     `ship` is a file of pickled values every candidate receives (their names in `provided`);
     `setup` is code run before every candidate and never removed (a script's command line);
-    candidates run in `cwd` (default: this process's working directory). The full program
-    runs first, isolated with blocking launches and the tracer: its failure is the signature
-    every candidate must match; `expected_family` (the incident's) must agree with it. Stops
-    after `max_trials` candidates or `timeout` seconds (no trial runs past it), or on
-    Ctrl-C, keeping the best candidate so far. Raises MinimizeInterrupted on Ctrl-C before
-    the full program's run ended, MinimizeError when it does not fail, or fails as another
-    family.
+    candidates run in `cwd` (default: this process's working directory). The reference
+    failure (see _start) gives the signature every candidate must match; `expected_family`
+    (the incident's) must agree with it. Stops after `max_trials` candidates or `timeout`
+    seconds (no trial runs past it), or on Ctrl-C, keeping the best candidate so far.
+    Raises MinimizeInterrupted on Ctrl-C before the reference failure was seen,
+    MinimizeError when the program does not fail, or fails as another family.
     """
     started = time.monotonic()
     owned = launcher is None
@@ -229,33 +241,32 @@ def minimize(
     site = loops.find_loop(units, list(failed_at))
     try:
         with tempfile.TemporaryDirectory(prefix="cudadiag-minimize-") as scratch:
-            probe_path = os.path.join(scratch, "loop.probe")
-            loop_states_path = os.path.join(scratch, "loop-states.pkl")
+            paths = _ScratchFiles(scratch)
 
-            def run(program: list[Unit], limit: float | None) -> Incident | str | None:
-                numbered = _numbered(program, setup, loop_states_path)
+            def run(program: list[Unit], limit: float | None,
+                    trace: bool = True) -> Incident | str | None:
+                numbered = _numbered(program, setup, paths.loop_states)
                 result = run_isolated(
                     numbered[-1][1], cells=numbered[:-1], target_cell=numbered[-1][0],
-                    rng_states=rng_states, batch=batch, ship=ship, env=env,
-                    launcher=launcher, stream=False, store=False,
+                    rng_states=rng_states, batch=batch, ship=ship, env=env, trace=trace,
+                    precheck=trace, launcher=launcher, stream=False, store=False,
                     timeout=min(trial_timeout, limit) if limit else trial_timeout)
                 if result.interrupted:
                     return "interrupted"
                 return "timed out" if result.timed_out else result.incident
 
-            reference = _reference(run, units, site, probe_path, expected_family,
-                                   trial_timeout)
-            signature = Signature.of(reference)
+            begin = _start(run, units, site, paths, expected_family, trial_timeout)
+            signature = Signature.of(begin.reference)
             restored = [n for n in cells if rng_states and n in rng_states]
-            admissible = Admissible(units, [*provided, "restore_rng"], restored)
+            admissible = Admissible(begin.units, [*provided, "restore_rng"], restored)
             deadline = started + timeout if timeout else None
-            search = _Search(run, signature, admissible, max_trials - 1, deadline, progress)
-            search.best_incident = reference
-            cut, states = None, {}
-            probed = loops.read_probe(probe_path) if site else None
-            if site is not None and probed is not None:
-                # first: a loop cut to the failing iteration makes every later trial short
-                units, cut, states = _cut_loop(search, units, site, probed, loop_states_path)
+            search = _Search(run, signature, admissible, max_trials - begin.runs, deadline,
+                             progress)
+            search.best_incident = begin.reference
+            units, cut, states = begin.units, begin.cut, begin.states
+            if cut is None and begin.probed is not None and site is not None:
+                units, cut, states = _cut_loop(search, units, site, begin.probed,
+                                               paths.loop_states)
             kept_cells = search.ddmin(list(cells), lambda keep: [
                 u for u in units if u.cell in set(keep)], "cells")
             best = [u for u in units if u.cell in set(kept_cells)]
@@ -263,7 +274,7 @@ def minimize(
                 best = search.ddmin(best, list, "statements")
             _forget_own_files(search.best_incident, scratch)
             return MinimizeResult(
-                cells=_program(best), signature=signature, trials=search.trials + 1,
+                cells=_program(best), signature=signature, trials=search.trials + begin.runs,
                 wall_s=time.monotonic() - started, original_cells=len(cells),
                 original_statements=len(units), statements=len(best),
                 stopped=search.stopped, history=search.history, refused=search.refused,
@@ -274,47 +285,100 @@ def minimize(
             launcher.close()
 
 
-def _reference(run: Callable[[list[Unit], float | None], Incident | str | None],
-               units: list[Unit], site: loops.LoopSite | None, probe_path: str,
-               expected_family: str | None, trial_timeout: float) -> Incident:
-    """Run the full program (its failing loop probed); return its failure."""
-    program = units
+@dataclass
+class _ScratchFiles:
+    """The minimizer's own files: the loop probe's record, the reduced loop's states."""
+
+    folder: str
+
+    @property
+    def probe(self) -> str:
+        return os.path.join(self.folder, "loop.probe")
+
+    @property
+    def loop_states(self) -> str:
+        return os.path.join(self.folder, "loop-states.pkl")
+
+
+@dataclass
+class _Begin:
+    """Where the search starts: the reference failure, the program (its loop maybe cut)."""
+
+    reference: Incident
+    units: list[Unit]
+    runs: int
+    probed: tuple[Any, dict[str, Any]] | None = None
+    cut: loops.LoopCut | None = None
+    states: dict[str, Any] = field(default_factory=dict)
+
+
+Runner = Callable[..., "Incident | str | None"]
+
+
+def _start(run: Runner, units: list[Unit], site: loops.LoopSite | None,
+           paths: _ScratchFiles, expected_family: str | None, trial_timeout: float) -> _Begin:
+    """The reference failure. With a range loop around the failing line, the full program
+    first runs untraced with the loop probed (the tracer costs tens of milliseconds per
+    training step), then the loop cut to the failing iteration alone runs traced: when it
+    fails as the full program did, its failure is the reference, and every later trial is
+    one iteration long. Otherwise the full program runs traced."""
+    runs = 0
+    probed = None
     if site is not None:
-        probed = site.unit.replaced(loops.instrumented(site, probe_path))
-        program = [probed if u is site.unit else u for u in units]
+        probe = site.unit.replaced(loops.instrumented(site, paths.probe))
+        quick = _failure(run, [probe if u is site.unit else u for u in units], False,
+                         expected_family, trial_timeout)
+        runs += 1
+        probed = loops.read_probe(paths.probe)
+        alone = loops.cuts(site, probed[0])[:1] if probed else []
+        for cut in alone:
+            states = {cut.rng_key: probed[1]}
+            Path(paths.loop_states).write_bytes(pickle.dumps(states))
+            program = [site.unit.replaced(cut.source) if u is site.unit else u for u in units]
+            outcome = _outcome(run, program, True)
+            runs += 1
+            if isinstance(outcome, Incident) and \
+                    outcome.diagnosis.family == quick.diagnosis.family:
+                return _Begin(outcome, program, runs, probed, cut, states)
+    reference = _failure(run, units, True, expected_family, trial_timeout)
+    return _Begin(reference, units, runs + 1, probed)
+
+
+def _outcome(run: Runner, program: list[Unit], trace: bool) -> Incident | str | None:
     try:
-        reference = run(program, None)
-    except KeyboardInterrupt:
-        reference = "interrupted"
-    if reference == "interrupted":
+        return run(program, None, trace)
+    except KeyboardInterrupt:  # Ctrl-C while the fork server was starting
+        return "interrupted"
+
+
+def _failure(run: Runner, program: list[Unit], trace: bool, expected_family: str | None,
+             trial_timeout: float) -> Incident:
+    """The failure of `program`; raises MinimizeInterrupted or MinimizeError."""
+    outcome = _outcome(run, program, trace)
+    if outcome == "interrupted":
         raise MinimizeInterrupted("interrupted before the full program's run finished")
-    if reference == "timed out":
+    if outcome == "timed out":
         raise MinimizeError(f"the program did not fail within {trial_timeout:g} s")
-    if reference is None:
+    if not isinstance(outcome, Incident):
         raise MinimizeError("the program does not fail when run isolated: nothing to keep")
-    assert isinstance(reference, Incident)
-    if expected_family and reference.diagnosis.family != expected_family:
+    if expected_family and outcome.diagnosis.family != expected_family:
         raise MinimizeError(
-            f"run isolated, the program fails as {reference.diagnosis.family} "
-            f"({reference.error.message}), not as {expected_family}")
-    return reference
+            f"run isolated, the program fails as {outcome.diagnosis.family} "
+            f"({outcome.error.message}), not as {expected_family}")
+    return outcome
 
 
 def _cut_loop(search: _Search, best: list[Unit], site: loops.LoopSite,
               probed: tuple[Any, dict[str, Any]], states_path: str
               ) -> tuple[list[Unit], loops.LoopCut | None, dict[str, Any]]:
-    """Try the reduced loops, best first; keep the first that still fails the same way."""
-    import pickle
-
-    value, states = probed
-    for cut in loops.cuts(site, value):
-        recorded = {cut.rng_key: states} if cut.rng_key else {}
-        Path(states_path).write_bytes(pickle.dumps(recorded))
+    """Try the loop cut to the iterations up to the failing one (the failing iteration
+    alone did not fail the same way); keep it when it still fails the same way."""
+    for cut in loops.cuts(site, probed[0])[1:]:
         candidate = [site.unit.replaced(cut.source) if u is site.unit else u for u in best]
         try:
             if search.fails(candidate, "loop"):
                 search.history.append((search.trials, len(candidate)))
-                return candidate, cut, recorded
+                return candidate, cut, {}
         except _Budget:
             break
     return best, None, {}

@@ -9,6 +9,7 @@ left behind, and the message says what could not be written.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import shutil
@@ -39,7 +40,8 @@ def check_target(path: Path, suffixes: tuple[str, ...]) -> None:
 class Staging:
     """A hidden folder beside `target` that collects the export's files; `commit()` moves
     them into place. Use as a context manager: leaving it without a commit (an error,
-    Ctrl-C) removes everything written so far."""
+    Ctrl-C) removes everything written so far; so does the interpreter's exit (a kernel
+    shut down while an export runs in its background)."""
 
     def __init__(self, target: Path) -> None:
         self.target = target
@@ -49,6 +51,7 @@ class Staging:
                                                 dir=target.parent))
         except OSError as exc:
             raise ExportError(_failure(target.name, target.parent, exc)) from None
+        _unfinished.add(self.folder)
 
     def __enter__(self) -> Staging:
         return self
@@ -94,6 +97,16 @@ class Staging:
     def discard(self) -> None:
         """Remove the staging folder and whatever is in it."""
         shutil.rmtree(self.folder, ignore_errors=True)
+        _unfinished.discard(self.folder)
+
+
+_unfinished: set[Path] = set()
+
+
+@atexit.register
+def _remove_unfinished() -> None:
+    for folder in list(_unfinished):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _failure(name: str, folder: Path, exc: OSError) -> str:

@@ -300,7 +300,9 @@ def render_export(minimized: Any, exported: Any) -> str:
         f"  kept {len(minimized.cells)} of {minimized.original_cells} cells ({kept}), "
         f"{minimized.statements} of {minimized.original_statements} statements",
         f"  signature: {minimized.signature.family}, {minimized.signature.error_type}"
-        + (f", {minimized.signature.op}" if minimized.signature.op else ""),
+        + (f", {minimized.signature.op}" if minimized.signature.op else "")
+        + (f", value {minimized.signature.value}" if minimized.signature.value is not None
+           else ""),
         f"  {minimized.trials} trials in {minimized.wall_s:.1f} s"
         + (f"; stopped early ({minimized.stopped}): the best candidate so far was kept"
            if minimized.stopped else ""),
