@@ -28,32 +28,36 @@ THREAD_NAME = "cudadiag export"
 def run_export(shell: Any, incident: Incident, path: Path, inputs: ReproInputs, *,
                max_trials: int, timeout: float, bundle: bool, store: IncidentStore,
                background: bool = True) -> threading.Thread | None:
-    """Export `incident` to `path`: in the background in a notebook kernel unless
-    `background` is False (returns the thread, named THREAD_NAME), else in the foreground
-    (returns None once done). Raises ExportError or MinimizeError in the foreground; in the
-    background they are shown in the export cell's output."""
+    """Export `incident` to `path`. In a notebook kernel: in a background thread named
+    THREAD_NAME (returned), its errors shown in the export cell; with `background` False,
+    in the kernel's thread with the same progress bar, its errors raised. In a terminal: in
+    the foreground with a progress line. Raises ExportError or MinimizeError when it runs
+    in the foreground; Ctrl-C before the reference run ended prints "stopped early"."""
     intro = (f"minimizing {len(inputs.cells)} cell(s) of incident {incident.id}, each "
              f"candidate in a fresh process (at most {timeout:g} s)...")
-    if not background or getattr(shell, "kernel", None) is None:
+
+    def export(progress: Progress) -> tuple[Any, Any]:
+        return export_repro(incident, path, inputs, max_trials=max_trials, timeout=timeout,
+                            progress=progress, bundle=bundle, store=store)
+
+    if getattr(shell, "kernel", None) is None:
         print(intro)
         try:
-            minimized, exported = export_repro(
-                incident, path, inputs, max_trials=max_trials, timeout=timeout,
-                progress=progress_line(max_trials, timeout), bundle=bundle, store=store)
+            print(render_export(*export(progress_line(max_trials, timeout))))
         except MinimizeInterrupted:
-            print("\ncudadiag export: stopped early: interrupted before the full program's "
-                  "run finished; nothing was written", file=sys.stderr)
-            return None
-        print(render_export(minimized, exported))
+            print(f"\n{STOPPED_EARLY}", file=sys.stderr)
         return None
     view = _ExportView(intro, max_trials, timeout)
-    thread = threading.Thread(
-        target=view.run, name=THREAD_NAME, daemon=True,
-        args=(lambda progress: export_repro(
-            incident, path, inputs, max_trials=max_trials, timeout=timeout,
-            progress=progress, bundle=bundle, store=store),))
+    if not background:  # nbconvert, papermill: the printed result stays in the notebook
+        print(view.run(export, raise_errors=True))
+        return None
+    thread = threading.Thread(target=view.run, name=THREAD_NAME, daemon=True, args=(export,))
     thread.start()
     return thread
+
+
+STOPPED_EARLY = ("cudadiag export: stopped early: interrupted before the full program's run "
+                 "finished; nothing was written")
 
 
 class _ExportView:
@@ -70,30 +74,37 @@ class _ExportView:
         self.status = ipywidgets.HTML(value=_pre(intro))
         display(ipywidgets.VBox([self.bar, self.status]))
 
-    def run(self, export: Any) -> None:
+    def run(self, export: Any, raise_errors: bool = False) -> str:
+        """Run `export(progress)`, show how it ended and return that text; errors are
+        shown, and raised again with `raise_errors` (in the kernel's thread)."""
         try:
             minimized, exported = export(self.progress)
         except MinimizeInterrupted:
-            self._finish("cudadiag export: stopped early: interrupted before the full "
-                         "program's run finished; nothing was written", "warning")
+            return self._finish(STOPPED_EARLY, "warning")
         except (MinimizeError, ExportError) as exc:
             self._finish(f"cudadiag export: {exc}", "danger")
+            if raise_errors:
+                raise
+            return str(exc)
         except Exception:  # a bug: shown where the user looks, not lost in a thread
-            self._finish("cudadiag export failed inside cudadiag:\n"
-                         + traceback.format_exc(), "danger")
-        else:
-            style = "success" if exported.reproduces else "warning"
-            self.bar.value = self.bar.max
-            self._finish(render_export(minimized, exported).strip(), style)
+            text = self._finish("cudadiag export failed inside cudadiag:\n"
+                                + traceback.format_exc(), "danger")
+            if raise_errors:
+                raise
+            return text
+        self.bar.value = self.bar.max
+        return self._finish(render_export(minimized, exported).strip(),
+                            "success" if exported.reproduces else "warning")
 
     def progress(self, trials: int, size: int, phase: str) -> None:
         self.bar.value = self.budget.percent_used(trials)
         self.bar.description = f"{phase}: {size}"
 
-    def _finish(self, text: str, style: str) -> None:
+    def _finish(self, text: str, style: str) -> str:
         self.bar.bar_style = style
         self.bar.description = "done" if style == "success" else "stopped"
         self.status.value = _pre(text)
+        return text
 
 
 class _Budget:
