@@ -13,6 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from cudadiag.kernel.hooks import KernelCapture
 from cudadiag.kernel.store import IncidentNotFound, IncidentStore
+from cudadiag.repro.options import add_export_options
 from cudadiag.ui import render
 
 _captures: dict[int, KernelCapture] = {}
@@ -39,8 +40,6 @@ def _parser() -> argparse.ArgumentParser:
     panel.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
     report = sub.add_parser("report", help="print a scrubbed Markdown report for an issue")
     report.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
-    from cudadiag.repro.options import add_export_options
-
     export = sub.add_parser("export", help="minimize, export and verify a repro notebook "
                                            "(in the background in a notebook)")
     export.add_argument("args", nargs="*", metavar="[ID] [PATH.ipynb|PATH.py]",
@@ -189,11 +188,12 @@ def _export(shell: Any, store: IncidentStore, args: Any) -> None:
     ids = [a for a in args.args if a not in paths]
     if len(paths) > 1 or len(ids) > 1:
         raise UsageError("usage: %cudadiag export [ID] [PATH.ipynb|PATH.py]")
+    path = Path(paths[0]) if paths else None
     try:
-        if paths:
-            check_target(Path(paths[0]), SUFFIXES)
+        if path is not None:
+            check_target(path, SUFFIXES)  # before reading the log: a typo costs nothing
         incident = store.get(ids[0] if ids else None)
-        path = Path(paths[0] if paths else f"repro-{incident.id}.ipynb")
+        path = path or Path(f"repro-{incident.id}.ipynb")
         check_target(path, SUFFIXES)
         inputs = _repro_inputs(shell, incident, store)
     except (IncidentNotFound, ValueError, ExportError) as exc:
