@@ -21,6 +21,8 @@ class Bundle:
     """Which files a repro reads and which of them travel with it."""
 
     cwd: str
+    folder: str
+    """Where the copies go, relative to the repro's folder: `<stem>.files`."""
     copied: dict[str, str] = field(default_factory=dict)
     """Absolute path -> its copy, relative to the repro's folder."""
     too_large: list[str] = field(default_factory=list)
@@ -31,7 +33,7 @@ class Bundle:
 def plan_bundle(files_read: list[str], cwd: str, stem: str) -> Bundle:
     """Decide where each file read goes: `<stem>.files/<path relative to cwd>` (or
     `external/N-name` for files outside it); larger files than BUNDLE_MAX_BYTES stay out."""
-    bundle = Bundle(cwd=cwd)
+    bundle = Bundle(cwd=cwd, folder=f"{stem}.files")
     root = os.path.realpath(cwd)
     for number, path in enumerate(files_read, start=1):
         try:
@@ -45,7 +47,7 @@ def plan_bundle(files_read: list[str], cwd: str, stem: str) -> Bundle:
         inside = os.path.commonpath([root, path]) == root
         relative = os.path.relpath(path, root) if inside else \
             f"external/{number}-{os.path.basename(path)}"
-        bundle.copied[path] = f"{stem}.files/{relative}"
+        bundle.copied[path] = f"{bundle.folder}/{relative}"
     return bundle
 
 
@@ -84,8 +86,6 @@ def _bundled(literal: str, bundle: Bundle) -> str | None:
     root = os.path.realpath(bundle.cwd)
     if path == root or os.path.commonpath([root, path]) != root:
         return None
-    holds = any(os.path.commonpath([path, f]) == path for f in bundle.copied)
-    if not holds:
+    if not any(os.path.commonpath([path, f]) == path for f in bundle.copied):
         return None
-    stem_folder = next(iter(bundle.copied.values())).split("/")[0]
-    return f"{stem_folder}/{os.path.relpath(path, root)}"
+    return f"{bundle.folder}/{os.path.relpath(path, root)}"

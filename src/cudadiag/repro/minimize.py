@@ -138,26 +138,29 @@ class _Search:
             self.refused += 1
             self.cache[key] = False
             return False
-        left = self._time_left()
+        left = self._budget_left()
         self.trials += 1
         try:
             outcome = self.runner(units, left)
         except KeyboardInterrupt:  # Ctrl-C while the fork server was starting the trial
             outcome = "interrupted"
-        if outcome == "timed out" and left is not None and self._time_left() == 0:
-            outcome = "timeout"
+        if outcome == "timed out" and self.deadline and time.monotonic() >= self.deadline:
+            outcome = "timeout"  # cut by the budget, not by its own trial timeout
         if outcome in ("interrupted", "timeout"):
             self.stopped = str(outcome)
             raise _Budget
-        result = self.signature.matches(outcome if isinstance(outcome, Incident) else None)
+        incident = outcome if isinstance(outcome, Incident) else None
+        result = self.signature.matches(incident)
         self.cache[key] = result
         if result:
-            self.best_incident = outcome  # type: ignore[assignment]
+            self.best_incident = incident
         if self.progress:
             self.progress(self.trials, len(units) if result else self.best_size, phase)
         return result
 
-    def _time_left(self) -> float | None:
+    def _budget_left(self) -> float | None:
+        """Seconds left for the next trial (None: no time limit); raises _Budget when no
+        trial may run."""
         if self.stopped:
             raise _Budget
         if self.trials >= self.max_trials:
