@@ -8,8 +8,11 @@ import stat
 
 import nbformat
 import pytest
+from IPython.core.error import UsageError
 
 from cudadiag import incidents
+from cudadiag.kernel import store as store_module
+from cudadiag.kernel.store import IncidentStore
 from scenarios import run
 
 pytestmark = pytest.mark.slow
@@ -110,3 +113,29 @@ def test_replayed_batch_of_watch(shell, capsys, tmp_path):
     out = _export(shell, capsys, isolated.id, tmp_path / "batch.ipynb")
     assert "reproduces: yes" in out, out
     assert "replay_batch(3, batch)" in _code(tmp_path / "batch.ipynb")
+
+
+def test_values_too_large_to_keep_are_refused_with_what_to_do(shell, capsys, tmp_path,
+                                                              monkeypatch):
+    monkeypatch.setattr(store_module, "SHIPPED_KEPT_MAX_BYTES", 100)
+    run(shell, IMPORTS)
+    run(shell, "logits = torch.randn(3, 4)\ntarget = torch.tensor([0, 2, 4])")
+    _, failing = run(shell, "loss = F.cross_entropy(logits, target)")
+    capsys.readouterr()
+    run(shell, f"%cuda_isolate {failing}")
+    assert "the shipped values were not kept" in capsys.readouterr().err
+    (isolated,) = _isolated()
+    with pytest.raises(UsageError, match=r"were not kept .* --ship none"):
+        shell.run_line_magic("cudadiag", f"export {isolated.id} {tmp_path / 'x.ipynb'}")
+
+
+def test_the_least_recently_used_values_make_room(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "SHIPPED_TOTAL_MAX_BYTES", 2500)
+    store = IncidentStore(tmp_path / "home")
+    for number in range(3):
+        values = tmp_path / f"values{number}.pkl"
+        values.write_bytes(bytes([number]) * 1000)
+        assert store.keep_shipped(f"incident{number}", values) is None
+    assert store.shipped_file("incident0") is None  # dropped: three would not fit
+    assert store.shipped_file("incident1").read_bytes() == bytes([1]) * 1000
+    assert store.shipped_file("incident2") is not None
