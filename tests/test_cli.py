@@ -104,11 +104,11 @@ def test_unknown_incident_is_a_clear_error():
     assert result.returncode == 1 and "holds no incident yet" in result.stderr
 
 
-def test_export_of_a_script_incident_says_what_to_do(project):
-    cudadiag("run", "train.py", "--bad", cwd=project)
+def test_export_of_a_module_incident_says_what_to_do(project):
+    cudadiag("run", "--", sys.executable, "-m", "trainer.main", "--bad", cwd=project)
     incident_id = cudadiag("incidents").stdout.splitlines()[-1].split()[0]
     result = cudadiag("export", incident_id, "out.ipynb", cwd=project)
-    assert result.returncode == 1 and "has no cells to replay" in result.stderr
+    assert result.returncode == 1 and "only scripts can be exported" in result.stderr
 
 
 def test_export_of_an_isolated_incident_from_the_shell(project):

@@ -132,7 +132,7 @@ def test_dry_run_prints_the_plan_only(shell, capsys):
 
 
 @pytest.mark.parametrize("line", ["%cuda_isolate --bogus", "%cuda_isolate 1 --timeout x",
-                                  "%cuda_isolate 99", "%cuda_isolate 1 --env NOEQUALS",
+                                  "%cuda_isolate 99999", "%cuda_isolate 1 --env NOEQUALS",
                                   "%cuda_isolate"])
 def test_bad_options_give_a_usage_message_and_run_nothing(shell, line):
     run(shell, "x = 1")

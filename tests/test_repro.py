@@ -13,6 +13,7 @@ from cudadiag import classify, incidents
 from cudadiag.incident import ErrorInfo, Incident, OpInfo, RunInfo
 from cudadiag.repro.minimize import MinimizeError, Signature, minimize
 from cudadiag.repro.notebook import export_notebook
+from cudadiag.repro.staging import ExportError
 
 _SPEC = importlib.util.spec_from_file_location(
     "history20", Path(__file__).parent.parent / "bench" / "history20.py")
@@ -120,7 +121,7 @@ def test_large_batches_are_saved_beside_the_notebook(tmp_path):
 
 def test_export_refuses_a_path_that_is_not_a_notebook(tmp_path):
     incident = _incident("CUDA error: device-side assert triggered")
-    with pytest.raises(ValueError, match=r"must end in \.ipynb"):
+    with pytest.raises(ExportError, match=r"must end in \.ipynb"):
         export_notebook(incident, tmp_path / "r.txt", {1: "pass"},
                         signature=Signature.of(incident), verify=False)
 

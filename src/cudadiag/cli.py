@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.argtypes import positive_seconds
+from cudadiag.repro.options import add_export_options
 
 DEMO_CELLS = (
     "%load_ext cudadiag",
@@ -88,19 +89,19 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("id", help="incident id or unique prefix")
     report.set_defaults(handler=_cmd_report)
     export = sub.add_parser(
-        "export", help="minimize an incident's cells into a verified repro notebook",
-        description="Minimize the cells of an isolated incident (each candidate in a fresh "
-                    "process), write a repro notebook and check it reproduces in a fresh "
-                    "kernel.")
+        "export", help="minimize an incident into a verified repro notebook or script",
+        description="Minimize the cells of an isolated incident, or the top-level statements "
+                    "of a `cudadiag run` script (each candidate in a fresh process, in the "
+                    "program's working directory), write a repro notebook (.ipynb) or script "
+                    "(.py) and check it reproduces in a fresh kernel or process. Ctrl-C stops "
+                    "the minimization early and keeps the best candidate so far.")
     export.add_argument("id", help="incident id or unique prefix")
-    export.add_argument("path", help="the notebook to write (PATH.ipynb)")
-    export.add_argument("--max-trials", type=int, default=200,
-                        help="candidates tried at most (default 200)")
-    export.add_argument("--timeout", type=positive_seconds, metavar="S",
-                        help="stop minimizing after S seconds, keeping the best so far")
+    export.add_argument("path", help="the repro to write (PATH.ipynb or PATH.py), in an "
+                                     "existing directory")
+    add_export_options(export)
     export.add_argument("--no-verify", action="store_true",
-                        help="write the notebook without executing it")
-    export.set_defaults(handler=_cmd_export)
+                        help="write the repro without executing it")
+    export.set_defaults(handler=_cmd_export, parser=export)
     explain = sub.add_parser(
         "explain", help="diagnose the first CUDA/PyTorch error of a log or pasted text",
         description="Read a log as you would paste it (a SLURM output, a notebook traceback, "
@@ -197,26 +198,43 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from cudadiag.kernel.exporting import progress_line
     from cudadiag.kernel.store import IncidentNotFound, IncidentStore
-    from cudadiag.repro.export import export_repro, stored_inputs
-    from cudadiag.repro.minimize import MinimizeError
+    from cudadiag.repro.export import (
+        SUFFIXES,
+        ExportError,
+        check_target,
+        export_repro,
+        stored_inputs,
+    )
+    from cudadiag.repro.minimize import MinimizeError, MinimizeInterrupted
     from cudadiag.ui.render import render_export
 
-    if not args.path.endswith(".ipynb"):
-        print(f"cudadiag export: {args.path}: the notebook's name must end in .ipynb",
-              file=sys.stderr)
+    try:
+        check_target(Path(args.path), SUFFIXES)
+    except ExportError as exc:
+        print(f"cudadiag export: {exc}", file=sys.stderr)
         return 2
     store = IncidentStore()
     try:
         incident = store.get(args.id)
         inputs = stored_inputs(incident, store)
+        print(f"minimizing incident {incident.id}, each candidate in a fresh process (at most "
+              f"{args.timeout:g} s; Ctrl-C keeps the best so far)...", flush=True)
         minimized, exported = export_repro(
             incident, args.path, inputs, max_trials=args.max_trials, timeout=args.timeout,
-            verify=not args.no_verify, store=store,
-            progress=lambda t, n, phase: print(f"\r  trial {t}/{args.max_trials}, best {n} "
-                                               f"{phase}   ", end="", flush=True))
-    except (IncidentNotFound, ValueError, MinimizeError) as exc:
-        print(f"cudadiag export: {exc}", file=sys.stderr)
+            verify=not args.no_verify, bundle=args.bundle, store=store,
+            progress=progress_line(args.max_trials, args.timeout))
+    except MinimizeInterrupted:
+        print("\ncudadiag export: stopped early: interrupted before the full program's run "
+              "finished; nothing was written", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("\ncudadiag export: stopped early: interrupted while writing the repro; "
+              "nothing was written", file=sys.stderr)
+        return 130
+    except (IncidentNotFound, ValueError, MinimizeError, ExportError) as exc:
+        print(f"\ncudadiag export: {exc}", file=sys.stderr)
         return 1
     print(render_export(minimized, exported))
     return 0 if exported.reproduces is not False else 1

@@ -266,6 +266,13 @@ class RunInfo:
     """The cells that ran, by execution count (as text): what a repro starts from."""
     command: list[str] = field(default_factory=list)
     """For `cudadiag run`: the script (or `-m module`) and its arguments."""
+    cwd: str | None = None
+    """The working directory the program ran in (relative paths it opened start there)."""
+    files_read: list[str] = field(default_factory=list)
+    """Data files the program opened for reading (absolute paths, in the order first read);
+    modules, the Python installation and cudadiag's own files are left out."""
+    shipped: list[str] = field(default_factory=list)
+    """Names whose values were sent from the kernel instead of replaying their cells."""
 
 
 @dataclass

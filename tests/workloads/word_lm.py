@@ -92,6 +92,8 @@ def main():
             loss.backward()
             optimizer.step()
             total += loss.item()
+            if batch % 10 == 0:
+                print(f"epoch {epoch} batch {batch} loss {loss.item():.3f}")
         print(f"epoch {epoch} loss {total:.3f}")
 
 

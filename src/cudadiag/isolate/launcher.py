@@ -127,10 +127,12 @@ class ForkServerLauncher:
     """Forks each run from a pre-started interpreter that imported torch but never
     initialised CUDA: a fresh process in milliseconds instead of seconds. One server per
     environment, started with that environment (blocking variables set before Python
-    starts). Runs go one at a time. `close()` stops the servers."""
+    starts) in the working directory `cwd` (default: this process's). Runs go one at a
+    time. `close()` stops the servers."""
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, cwd: str | None = None) -> None:
         self.python = python or sys.executable
+        self.cwd = cwd
         self._servers: dict[tuple[tuple[str, str], ...], tuple[subprocess.Popen[bytes],
                                                               socket.socket]] = {}
 
@@ -171,7 +173,7 @@ class ForkServerLauncher:
             process = subprocess.Popen(
                 [self.python, "-m", "cudadiag.isolate.forkserver", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=os.getcwd(),
+                start_new_session=True, cwd=self.cwd or os.getcwd(),
             )
             theirs.close()
             server = self._servers[key] = (process, ours)

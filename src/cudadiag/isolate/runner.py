@@ -10,7 +10,6 @@ import json
 import math
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -69,7 +68,7 @@ def run_isolated(
     timeout: float | None = None,
     env: dict[str, str] | None = None,
     cells: Sequence[tuple[int, str]] | Sequence[str] | None = None,
-    ship: dict[str, Any] | None = None,
+    ship: dict[str, Any] | Path | None = None,
     trace: bool = True,
     precheck: bool = True,
     target_cell: int | None = None,
@@ -84,7 +83,8 @@ def run_isolated(
     index prechecks; return an IsolatedResult.
 
     `cells` are earlier cells replayed first (sources, or (execution count, source) pairs);
-    `ship` holds values pickled into the child's namespace; `env` adds variables to the
+    `ship` holds values pickled into the child's namespace (or names a file that holds them
+    already pickled, as a stored incident keeps them); `env` adds variables to the
     child's environment; `rng_states` maps a cell number to the RNG states it started from;
     `batch` = (step, data) makes the child's first watch() yield only that recorded batch.
     With `blocking=False` the re-run is faithful and asynchronous: no tracer, no prechecks.
@@ -131,7 +131,7 @@ def run_script(
 
 def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
              blocking: bool, timeout: float | None, env: dict[str, str] | None,
-             ship: dict[str, Any] | None, trace: bool, precheck: bool,
+             ship: dict[str, Any] | Path | None, trace: bool, precheck: bool,
              rng_states: dict[int, dict[str, Any]] | None, batch: tuple[int, Any] | None,
              launcher: Launcher | None, output: ChildOutput, store: bool) -> IsolatedResult:
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
@@ -171,6 +171,7 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
         result.incident = _incident_of(result, child_result, blocking, extra)
         if result.incident is not None:
             _complete(result.incident, output, wall, process.returncode, numbered, script)
+            result.incident.run.shipped = sorted(ship) if isinstance(ship, dict) else []
             if store:
                 _store(result.incident, job)
     result.message = _message(result, timeout, what)
@@ -196,7 +197,8 @@ def _numbered(cells: Sequence[Any], code: str, target: int | None) -> list[tuple
     return [*[(int(n), s) for n, s in pairs if n != target], (target, code)]
 
 
-def _write_job(workdir: Path, cells: list[tuple[int, str]], ship: dict[str, Any] | None,
+def _write_job(workdir: Path, cells: list[tuple[int, str]],
+               ship: dict[str, Any] | Path | None,
                rng_states: dict[int, dict[str, Any]] | None, settings: BlockingSettings,
                blocking: bool, trace: bool, precheck: bool,
                env_vars: dict[str, str]) -> dict[str, Any]:
@@ -212,7 +214,9 @@ def _write_job(workdir: Path, cells: list[tuple[int, str]], ship: dict[str, Any]
         "ship": None,
         "rng": None,
     }
-    if ship:
+    if isinstance(ship, Path):
+        job["ship"] = str(ship)
+    elif ship:
         import cloudpickle
 
         job["ship"] = str(workdir / "ship.pkl")
@@ -365,8 +369,8 @@ def _message(result: IsolatedResult, timeout: float | None, what: str) -> str:
 
 
 def _store(incident: Incident, job: dict[str, Any]) -> None:
-    """Append the incident to the log and keep the run's RNG states and recorded batch beside
-    it, so a later export can replay the same run."""
+    """Append the incident to the log and keep the run's RNG states, recorded batch and
+    shipped values beside it, so a later export can replay the same run."""
     from cudadiag.kernel.store import IncidentStore
 
     store = IncidentStore()
@@ -374,8 +378,11 @@ def _store(incident: Incident, job: dict[str, Any]) -> None:
         store.append(incident)
         kept = [job["rng"], (job.get("batch") or {}).get("file")]
         for path in map(Path, filter(None, kept)):
-            folder = store.run_files(incident.id)
-            folder.mkdir(parents=True, exist_ok=True)
-            shutil.copy(path, folder / path.name)
+            store.keep_run_file(incident.id, path)
+        not_kept = store.keep_shipped(incident.id, Path(job["ship"])) if job["ship"] else None
     except OSError as exc:
         print(f"cudadiag: could not write the incident log: {exc}", file=sys.stderr)
+        return
+    if not_kept:
+        print(f"cudadiag: the shipped values were not kept with incident {incident.id} "
+              f"({not_kept}); to export it, re-run with --ship none", file=sys.stderr)

@@ -16,6 +16,7 @@ import os
 import random
 import re
 import runpy
+import site
 import sys
 import time
 import types
@@ -75,6 +76,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     failures: list[tuple[BaseException, int | None]] = []
     loop = None
     exit_code = 0
+    cwd = os.getcwd()
+    opened = _record_files_read(exclude=[os.path.dirname(job["path"])])
     with tracer or nullcontext():
         if job.get("script"):
             exit_code = _run_script(job["script"], failures)
@@ -88,12 +91,47 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 failures.append((exc, cell["number"]))
                 if len(failures) == 1:  # read now: later cells change the namespace
                     loop = loop_context(exc, cell_of)
+    files_read = list(opened)  # before cudadiag's own reading of the incident
     cells = [c["number"] for c in job["cells"]]
     if not failures:
         return {"incident": None, "cells": cells, "exit_code": exit_code}
     incident = _incident(failures, job, tracer)
     incident.loop = loop or loop_context(failures[0][0], cell_of)
+    incident.run.cwd = cwd
+    incident.run.files_read = files_read
     return {"incident": incident.to_dict(), "cells": cells, "exit_code": 1}
+
+
+def _record_files_read(exclude: list[str]) -> dict[str, None]:
+    """Start recording the data files this process opens for reading (an audit hook on
+    `open`, which `open`, `torch.load`, `np.load` and `pd.read_*` all go through); return the
+    ordered set that fills up. Modules, the Python installation, system folders, hidden
+    folders (caches, settings) and the folders in `exclude` are left out."""
+    skip = tuple(os.path.join(os.path.realpath(p), "") for p in {
+        sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(),
+        site.getusersitepackages(), os.path.dirname(os.path.dirname(__file__)), *exclude,
+        "/proc", "/sys", "/dev", "/etc", "/usr", "/lib", "/run", "/var"})
+    read: dict[str, None] = {}
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):
+            return
+        try:
+            if (args[2] or 0) & os.O_ACCMODE == os.O_WRONLY or (args[1] or "r")[0] in "wax":
+                return
+            path = os.path.realpath(os.fsdecode(args[0]))
+            if (path in read or path.startswith(skip) or path.endswith(_CODE_SUFFIXES)
+                    or "/." in path or not os.path.isfile(path)):
+                return
+            read[path] = None
+        except Exception:  # an audit hook must never break the program's open()
+            return
+
+    sys.addaudithook(hook)
+    return read
+
+
+_CODE_SUFFIXES = (".py", ".pyc", ".so", ".pyd", ".pth")
 
 
 def _run_script(script: dict[str, Any], failures: list[tuple[BaseException, int | None]]

@@ -14,6 +14,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from cudadiag.argtypes import positive_seconds
 from cudadiag.kernel.hooks import KernelCapture
 from cudadiag.kernel.store import IncidentNotFound, IncidentStore
+from cudadiag.repro.options import add_export_options
 from cudadiag.ui import render
 
 if TYPE_CHECKING:
@@ -60,14 +61,15 @@ def _parser() -> argparse.ArgumentParser:
     panel.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
     report = sub.add_parser("report", help="print a scrubbed Markdown report for an issue")
     report.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
-    export = sub.add_parser("export", help="minimize, export and verify a repro notebook")
-    export.add_argument("args", nargs="*", metavar="[ID] [PATH.ipynb]",
-                        help="incident (default: the newest) and notebook path (default: "
+    export = sub.add_parser("export", help="minimize, export and verify a repro notebook "
+                                           "(in the background in a notebook)")
+    export.add_argument("args", nargs="*", metavar="[ID] [PATH.ipynb|PATH.py]",
+                        help="incident (default: the newest) and repro path (default: "
                              "repro-ID.ipynb)")
-    export.add_argument("--max-trials", type=int, default=200,
-                        help="candidates tried by the minimizer at most (default 200)")
-    export.add_argument("--timeout", type=positive_seconds, metavar="S",
-                        help="stop minimizing after S seconds, keeping the best so far")
+    add_export_options(export)
+    export.add_argument("--wait", action="store_true",
+                        help="minimize in the foreground even in a notebook (for nbconvert "
+                             "or papermill runs, which end with the last cell)")
     return parser
 
 
@@ -289,35 +291,43 @@ def capture_for(shell: Any) -> KernelCapture:
 
 
 def _export(shell: Any, store: IncidentStore, args: Any) -> None:
-    from cudadiag.repro.export import export_repro
+    from pathlib import Path
+
+    from cudadiag.kernel.exporting import run_export
+    from cudadiag.repro.export import SUFFIXES, ExportError, check_target
     from cudadiag.repro.minimize import MinimizeError
 
-    paths = [a for a in args.args if a.endswith(".ipynb")]
-    ids = [a for a in args.args if not a.endswith(".ipynb")]
+    # incident ids are hex: anything with a dot or a slash is meant as the repro's path
+    paths = [a for a in args.args if "." in a or "/" in a]
+    ids = [a for a in args.args if a not in paths]
     if len(paths) > 1 or len(ids) > 1:
-        raise UsageError("usage: %cudadiag export [ID] [PATH.ipynb]")
+        raise UsageError("usage: %cudadiag export [ID] [PATH.ipynb|PATH.py]")
+    path = Path(paths[0]) if paths else None
     try:
+        if path is not None:
+            check_target(path, SUFFIXES)  # before reading the log: a typo costs nothing
         incident = store.get(ids[0] if ids else None)
+        path = path or Path(f"repro-{incident.id}.ipynb")
+        check_target(path, SUFFIXES)
         inputs = _repro_inputs(shell, incident, store)
-    except (IncidentNotFound, ValueError) as exc:
+    except (IncidentNotFound, ValueError, ExportError) as exc:
         raise UsageError(str(exc)) from None
-    path = paths[0] if paths else f"repro-{incident.id}.ipynb"
-    print(f"minimizing {len(inputs.cells)} cell(s) of incident {incident.id}, each candidate "
-          "in a fresh process...")
-    progress = _progress_reporter(shell, args.max_trials)
     try:
-        minimized, exported = export_repro(incident, path, inputs, max_trials=args.max_trials,
-                                           timeout=args.timeout, progress=progress,
-                                           store=store)
+        run_export(shell, incident, path, inputs, max_trials=args.max_trials,
+                   timeout=args.timeout, bundle=args.bundle, store=store,
+                   background=not args.wait)
     except MinimizeError as exc:
         raise UsageError(f"cannot minimize incident {incident.id}: {exc}") from None
-    print(render.render_export(minimized, exported))
+    except ExportError as exc:
+        raise UsageError(f"cannot export incident {incident.id}: {exc}") from None
 
 
 def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
     """Kernel incidents: plan the failing cell from this kernel's history, with its RNG
     states and the batch watch() kept. Isolated ones: what the log kept."""
-    from cudadiag.repro.export import ReproInputs, stored_inputs
+    import os
+
+    from cudadiag.repro.export import ReproInputs, failed_cells, stored_inputs
 
     if incident.run.mode != "kernel":
         return stored_inputs(incident, store)
@@ -339,29 +349,8 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
         except UsageError:
             batch = None
     return ReproInputs(cells={n: plan.sources[n] for n in plan.replay},
-                       rng_states=capture_for(shell).rng_states, batch=batch)
-
-
-def _progress_reporter(shell: Any, total: int) -> Any:
-    """An IntProgress in a notebook kernel, a progress line in a terminal."""
-    if getattr(shell, "kernel", None) is not None:
-        import ipywidgets
-        from IPython.display import display
-
-        bar = ipywidgets.IntProgress(min=0, max=total, description="minimizing")
-        display(bar)
-
-        def update(trials: int, size: int, phase: str) -> None:
-            bar.value = min(trials, total)
-            bar.description = f"{phase}: {size}"
-
-        return update
-
-    def line(trials: int, size: int, phase: str) -> None:
-        sys.stdout.write(f"\r  trial {trials}/{total}, best {size} {phase}   ")
-        sys.stdout.flush()
-
-    return line
+                       rng_states=capture_for(shell).rng_states, batch=batch,
+                       cwd=os.getcwd(), failed_at=failed_cells(incident))
 
 
 def _history(shell: Any) -> dict[int, str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -44,6 +45,12 @@ _TAIL_CHUNK = 64 * 2**10
 _unsaved: dict[str, dict[str, bytes]] = {}
 """Records this process could not write, by log path, then incident id (oldest first)."""
 _exit_retry_registered = False
+SHIPPED_DIR = "shipped"
+SHIPPED_POINTER = "shipped.json"
+SHIPPED_KEPT_MAX_BYTES = 256 * 2**20
+"""Shipped values larger than this are not kept with the incident (export then says so)."""
+SHIPPED_TOTAL_MAX_BYTES = 1 * 2**30
+"""The kept shipped values of all incidents together; the least recently used go first."""
 
 
 class IncidentNotFound(LookupError):
@@ -182,7 +189,8 @@ class IncidentStore:
         return match
 
     def run_files(self, incident_id: str) -> Path:
-        """The folder that keeps an isolated run's RNG states and recorded batch."""
+        """The folder that keeps an isolated run's RNG states, recorded batch and a pointer
+        to its shipped values."""
         return self.home / "runs" / incident_id
 
     @property
@@ -276,6 +284,62 @@ class IncidentStore:
         reason = exc.strerror or str(exc)
         return (f"{what} could not be saved to {self.path} ({reason}); kept in memory, it "
                 "will be written with the next incident or when Python exits")
+    def keep_run_file(self, incident_id: str, source: Path) -> Path:
+        """Copy `source` into the incident's run folder under the same name (folders 0700,
+        the file 0600); return the copy. Raises OSError when it cannot be written."""
+        folder = self._private_dir("runs", incident_id)
+        return _private_copy(source, folder / source.name)
+
+    def keep_shipped(self, incident_id: str, pickled: Path) -> str | None:
+        """Keep the pickled values an isolated run was shipped, content-addressed under
+        `shipped/` (identical values are stored once) with a pointer in the run folder.
+
+        Returns None when kept, else why not (larger than SHIPPED_KEPT_MAX_BYTES). Older
+        value files are dropped to keep the folder under SHIPPED_TOTAL_MAX_BYTES. Raises
+        OSError when the files cannot be written."""
+        size = pickled.stat().st_size
+        if size > SHIPPED_KEPT_MAX_BYTES:
+            return (f"{size >> 20} MiB of shipped values, more than the "
+                    f"{SHIPPED_KEPT_MAX_BYTES >> 20} MiB kept per incident")
+        digest = _sha256(pickled)
+        blobs = self._private_dir(SHIPPED_DIR)
+        blob = blobs / f"{digest}.pkl"
+        if blob.exists():
+            os.utime(blob)  # recently used: dropped last
+        else:
+            self._drop_oldest_values(blobs, room=size)
+            _private_copy(pickled, blob)
+        pointer = self._private_dir("runs", incident_id) / SHIPPED_POINTER
+        _private_write(pointer, json.dumps({"sha256": digest, "bytes": size}).encode())
+        return None
+
+    def shipped_file(self, incident_id: str) -> Path | None:
+        """The pickled shipped values kept for an incident, or None when none are kept (or
+        they were dropped to make room)."""
+        try:
+            pointer = json.loads((self.run_files(incident_id) / SHIPPED_POINTER).read_text())
+        except (OSError, ValueError):
+            return None
+        blob = self.home / SHIPPED_DIR / f"{pointer.get('sha256')}.pkl"
+        return blob if blob.is_file() else None
+
+    def _private_dir(self, *parts: str) -> Path:
+        """The folder home/parts..., each level created 0700 when missing."""
+        folder = self.home
+        folder.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+        for part in parts:
+            folder = folder / part
+            folder.mkdir(mode=PRIVATE_DIR, exist_ok=True)
+            os.chmod(folder, PRIVATE_DIR)
+        return folder
+
+    def _drop_oldest_values(self, blobs: Path, room: int) -> None:
+        files = sorted(blobs.glob("*.pkl"), key=lambda p: p.stat().st_mtime)
+        total = sum(p.stat().st_size for p in files)
+        while files and total + room > SHIPPED_TOTAL_MAX_BYTES:
+            oldest = files.pop(0)
+            total -= oldest.stat().st_size
+            oldest.unlink(missing_ok=True)
 
     def _files_oldest_first(self) -> list[Path]:
         rotated = [self.home / f"{LOG_NAME}.{n}" for n in range(self.keep, 0, -1)]
@@ -390,3 +454,28 @@ def _write_unsaved_at_exit() -> None:
             print(f"cudadiag: incident(s) {', '.join(unsaved)} could not be saved to {key} "
                   f"({exc.strerror or exc}) and are lost with this process",
                   file=sys.stderr)
+def _private_write(target: Path, data: bytes) -> None:
+    """Write `data` to `target` as a 0600 file, through a temporary name and a rename."""
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    try:
+        _write_all(fd, data)
+    except BaseException:
+        os.close(fd)
+        partial.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(partial, target)
+
+
+def _private_copy(source: Path, target: Path) -> Path:
+    _private_write(target, source.read_bytes())
+    return target
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(2**20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

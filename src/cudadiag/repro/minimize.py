@@ -1,58 +1,86 @@
 """Shrink a failing program without losing the trigger (guide point 8).
 
-Delta debugging (ddmin, halving granularity, as PyTorch's FX minifier) first over the cells,
-then over the top-level statements of what is left. Every candidate runs in a fresh process
-(forked from a pre-started interpreter: milliseconds, not seconds) with the same RNG states
-and recorded batch. A candidate still fails only when its signature matches the original:
-family, exception type and, when known, the failing operator; failing differently is not
-failing.
+First the range loop that holds the failing line is cut to the iterations it needs
+(loops.py), which makes every later trial short; then delta debugging (ddmin, halving
+granularity, as PyTorch's FX minifier) over the cells, then over the top-level statements of
+what is left. Every candidate runs in a fresh
+process (forked from a pre-started interpreter: milliseconds, not seconds) in the program's
+working directory, with the same RNG states, recorded batch and shipped values. A candidate
+still fails only when its signature matches the original: family, exception type and, when
+known, the failing operator; failing differently is not failing. Candidates that use a name
+whose definition they removed, or that remove a seed but keep what draws from it, are refused
+without a trial (dependencies.py).
 """
 
 from __future__ import annotations
 
-import ast
+import os
+import pickle
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cudadiag.incident import Incident
 from cudadiag.isolate.launcher import ForkServerLauncher, Launcher
 from cudadiag.isolate.runner import run_isolated
+from cudadiag.repro import loops
+from cudadiag.repro.dependencies import Admissible, Unit, statements
 
 Progress = Callable[[int, int, str], None]
 """progress(trials so far, size of the best candidate, phase)"""
+
+SETUP_CELL = 0
+"""The number of the setup cell (a script's command line): run first, never removed."""
 
 
 class MinimizeError(RuntimeError):
     """The program to minimize does not fail the way the incident says."""
 
 
+class MinimizeInterrupted(MinimizeError):
+    """Ctrl-C before the full program's run finished: there is nothing to keep."""
+
+
 @dataclass(frozen=True)
 class Signature:
-    """What makes two failures the same failure."""
+    """What makes two failures the same failure: family, exception type, failing operator
+    and, when a precheck found it, the offending value and the range it had to be in (a
+    program that fails on another value reproduces another bug)."""
 
     family: str
     error_type: str
     op: str | None = None
+    value: Any = None
+    valid_range: tuple[Any, ...] | None = None
 
     @classmethod
     def of(cls, incident: Incident) -> Signature:
         """The signature of an incident."""
+        details = incident.diagnosis.details
+        valid_range = details.get("valid_range")
         return cls(incident.diagnosis.family, incident.error.type,
-                   incident.op.name if incident.op else None)
+                   incident.op.name if incident.op else None, details.get("value"),
+                   tuple(valid_range) if valid_range is not None else None)
 
     def matches(self, incident: Incident | None) -> bool:
-        """True when `incident` fails the same way (an op is compared only when known)."""
+        """True when `incident` fails the same way (the op, value and range are compared
+        only when known here)."""
         if incident is None:
             return False
         other = Signature.of(incident)
         return (other.family == self.family and other.error_type == self.error_type
-                and (self.op is None or other.op == self.op))
+                and all(mine is None or mine == theirs for mine, theirs in (
+                    (self.op, other.op), (self.value, other.value),
+                    (self.valid_range, other.valid_range))))
 
     def to_dict(self) -> dict[str, Any]:
         """The signature as JSON-ready data."""
-        return {"family": self.family, "error_type": self.error_type, "op": self.op}
+        return {"family": self.family, "error_type": self.error_type, "op": self.op,
+                "value": self.value,
+                "valid_range": list(self.valid_range) if self.valid_range else None}
 
 
 @dataclass
@@ -70,6 +98,14 @@ class MinimizeResult:
     """Why the search ended early: `interrupted`, `max trials` or `timeout`."""
     history: list[tuple[int, int]] = field(default_factory=list)
     """(trial, size of the best candidate) each time the best improved."""
+    refused: int = 0
+    """Candidates refused without a trial by the static check."""
+    incident: Incident | None = None
+    """The failure of the best candidate (what it read, where it failed)."""
+    loop: loops.LoopCut | None = None
+    """The loop cut to the iterations the failure needs, when one was."""
+    loop_states: dict[str, Any] = field(default_factory=dict)
+    """Random states the reduced loop starts from, by key (see loop.rng_key)."""
 
 
 class _Budget(Exception):
@@ -77,48 +113,73 @@ class _Budget(Exception):
 
 
 class _Search:
-    def __init__(self, runner: Callable[[dict[int, str]], Incident | str | None],
-                 signature: Signature | None, max_trials: int, deadline: float | None,
-                 progress: Progress | None) -> None:
+    def __init__(self, runner: Callable[[list[Unit], float | None], Incident | str | None],
+                 signature: Signature, admissible: Admissible, max_trials: int,
+                 deadline: float | None, progress: Progress | None) -> None:
         self.runner = runner
         self.signature = signature
+        self.admissible = admissible
         self.max_trials = max_trials
         self.deadline = deadline
         self.progress = progress
         self.trials = 0
+        self.refused = 0
         self.stopped: str | None = None
         self.cache: dict[tuple[Any, ...], bool] = {}
         self.history: list[tuple[int, int]] = []
         self.best_size = 0
+        self.best_incident: Incident | None = None
 
-    def fails(self, program: dict[int, str], key: tuple[Any, ...], phase: str) -> bool:
+    def fails(self, units: list[Unit], phase: str) -> bool:
+        key = tuple((*u.key, u.source) for u in units)
         if key in self.cache:
             return self.cache[key]
+        if self.admissible.why_not(units):
+            self.refused += 1
+            self.cache[key] = False
+            return False
+        left = self._budget_left()
+        self.trials += 1
+        try:
+            outcome = self.runner(units, left)
+        except KeyboardInterrupt:  # Ctrl-C while the fork server was starting the trial
+            outcome = "interrupted"
+        if outcome == "timed out" and self.deadline and time.monotonic() >= self.deadline:
+            outcome = "timeout"  # cut by the budget, not by its own trial timeout
+        if outcome in ("interrupted", "timeout"):
+            self.stopped = str(outcome)
+            raise _Budget
+        incident = outcome if isinstance(outcome, Incident) else None
+        result = self.signature.matches(incident)
+        self.cache[key] = result
+        if result:
+            self.best_incident = incident
+        if self.progress:
+            self.progress(self.trials, len(units) if result else self.best_size, phase)
+        return result
+
+    def _budget_left(self) -> float | None:
+        """Seconds left for the next trial (None: no time limit); raises _Budget when no
+        trial may run."""
         if self.stopped:
             raise _Budget
         if self.trials >= self.max_trials:
             self.stopped = "max trials"
             raise _Budget
-        if self.deadline is not None and time.monotonic() > self.deadline:
+        if self.deadline is None:
+            return None
+        left = max(self.deadline - time.monotonic(), 0.0)
+        if left == 0:
             self.stopped = "timeout"
             raise _Budget
-        self.trials += 1
-        outcome = self.runner(program)
-        if outcome == "interrupted":
-            self.stopped = "interrupted"
-            raise _Budget
-        result = self.signature.matches(outcome) if self.signature else outcome is not None
-        self.cache[key] = result
-        if self.progress:
-            self.progress(self.trials, len(key) if result else self.best_size, phase)
-        return result
+        return left
 
-    def ddmin(self, units: list[Any], build: Callable[[list[Any]], dict[int, str]],
+    def ddmin(self, items: list[Any], expand: Callable[[list[Any]], list[Unit]],
               phase: str) -> list[Any]:
-        """Zeller's ddmin: the smallest subsequence of `units` that still fails (1-minimal
+        """Zeller's ddmin: the smallest subsequence of `items` that still fails (1-minimal
         when the budget allows); keeps the best found when the budget runs out."""
-        best = list(units)
-        self.best_size = len(best)
+        best = list(items)
+        self.best_size = len(expand(best))
         granularity = 2
         try:
             while len(best) >= 2:
@@ -127,10 +188,10 @@ class _Search:
                 # complements first: the planned cells are mostly needed, so removing a chunk
                 # succeeds far more often than keeping only one
                 for candidate in [*(_without(best, c) for c in chunks), *chunks]:
-                    if candidate and self.fails(build(candidate), _key(candidate), phase):
+                    if candidate and self.fails(expand(candidate), phase):
                         best = candidate
-                        self.best_size = len(best)
-                        self.history.append((self.trials, len(best)))
+                        self.best_size = len(expand(best))
+                        self.history.append((self.trials, self.best_size))
                         granularity = max(granularity - 1, 2)
                         reduced = True
                         break
@@ -151,6 +212,11 @@ def minimize(
     expected_family: str | None = None,
     rng_states: dict[int, dict[str, Any]] | None = None,
     batch: tuple[int, Any] | None = None,
+    ship: Path | None = None,
+    provided: Iterable[str] = (),
+    setup: str | None = None,
+    failed_at: Sequence[tuple[int, int]] = (),
+    cwd: str | None = None,
     env: dict[str, str] | None = None,
     max_trials: int = 200,
     timeout: float | None = None,
@@ -158,77 +224,193 @@ def minimize(
     progress: Progress | None = None,
     launcher: Launcher | None = None,
 ) -> MinimizeResult:
-    """Shrink `cells` ({execution count: source}, in order) to the fewest cells and then
-    statements that still fail like the full program.
+    """Shrink `cells` ({execution count: source}, in order): cut the range loop holding one
+    of the `failed_at` lines ((cell, line), outermost first) to the iterations it needs,
+    then keep the fewest cells and statements that still fail like the full program.
 
-    The full program runs first, isolated with blocking launches and the tracer: its failure
-    is the signature every candidate must match. `expected_family` (the incident's) must
-    agree with it. Stops after `max_trials` candidates or `timeout` seconds, or on Ctrl-C,
-    keeping the best candidate so far. Raises MinimizeError when the full program does not
-    fail, or fails as another family.
+    `ship` is a file of pickled values every candidate receives (their names in `provided`);
+    `setup` is code run before every candidate and never removed (a script's command line);
+    candidates run in `cwd` (default: this process's working directory). The reference
+    failure (see _start) gives the signature every candidate must match; `expected_family`
+    (the incident's) must agree with it. Stops after `max_trials` candidates or `timeout`
+    seconds (no trial runs past it), or on Ctrl-C, keeping the best candidate so far.
+    Raises MinimizeInterrupted on Ctrl-C before the reference failure was seen,
+    MinimizeError when the program does not fail, or fails as another family.
     """
     started = time.monotonic()
     owned = launcher is None
-    launcher = launcher or ForkServerLauncher()
+    launcher = launcher or ForkServerLauncher(cwd=cwd)
+    units = statements(cells)
+    site = loops.find_loop(units, list(failed_at))
     try:
-        def run(program: dict[int, str]) -> Incident | str | None:
-            numbers = list(program)
-            result = run_isolated(
-                program[numbers[-1]], cells=[(n, program[n]) for n in numbers[:-1]],
-                target_cell=numbers[-1], rng_states=rng_states, batch=batch, env=env,
-                launcher=launcher, stream=False, store=False, timeout=trial_timeout)
-            return "interrupted" if result.interrupted else result.incident
+        with tempfile.TemporaryDirectory(prefix="cudadiag-minimize-") as scratch:
+            paths = _ScratchFiles(scratch)
 
-        reference = run(cells)
-        if reference == "interrupted":
-            raise MinimizeError("interrupted before the first run finished")
-        if reference is None:
-            raise MinimizeError("the program does not fail when run isolated: nothing to keep")
-        if expected_family and reference.diagnosis.family != expected_family:
-            raise MinimizeError(
-                f"run isolated, the program fails as {reference.diagnosis.family} "
-                f"({reference.error.message}), not as {expected_family}")
-        signature = Signature.of(reference)
-        deadline = started + timeout if timeout else None
-        search = _Search(run, signature, max_trials - 1, deadline, progress)
-        numbers = search.ddmin(list(cells), lambda keep: {n: cells[n] for n in keep}, "cells")
-        kept = {n: cells[n] for n in numbers}
-        units = _statements(kept)
-        if len(units) > 1 and not search.stopped:
-            units = search.ddmin(units, _program, "statements")
-        best_units = units
-        return MinimizeResult(
-            cells=_program(best_units), signature=signature, trials=search.trials + 1,
-            wall_s=time.monotonic() - started, original_cells=len(cells),
-            original_statements=len(_statements(cells)), statements=len(best_units),
-            stopped=search.stopped, history=search.history,
-        )
+            def run(program: list[Unit], limit: float | None,
+                    trace: bool = True) -> Incident | str | None:
+                numbered = _numbered(program, setup, paths.loop_states)
+                result = run_isolated(
+                    numbered[-1][1], cells=numbered[:-1], target_cell=numbered[-1][0],
+                    rng_states=rng_states, batch=batch, ship=ship, env=env, trace=trace,
+                    precheck=trace, launcher=launcher, stream=False, store=False,
+                    timeout=min(trial_timeout, limit) if limit else trial_timeout)
+                if result.interrupted:
+                    return "interrupted"
+                return "timed out" if result.timed_out else result.incident
+
+            begin = _start(run, units, site, paths, expected_family, trial_timeout)
+            signature = Signature.of(begin.reference)
+            restored = [n for n in cells if rng_states and n in rng_states]
+            admissible = Admissible(begin.units, [*provided, "restore_rng"], restored)
+            deadline = started + timeout if timeout else None
+            search = _Search(run, signature, admissible, max_trials - begin.runs, deadline,
+                             progress)
+            search.best_incident = begin.reference
+            units, cut, states = begin.units, begin.cut, begin.states
+            if cut is None and begin.probed is not None and site is not None:
+                units, cut, states = _cut_loop(search, units, site, begin.probed,
+                                               paths.loop_states)
+            kept_cells = search.ddmin(list(cells), lambda keep: [
+                u for u in units if u.cell in set(keep)], "cells")
+            best = [u for u in units if u.cell in set(kept_cells)]
+            if len(best) > 1 and not search.stopped:
+                best = search.ddmin(best, list, "statements")
+            _forget_own_files(search.best_incident, scratch)
+            return MinimizeResult(
+                cells=_program(best), signature=signature, trials=search.trials + begin.runs,
+                wall_s=time.monotonic() - started, original_cells=len(cells),
+                original_statements=len(units), statements=len(best),
+                stopped=search.stopped, history=search.history, refused=search.refused,
+                incident=search.best_incident, loop=cut, loop_states=states,
+            )
     finally:
         if owned:
             launcher.close()
 
 
-def _statements(cells: dict[int, str]) -> list[tuple[int, int, str]]:
-    """(cell, index, source) of each top-level statement; a cell that does not parse is one
-    unit."""
-    units = []
-    for number, source in cells.items():
+@dataclass
+class _ScratchFiles:
+    """The minimizer's own files: the loop probe's record, the reduced loop's states."""
+
+    folder: str
+
+    @property
+    def probe(self) -> str:
+        return os.path.join(self.folder, "loop.probe")
+
+    @property
+    def loop_states(self) -> str:
+        return os.path.join(self.folder, "loop-states.pkl")
+
+
+@dataclass
+class _Begin:
+    """Where the search starts: the reference failure, the program (its loop maybe cut)."""
+
+    reference: Incident
+    units: list[Unit]
+    runs: int
+    probed: tuple[Any, dict[str, Any]] | None = None
+    cut: loops.LoopCut | None = None
+    states: dict[str, Any] = field(default_factory=dict)
+
+
+Runner = Callable[..., "Incident | str | None"]
+
+
+def _start(run: Runner, units: list[Unit], site: loops.LoopSite | None,
+           paths: _ScratchFiles, expected_family: str | None, trial_timeout: float) -> _Begin:
+    """The reference failure. With a range loop around the failing line, the full program
+    first runs untraced with the loop probed (the tracer costs tens of milliseconds per
+    training step), then the loop cut to the failing iteration alone runs traced: when it
+    fails as the full program did, its failure is the reference, and every later trial is
+    one iteration long. Otherwise the full program runs traced."""
+    runs = 0
+    probed = None
+    if site is not None:
+        probe = site.unit.replaced(loops.instrumented(site, paths.probe))
+        quick = _failure(run, [probe if u is site.unit else u for u in units], False,
+                         expected_family, trial_timeout)
+        runs += 1
+        probed = loops.read_probe(paths.probe)
+        alone = loops.cuts(site, probed[0])[:1] if probed else []
+        for cut in alone:
+            states = {cut.rng_key: probed[1]}
+            Path(paths.loop_states).write_bytes(pickle.dumps(states))
+            program = [site.unit.replaced(cut.source) if u is site.unit else u for u in units]
+            outcome = _outcome(run, program, True)
+            runs += 1
+            if isinstance(outcome, Incident) and \
+                    outcome.diagnosis.family == quick.diagnosis.family:
+                return _Begin(outcome, program, runs, probed, cut, states)
+    reference = _failure(run, units, True, expected_family, trial_timeout)
+    return _Begin(reference, units, runs + 1, probed)
+
+
+def _outcome(run: Runner, program: list[Unit], trace: bool) -> Incident | str | None:
+    try:
+        return run(program, None, trace)
+    except KeyboardInterrupt:  # Ctrl-C while the fork server was starting
+        return "interrupted"
+
+
+def _failure(run: Runner, program: list[Unit], trace: bool, expected_family: str | None,
+             trial_timeout: float) -> Incident:
+    """The failure of `program`; raises MinimizeInterrupted or MinimizeError."""
+    outcome = _outcome(run, program, trace)
+    if outcome == "interrupted":
+        raise MinimizeInterrupted("interrupted before the full program's run finished")
+    if outcome == "timed out":
+        raise MinimizeError(f"the program did not fail within {trial_timeout:g} s")
+    if not isinstance(outcome, Incident):
+        raise MinimizeError("the program does not fail when run isolated: nothing to keep")
+    if expected_family and outcome.diagnosis.family != expected_family:
+        raise MinimizeError(
+            f"run isolated, the program fails as {outcome.diagnosis.family} "
+            f"({outcome.error.message}), not as {expected_family}")
+    return outcome
+
+
+def _cut_loop(search: _Search, best: list[Unit], site: loops.LoopSite,
+              probed: tuple[Any, dict[str, Any]], states_path: str
+              ) -> tuple[list[Unit], loops.LoopCut | None, dict[str, Any]]:
+    """Try the loop cut to the iterations up to the failing one (the failing iteration
+    alone did not fail the same way); keep it when it still fails the same way."""
+    for cut in loops.cuts(site, probed[0])[1:]:
+        candidate = [site.unit.replaced(cut.source) if u is site.unit else u for u in best]
         try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            units.append((number, 0, source))
-            continue
-        lines = source.splitlines()
-        for index, node in enumerate(tree.body):
-            first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-            units.append((number, index, "\n".join(lines[first - 1: node.end_lineno])))
-    return units
+            if search.fails(candidate, "loop"):
+                search.history.append((search.trials, len(candidate)))
+                return candidate, cut, {}
+        except _Budget:
+            break
+    return best, None, {}
 
 
-def _program(units: Sequence[tuple[int, int, str]]) -> dict[int, str]:
+def _forget_own_files(incident: Incident | None, scratch: str) -> None:
+    """Drop the minimizer's own files (the reduced loop's random states) from what the
+    program read."""
+    if incident is not None:
+        own = os.path.join(os.path.realpath(scratch), "")
+        incident.run.files_read = [f for f in incident.run.files_read if not f.startswith(own)]
+
+
+def _numbered(program: list[Unit], setup: str | None,
+              loop_states: str) -> list[tuple[int, str]]:
+    """The candidate as (cell number, source) pairs, the setup cell first when there is
+    one; a reduced loop's `restore_rng` is defined there."""
+    lines = [setup] if setup else []
+    if any("restore_rng(" in u.source for u in program):
+        lines.append("restore_rng = __import__('cudadiag.repro.loops', fromlist=['x'])"
+                     f".rng_restorer({loop_states!r})")
+    cells = list(_program(program).items())
+    return [(SETUP_CELL, "\n".join(lines)), *cells] if lines else cells
+
+
+def _program(units: Sequence[Unit]) -> dict[int, str]:
     program: dict[int, list[str]] = {}
-    for number, _, source in units:
-        program.setdefault(number, []).append(source)
+    for unit in units:
+        program.setdefault(unit.cell, []).append(unit.source)
     return {n: "\n".join(parts) for n, parts in program.items()}
 
 
@@ -246,7 +428,3 @@ def _split(items: list[Any], parts: int) -> list[list[Any]]:
 def _without(items: list[Any], chunk: list[Any]) -> list[Any]:
     removed = {id(x) for x in chunk}
     return [x for x in items if id(x) not in removed]
-
-
-def _key(units: list[Any]) -> tuple[Any, ...]:
-    return tuple(u if isinstance(u, int) else (u[0], u[1]) for u in units)

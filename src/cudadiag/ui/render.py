@@ -406,21 +406,28 @@ def render_export(minimized: Any, exported: Any) -> str:
     """Return the text shown after an export: the verdict, what was kept, the cost."""
     verdict = {True: "yes", False: "no", None: "not checked"}[exported.reproduces]
     kept = ", ".join(f"In[{n}]" for n in minimized.cells)
+    kind = "script" if str(exported.path).endswith(".py") else "notebook"
     lines = [
-        f"\ncudadiag repro notebook: {exported.path}",
+        f"\ncudadiag repro {kind}: {exported.path}",
         f"  reproduces: {verdict}" + (f" (observed: {exported.observed.get('ename')}, "
                                       f"{exported.observed.get('family')})"
                                       if exported.observed else ""),
         f"  kept {len(minimized.cells)} of {minimized.original_cells} cells ({kept}), "
         f"{minimized.statements} of {minimized.original_statements} statements",
         f"  signature: {minimized.signature.family}, {minimized.signature.error_type}"
-        + (f", {minimized.signature.op}" if minimized.signature.op else ""),
+        + (f", {minimized.signature.op}" if minimized.signature.op else "")
+        + (f", value {minimized.signature.value}" if minimized.signature.value is not None
+           else ""),
         f"  {minimized.trials} trials in {minimized.wall_s:.1f} s"
         + (f"; stopped early ({minimized.stopped}): the best candidate so far was kept"
            if minimized.stopped else ""),
     ]
-    if exported.batch_file:
-        lines.append(f"  batch saved beside it: {exported.batch_file}")
+    if getattr(minimized, "loop", None):
+        lines.append(f"  loop cut to {minimized.loop.description}")
+    if exported.side_files:
+        folder = exported.path.parent
+        names = {f.relative_to(folder).parts[0] for f in exported.side_files}
+        lines.append(f"  beside it: {', '.join(sorted(names))}")
     return "\n".join(lines)
 
 

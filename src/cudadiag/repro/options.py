@@ -1,0 +1,47 @@
+"""The command-line options of an export, shared by `%cudadiag export` and `cudadiag export`.
+
+Light on purpose (no torch): the CLI builds its parser from it before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+DEFAULT_TIMEOUT_S = 60.0
+"""The default time budget of a minimization; the best candidate so far is kept."""
+SUFFIXES = (".ipynb", ".py")
+"""What a repro can be: a notebook or a plain script."""
+
+
+def add_export_options(parser: argparse.ArgumentParser) -> None:
+    """The options `%cudadiag export` and `cudadiag export` share, validated by argparse
+    (a bad value is a usage error, never an exception from deeper down)."""
+    parser.add_argument("--max-trials", type=_positive_int, default=200, metavar="N",
+                        help="candidates tried by the minimizer at most (default 200)")
+    parser.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S,
+                        metavar="S", help="stop minimizing after S seconds, keeping the best "
+                                          f"candidate so far (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--bundle", action="store_true",
+                        help="copy the data files the program read (under 20 MB each) beside "
+                             "the repro and point its paths at them, so it runs anywhere")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, not {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value

@@ -1,0 +1,125 @@
+"""Write an export all at once or not at all.
+
+The document and its side files (batch, RNG states, shipped values, bundled data) are written
+into a hidden folder inside the target directory, checked there, then renamed into place (the
+same file system, so each rename is atomic; the document goes last, so a document never
+refers to a side file that is missing). On any error the folder is removed: nothing partial is
+left behind, and the message says what could not be written.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from types import TracebackType
+
+
+class ExportError(RuntimeError):
+    """The repro could not be written; nothing was left behind. The message says why."""
+
+
+def check_target(path: Path, suffixes: tuple[str, ...]) -> None:
+    """Raise ExportError unless `path` ends in one of `suffixes` and its directory exists
+    and is writable (checked before any minimizing, so a bad path costs nothing)."""
+    if path.suffix not in suffixes:
+        raise ExportError(f"{path}: the repro's name must end in {' or '.join(suffixes)}")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ExportError(f"{path}: the directory {folder} does not exist; create it first "
+                          "or choose another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ExportError(f"{path}: the directory {folder} is not writable")
+    if path.is_dir():
+        raise ExportError(f"{path} is a directory; name the file to write")
+
+
+class Staging:
+    """A hidden folder beside `target` that collects the export's files; `commit()` moves
+    them into place. Use as a context manager: leaving it without a commit (an error,
+    Ctrl-C) removes everything written so far; so does the interpreter's exit (a kernel
+    shut down while an export runs in its background)."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self.written: list[str] = []
+        try:
+            self.folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial",
+                                                dir=target.parent))
+        except OSError as exc:
+            raise ExportError(_failure(target.name, target.parent, exc)) from None
+        _unfinished.add(self.folder)
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.discard()
+
+    def write(self, name: str, data: bytes) -> Path:
+        """Write `data` as `name` (a path relative to the target's directory). Raises
+        ExportError when it cannot be written."""
+        path = self.folder / name
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise ExportError(_failure(name, self.target.parent, exc)) from None
+        if name.split("/")[0] not in self.written:
+            self.written.append(name.split("/")[0])
+        return path
+
+    def commit(self) -> None:
+        """Rename every written file and folder into the target's directory, the target
+        last. Raises ExportError (and removes what was moved) when a rename fails."""
+        order = sorted(self.written, key=lambda n: n == self.target.name)
+        moved: list[Path] = []
+        try:
+            for name in order:
+                final = self.target.parent / name
+                if (self.folder / name).is_dir() and final.is_dir():
+                    shutil.rmtree(final)  # an earlier export's bundle: replaced as a whole
+                os.replace(self.folder / name, final)
+                moved.append(final)
+        except OSError as exc:
+            for path in moved:
+                _remove(path)
+            raise ExportError(_failure(name, self.target.parent, exc)) from None
+        self.written.clear()
+
+    def discard(self) -> None:
+        """Remove the staging folder and whatever is in it."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        _unfinished.discard(self.folder)
+
+
+_unfinished: set[Path] = set()
+
+
+@atexit.register
+def _remove_unfinished() -> None:
+    for folder in list(_unfinished):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _failure(name: str, folder: Path, exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    hint = {errno.ENOSPC: "; free some space or choose another directory",
+            errno.EDQUOT: "; free some space or choose another directory",
+            errno.EROFS: "; choose a writable directory",
+            errno.EACCES: "; choose a directory you can write to"}.get(exc.errno or 0, "")
+    return f"could not write {name} in {folder}: {reason}{hint}; nothing was written"
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
