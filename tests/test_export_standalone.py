@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from cudadiag.isolate.plan import analyse_cell
+from cudadiag.isolate.cellfacts import analyse_cell
 from cudadiag.repro.minimize import minimize
 from scenarios import run
 

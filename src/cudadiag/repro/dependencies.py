@@ -13,7 +13,7 @@ import ast
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from cudadiag.isolate.plan import analyse_cell
+from cudadiag.isolate.cellfacts import analyse_cell
 
 ALL_STREAMS = frozenset({"torch", "random", "numpy"})
 

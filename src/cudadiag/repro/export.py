@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.incident import Incident
-from cudadiag.isolate.plan import analyse_cell
+from cudadiag.isolate.cellfacts import analyse_cell
 from cudadiag.kernel.store import IncidentStore
 from cudadiag.own_work import outside_user_modes
 from cudadiag.repro.bundle import plan_bundle
