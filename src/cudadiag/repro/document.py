@@ -21,6 +21,7 @@ from typing import Any
 from cudadiag.batch import tensors_of
 from cudadiag.incident import Incident
 from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
+from cudadiag.own_work import outside_user_modes
 from cudadiag.repro.bundle import Bundle, rewrite_paths
 from cudadiag.repro.redact import Redactor
 from cudadiag.repro.report import render_report
@@ -80,11 +81,12 @@ def build_document(incident: Incident, program: Program, stem: str, *,
     env_vars = ROCM_BLOCKING if incident.env and incident.env.hip else NVIDIA_BLOCKING
     side: list[SideFile] = []
     setup = [_blocking_block(env_vars)]
-    values = _values_block(program.values, stem, side)
-    batch = _batch_block(program.batch, stem, side)
     states = {k: v for k, v in program.rng_states.items()
               if k in program.cells or isinstance(k, str)}
-    rng = _rng_block(states, stem, side)
+    with outside_user_modes():  # cudadiag's own tensor work, not the user's (simulated) device
+        values = _values_block(program.values, stem, side)
+        batch = _batch_block(program.batch, stem, side)
+        rng = _rng_block(states, stem, side)
     setup += [b for b in (values, batch, rng) if b]
     bundle = program.bundle
     if bundle is not None:

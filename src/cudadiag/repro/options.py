@@ -6,7 +6,8 @@ Light on purpose (no torch): the CLI builds its parser from it before anything r
 from __future__ import annotations
 
 import argparse
-import math
+
+from cudadiag.argtypes import positive_seconds
 
 DEFAULT_TIMEOUT_S = 60.0
 """The default time budget of a minimization; the best candidate so far is kept."""
@@ -19,7 +20,7 @@ def add_export_options(parser: argparse.ArgumentParser) -> None:
     (a bad value is a usage error, never an exception from deeper down)."""
     parser.add_argument("--max-trials", type=_positive_int, default=200, metavar="N",
                         help="candidates tried by the minimizer at most (default 200)")
-    parser.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S,
+    parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
                         metavar="S", help="stop minimizing after S seconds, keeping the best "
                                           f"candidate so far (default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--bundle", action="store_true",
@@ -34,14 +35,4 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, not {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
     return value
