@@ -11,7 +11,8 @@ from typing import Any
 
 from cudadiag.classify import classify
 from cudadiag.env import collect_env
-from cudadiag.incident import Diagnosis, EnvInfo, Incident, IncidentSchemaError
+from cudadiag.errors import CudadiagError, GuardError, IncidentSchemaError
+from cudadiag.incident import Diagnosis, EnvInfo, Incident
 
 __version__ = "0.1.0"
 # Names whose modules import torch: loaded on first use, so `import cudadiag` stays light.
@@ -25,14 +26,15 @@ _LAZY = {
     "check_same_device": "cudadiag.guards",
     "check_label_mapping": "cudadiag.guards",
     "guard": "cudadiag.guards",
-    "GuardError": "cudadiag.guards",
     "keep_case": "cudadiag.cases",
     "load_cases": "cudadiag.cases",
     "Panel": "cudadiag.ui.panel",
 }
 __all__ = [
+    "CudadiagError",
     "Diagnosis",
     "EnvInfo",
+    "GuardError",
     "Incident",
     "IncidentSchemaError",
     "classify",

@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from cudadiag.errors import IncidentSchemaError
+
 SCHEMA = 1
-
-
-class IncidentSchemaError(ValueError):
-    """An incident record this version of cudadiag cannot read."""
 
 
 @dataclass

@@ -14,14 +14,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cudadiag.errors import PlanError
 from cudadiag.isolate.cellfacts import CellFacts, SideEffect, analyse_history
 
 SHIP_MAX_BYTES = 512 * 2**20
-
-
-class PlanError(ValueError):
-    """The plan cannot provide what the cell needs, or was asked for something it cannot do;
-    nothing was run."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from cudadiag.argtypes import positive_seconds
+from cudadiag.errors import IsolatedRunFailed
 from cudadiag.kernel.hooks import KernelCapture
 from cudadiag.kernel.store import IncidentNotFound, IncidentStore
 from cudadiag.repro.options import add_export_options
@@ -22,22 +23,6 @@ if TYPE_CHECKING:
     from cudadiag.isolate.runner import IsolatedResult
 
 _captures: dict[int, KernelCapture] = {}
-
-
-class IsolatedRunFailed(RuntimeError):
-    """A `%%blocking_launch` body failed in its fresh process; the message is the one-line
-    diagnosis. cudadiag has already reported it (`cudadiag_reported`): the isolated incident
-    `incident_id` is the record, so the kernel capture does not file it again."""
-
-    cudadiag_reported = True
-
-    def __init__(self, message: str, incident_id: str | None) -> None:
-        super().__init__(message)
-        self.incident_id = incident_id
-
-    def _render_traceback_(self) -> list[str]:
-        """What IPython shows instead of a traceback into cudadiag's own code."""
-        return [f"{type(self).__name__}: {self}"]
 
 
 class _MagicParser(argparse.ArgumentParser):
@@ -328,6 +313,7 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
     import os
 
     from cudadiag.repro.export import ReproInputs, failed_cells, stored_inputs
+    from cudadiag.repro.staging import ExportError
 
     if incident.run.mode != "kernel":
         return stored_inputs(incident, store)
@@ -336,12 +322,12 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
     history = _history(shell)
     cell = incident.run.cells[0] if incident.run.cells else None
     if cell is None or cell not in history:
-        raise ValueError(f"incident {incident.id} did not come from this kernel's history; "
+        raise ExportError(f"incident {incident.id} did not come from this kernel's history; "
                          "export an isolated incident instead")
     try:
         plan = make_plan(history, cell, shell.user_ns, ship="none")
     except PlanError as exc:
-        raise ValueError(str(exc)) from None
+        raise ExportError(str(exc)) from None
     batch = None
     if incident.step is not None:
         try:

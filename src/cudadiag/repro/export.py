@@ -107,12 +107,12 @@ def export_repro(incident: Incident, path: str | Path, inputs: ReproInputs, *,
 
 def stored_inputs(incident: Incident, store: IncidentStore | None = None) -> ReproInputs:
     """The inputs an isolated or `cudadiag run` incident left in the log: its cells (or its
-    script), and the RNG states, batch and shipped values kept beside it. Raises ValueError
+    script), and the RNG states, batch and shipped values kept beside it. Raises ExportError
     when the incident has nothing to replay, or its shipped values were not kept."""
     if incident.run.mode == "cli":
         return _script_inputs(incident)
     if not incident.run.sources:
-        raise ValueError(
+        raise ExportError(
             f"incident {incident.id} ({incident.run.mode} run) has no cells to replay; in the "
             "notebook, run %cuda_isolate on its cell, then export that isolated incident")
     import torch
@@ -128,7 +128,7 @@ def stored_inputs(incident: Incident, store: IncidentStore | None = None) -> Rep
     ship = store.shipped_file(incident.id) if incident.run.shipped else None
     if incident.run.shipped and ship is None:
         names = ", ".join(incident.run.shipped)
-        raise ValueError(
+        raise ExportError(
             f"incident {incident.id} received {names} from the kernel, and those values were "
             "not kept (too large, or dropped to make room); re-run %cuda_isolate with "
             "--ship none and export that incident")
@@ -148,14 +148,14 @@ def failed_cells(incident: Incident) -> list[tuple[int, int]]:
 def _script_inputs(incident: Incident) -> ReproInputs:
     command = incident.run.command
     if not command or command[0] == "-m":
-        raise ValueError(f"incident {incident.id} ran a module (python -m); only scripts can "
+        raise ExportError(f"incident {incident.id} ran a module (python -m); only scripts can "
                          "be exported: run the module's file with cudadiag run")
     cwd = incident.run.cwd or os.getcwd()
     script = os.path.join(cwd, command[0])
     try:
         source = Path(script).read_text()
     except OSError as exc:
-        raise ValueError(f"incident {incident.id}: cannot read its script {script}: "
+        raise ExportError(f"incident {incident.id}: cannot read its script {script}: "
                          f"{exc.strerror}") from None
     folder = os.path.dirname(command[0])
     setup = "\n".join([
