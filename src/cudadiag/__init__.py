@@ -50,7 +50,7 @@ __all__ = [
 
 def incidents() -> list[Incident]:
     """Return every incident of the on-disk log as Incident objects, oldest first."""
-    from cudadiag.kernel.store import IncidentStore
+    from cudadiag.store import IncidentStore
 
     return IncidentStore().load()
 

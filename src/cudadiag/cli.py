@@ -128,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from cudadiag.isolate.runner import run_script
-    from cudadiag.kernel.store import IncidentStore
+    from cudadiag.store import IncidentStore
     from cudadiag.ui.render import SHOW_IN_TERMINAL, render_short
 
     python, target, argv, module = _split_command(args.command)
@@ -186,8 +186,8 @@ def _split_command(command: list[str]) -> tuple[str | None, str | None, list[str
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from cudadiag.kernel.store import IncidentNotFound, IncidentStore
     from cudadiag.repro.report import render_report
+    from cudadiag.store import IncidentNotFound, IncidentStore
 
     try:
         print(render_report(IncidentStore().get(args.id)))
@@ -199,7 +199,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from cudadiag.kernel.exporting import progress_line
-    from cudadiag.kernel.store import IncidentNotFound, IncidentStore
     from cudadiag.repro.export import (
         SUFFIXES,
         ExportError,
@@ -208,6 +207,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         stored_inputs,
     )
     from cudadiag.repro.minimize import MinimizeError, MinimizeInterrupted
+    from cudadiag.store import IncidentNotFound, IncidentStore
     from cudadiag.ui.render import render_export
 
     try:
@@ -291,7 +291,7 @@ def _initialise_cuda_if_present(torch: object) -> None:
 
 
 def _cmd_incidents(args: argparse.Namespace) -> int:
-    from cudadiag.kernel.store import IncidentStore
+    from cudadiag.store import IncidentStore
     from cudadiag.ui.render import render_table
 
     contents = IncidentStore().contents()
@@ -304,7 +304,7 @@ def _cmd_incidents(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from cudadiag.kernel.store import IncidentNotFound, IncidentStore
+    from cudadiag.store import IncidentNotFound, IncidentStore
     from cudadiag.ui.render import render_text
 
     try:

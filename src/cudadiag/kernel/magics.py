@@ -14,8 +14,8 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from cudadiag.argtypes import positive_seconds
 from cudadiag.errors import IsolatedRunFailed
 from cudadiag.kernel.hooks import KernelCapture
-from cudadiag.kernel.store import IncidentNotFound, IncidentStore
 from cudadiag.repro.options import add_export_options
+from cudadiag.store import IncidentNotFound, IncidentStore
 from cudadiag.ui import render
 
 if TYPE_CHECKING:

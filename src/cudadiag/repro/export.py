@@ -12,7 +12,7 @@ from typing import Any
 
 from cudadiag.incident import Incident
 from cudadiag.isolate.cellfacts import analyse_cell
-from cudadiag.kernel.store import IncidentStore
+from cudadiag.isolate.job import BATCH_FILE, RNG_FILE
 from cudadiag.own_work import outside_user_modes
 from cudadiag.repro.bundle import plan_bundle
 from cudadiag.repro.document import Program, build_document
@@ -21,6 +21,7 @@ from cudadiag.repro.notebook import ExportResult, write_and_verify
 from cudadiag.repro.options import DEFAULT_TIMEOUT_S, SUFFIXES
 from cudadiag.repro.script import write_and_verify_script
 from cudadiag.repro.staging import ExportError, check_target
+from cudadiag.store import IncidentStore
 
 SCRIPT_CELL = 1
 """The cell number a script's source gets in the minimizer and the repro."""
@@ -119,7 +120,7 @@ def stored_inputs(incident: Incident, store: IncidentStore | None = None) -> Rep
 
     store = store or IncidentStore()
     folder = store.run_files(incident.id)
-    rng_file, batch_file = folder / "rng.pt", folder / "batch.pt"
+    rng_file, batch_file = folder / RNG_FILE, folder / BATCH_FILE
     with outside_user_modes():  # cudadiag's own files, not the user's (simulated) device
         rng = torch.load(rng_file, weights_only=False) if rng_file.exists() else None
         batch = None

@@ -13,8 +13,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from cudadiag.incident import Incident
-from cudadiag.kernel.store import IncidentStore
 from cudadiag.repro.report import render_report
+from cudadiag.store import IncidentStore
 from cudadiag.ui import render
 
 TABS = (

@@ -17,8 +17,8 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from cudadiag.incident import Frame, FrameContext, Incident
-from cudadiag.kernel.store import NewerRecord
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
+from cudadiag.store import NewerRecord
 
 SHORT_VALUES = 8
 """Loop variables and locals shown per frame in the lines under the cell."""
