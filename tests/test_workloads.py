@@ -13,9 +13,9 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from tests.workloads.notebooks import CHAR_MLP, CURRICULUM, notebook, write_labels, write_names
 
 from cudadiag import incidents
-from tests.workloads.notebooks import CHAR_MLP, CURRICULUM, notebook, write_labels, write_names
 
 WORKLOADS = Path(__file__).parent / "workloads"
 pytestmark = pytest.mark.slow
