@@ -18,7 +18,13 @@ def test_versions_and_backend_on_this_machine():
     assert env.torch == torch.__version__
     assert env.python.count(".") == 2
     assert env.backend in ("cuda", "rocm", "mps", "cpu")
-    if not torch.cuda.is_available():
+    # the backend is the build's, whether or not a device is present (a CUDA build on a
+    # machine without a GPU is still a CUDA build: its errors speak CUDA)
+    if getattr(torch.version, "hip", None):
+        assert env.backend == "rocm"
+    elif torch.version.cuda:
+        assert env.backend == "cuda"
+    elif not torch.backends.mps.is_available():
         assert env.backend == "cpu"
 
 
