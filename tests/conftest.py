@@ -27,9 +27,9 @@ def fresh_simulated_device(monkeypatch):
 @pytest.fixture(autouse=True)
 def no_watches_from_other_tests():
     """watch() records live for the process, as they do for a kernel; tests start without."""
-    from cudadiag import batch
+    from cudadiag.batch import watcher
 
-    batch._records.clear()
+    watcher._records.clear()
 
 
 @pytest.fixture

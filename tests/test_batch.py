@@ -107,8 +107,8 @@ def test_watch_yields_items_unchanged_and_records_steps():
     step = record.step_info()
     assert (step.iteration, step.last_completed, step.last_incomplete) == (3, 2, True)
     info = record.batch_info()
-    assert info["indices"] == [24, 25, 26, 27, 28, 29]
-    assert info["tensors"][1]["max"] == 4 and info["kept_copy"]
+    assert info.indices == [24, 25, 26, 27, 28, 29]
+    assert info.tensors[1].max == 4 and info.kept_copy
 
 
 def test_indices_follow_a_shuffling_sampler_without_changing_the_data():
@@ -156,7 +156,7 @@ def test_a_batch_above_max_bytes_keeps_only_its_summary():
         pass
     record = latest_watch()
     assert record.kept[-1].batch is None
-    assert "above max_bytes" in record.batch_info()["note"]
+    assert "above max_bytes" in record.batch_info().note
     with pytest.raises(LookupError, match="kept no batch copy"):
         record.batch_at("last")
 

@@ -27,9 +27,9 @@ TRAIN = (
 def _check_step_and_batch(incident):
     assert incident.step.iteration == 3 and incident.step.last_completed == 2
     assert incident.step.last_incomplete is True and incident.step.loader == "train"
-    assert incident.batch["indices"] == [24, 25, 26, 27, 28, 29]
-    target = next(t for t in incident.batch["tensors"] if t["path"] == "batch[1]")
-    assert target["max"] == 4 and target["shape"] == [6]
+    assert incident.batch.indices == [24, 25, 26, 27, 28, 29]
+    target = incident.batch.tensor("batch[1]")
+    assert target.max == 4 and target.shape == [6]
 
 
 @pytest.mark.parametrize("simulated", [True, False], ids=["simulated_cuda", "cpu_twin"])
@@ -74,7 +74,7 @@ def test_cuda_isolate_batch_last_replays_only_that_batch(shell, capsys):
     (incident,) = isolated
     assert incident.run.batch_replay == 3
     assert incident.step.iteration == 3
-    assert incident.batch["replayed"] == "only step 3 was replayed"
+    assert incident.batch.replayed == "only step 3 was replayed"
     assert incident.op.precheck.startswith("aten::nll_loss_forward: target 4 at position 2")
     assert incident.error.reported_at.cell == train_cell
 

@@ -57,7 +57,7 @@ def test_the_first_error_is_the_incident_with_its_batch(demo):
     # the kernel's assertion line reached the incident through the process's fd 2
     assert d.details["assertion"] == "t >= 0 && t < n_classes"
     assert (incident.step.iteration, incident.step.last_incomplete) == (3, True)
-    assert incident.batch["indices"] == [24, 25, 26, 27, 28, 29]
+    assert incident.batch.indices == [24, 25, 26, 27, 28, 29]
 
 
 def test_the_panel_is_displayed_with_static_fallbacks(demo):

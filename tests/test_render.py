@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from cudadiag import classify
+import torch
+
+from cudadiag import classify, summarize
 from cudadiag.incident import (
+    BatchInfo,
     ErrorInfo,
     Frame,
     FrameContext,
@@ -36,14 +39,9 @@ def incident() -> Incident:
         diagnosis=classify(ASSERT),
         run=RunInfo(mode="kernel", cells=[5], simulated=True),
         step=StepInfo(iteration=3, last_completed=2, last_incomplete=True, loader="train"),
-        batch={"structure": "list[Tensor, Tensor]", "indices": [24, 25],
-               "tensors": [{"path": "batch[1]", "shape": [6], "dtype": "int64",
-                            "device": "cpu", "stride": [1], "min": 0, "max": 4,
-                            "negatives": 0, "distinct": 5, "nan": None, "inf": None,
-                            "values_skipped": None},
-                           {"path": "batch[0]", "shape": [6, 8], "dtype": "float32",
-                            "device": "cuda:0", "stride": [8, 1],
-                            "values_skipped": "on cuda:0: metadata only"}]},
+        batch=BatchInfo(**vars(summarize([torch.zeros(6, 8, device="meta"),
+                                          torch.tensor([0, 1, 2, 3, 4, 0])])),
+                        indices=[24, 25]),
     )
 
 
@@ -65,7 +63,7 @@ def test_html_escapes_and_marks_its_parts():
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert 'class="cd-restart"' in html and 'class="cd-batch-table"' in html
     assert "<details><summary>Later errors" in html
-    assert "on cuda:0: metadata only" in html
+    assert "on meta: metadata only" in html
 
 
 def test_short_text_points_at_the_full_report_with_the_readers_command():

@@ -76,8 +76,8 @@ def test_twenty_cells_minimize_to_three_and_the_notebook_reproduces(shell, tmp_p
     out = capsys.readouterr().out
     assert "reproduces: yes" in out
     incident = next(i for i in reversed(incidents()) if i.repro)
-    assert len(incident.repro["cells"]) <= 3
-    assert any("cross_entropy" in src for src in incident.repro["cells"].values())
+    assert len(incident.repro.cells) <= 3
+    assert any("cross_entropy" in src for src in incident.repro.cells.values())
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     meta = nb.metadata["cudadiag"]

@@ -13,7 +13,7 @@ from cudadiag import (
     classify,
 )
 from cudadiag.batch import summarize
-from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.incident import BatchInfo, ErrorInfo, Incident, RunInfo
 from cudadiag.shortlist import cut_join, cut_list
 from cudadiag.trace import describe_value
 from cudadiag.ui.render import render_text
@@ -50,8 +50,9 @@ def test_show_cuts_dataset_indices_and_sequence_lengths_with_a_count():
         error=ErrorInfo(type="RuntimeError", message="x", text="x"),
         diagnosis=classify("RuntimeError: x"),
         run=RunInfo(mode="kernel"),
-        batch={"indices": list(range(64)), "lengths": [5] * 64, "batch_size": 100,
-               "tensors": []},
+        batch=BatchInfo(**vars(summarize({"input_ids": torch.zeros(100, 5, dtype=torch.long),
+                                          "attention_mask": torch.ones(100, 5)})),
+                        indices=list(range(64))),
     )
     text = render_text(incident)
     assert "dataset indices [0, 1, 2," in text and ", 31, … and 32 more]" in text

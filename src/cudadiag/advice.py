@@ -120,10 +120,9 @@ def _whole_range(incident: Incident, argument: str | None, low: int, high: int
         m = _RANGE.match(arg.value or "")
         if arg.name == argument and m:
             return int(m.group(1)), int(m.group(2))
-    for tensor in (incident.batch or {}).get("tensors", []):
-        seen_low, seen_high = tensor.get("min"), tensor.get("max")
-        integer = str(tensor.get("dtype", "")).startswith(("int", "uint"))
-        if integer and seen_low is not None and seen_high is not None and (
+    for tensor in incident.batch.tensors if incident.batch else []:
+        seen_low, seen_high = tensor.min, tensor.max
+        if tensor.is_integer and seen_low is not None and seen_high is not None and (
                 seen_low < low or seen_high >= high):
             return int(seen_low), int(seen_high)
     return None, None

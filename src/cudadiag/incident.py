@@ -1,13 +1,16 @@
-"""The Incident: everything cudadiag learns about one failure, as a plain dataclass tree.
+"""The Incident: everything cudadiag learns about one failure, as a typed dataclass tree.
 
-Producers (the kernel hook, the isolated worker, the CLI) build one; consumers (the store,
-the renderers) read it. `to_dict()` / `from_dict()` give a JSON round trip; `SCHEMA` is the
-version of that layout.
+Producers (the kernel hook, the isolated worker, the CLI runner) build one through
+cudadiag.diagnose; consumers (the store, the renderers, the exporter) read its attributes.
+`to_dict()` / `from_dict()` give a JSON round trip; `SCHEMA` is the version of that layout,
+and `from_dict` upgrades the records older versions wrote. Only `Diagnosis.details` stays a
+mapping: its keys are the group names of knowledge.py's patterns.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import traceback as tb_module
@@ -21,7 +24,9 @@ from typing import Any
 
 from cudadiag.errors import IncidentSchemaError
 
-SCHEMA = 1
+SCHEMA = 2
+"""2: the batch and the repro are typed records (the repro's file is `path`, not
+`notebook`); 1: the first release, whose records `from_dict` still reads."""
 
 
 @dataclass
@@ -222,6 +227,143 @@ class LoopContext:
 
 
 @dataclass
+class TensorSummary:
+    """One tensor of a batch: metadata always, values only on the CPU and within budget."""
+
+    path: str
+    """Where it sits in the batch, written as Python would reach it: `batch["input_ids"]`."""
+    shape: list[int]
+    dtype: str
+    device: str
+    stride: list[int]
+    contiguous: bool
+    numel: int
+    min: float | None = None
+    max: float | None = None
+    negatives: int | None = None
+    distinct: int | None = None
+    nan: int | None = None
+    inf: int | None = None
+    values_skipped: str | None = None
+    """Why values were not read (on a GPU, above the size budget)."""
+
+    @property
+    def is_integer(self) -> bool:
+        """True for integer dtypes (indices, targets), whose min and max are values."""
+        return self.dtype.startswith(("int", "uint"))
+
+
+@dataclass
+class BatchSummary:
+    """A batch's structure and its tensors (what `cudadiag.summarize()` returns)."""
+
+    structure: str
+    tensors: list[TensorSummary] = field(default_factory=list)
+    others: dict[str, str] = field(default_factory=dict)
+    """Non-tensor leaves by path: their type (and the value for short scalars)."""
+    batch_size: int | None = None
+    lengths: list[int] | None = None
+    """Sequence lengths from an attention mask, when the batch has one (first rows)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the summary as JSON-ready dicts."""
+        return dataclasses.asdict(self)
+
+    def tensor(self, path: str) -> TensorSummary:
+        """Return the summary of the tensor at `path`; raises KeyError when there is none."""
+        for t in self.tensors:
+            if t.path == path:
+                return t
+        raise KeyError(f"no tensor at {path}; paths: {[t.path for t in self.tensors]}")
+
+
+@dataclass
+class BatchInfo(BatchSummary):
+    """The batch in flight when the error happened, as watch() saw it."""
+
+    step: int | None = None
+    indices: list[int] | None = None
+    """Dataset indices of the batch, when the loader is a DataLoader."""
+    kept_copy: bool = False
+    """watch() kept a CPU copy of it (`--batch` can replay it)."""
+    note: str | None = None
+    """Why no copy was kept (too large, on a GPU)."""
+    replayed: str | None = None
+    """Set when the run replayed this one batch (`--batch`)."""
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What makes two failures the same failure: family, exception type, failing operator
+    and, when a precheck found it, the offending value and the range it had to be in (a
+    program that fails on another value reproduces another bug)."""
+
+    family: str
+    error_type: str
+    op: str | None = None
+    value: int | str | None = None
+    valid_range: tuple[int, int] | None = None
+
+    @classmethod
+    def of(cls, incident: Incident) -> Signature:
+        """The signature of an incident."""
+        details = incident.diagnosis.details
+        valid_range = details.get("valid_range")
+        return cls(incident.diagnosis.family, incident.error.type,
+                   incident.op.name if incident.op else None, details.get("value"),
+                   (valid_range[0], valid_range[1]) if valid_range is not None else None)
+
+    def matches(self, incident: Incident | None) -> bool:
+        """True when `incident` fails the same way (the op, value and range are compared
+        only when known here)."""
+        if incident is None:
+            return False
+        other = Signature.of(incident)
+        return (other.family == self.family and other.error_type == self.error_type
+                and all(mine is None or mine == theirs for mine, theirs in (
+                    (self.op, other.op), (self.value, other.value),
+                    (self.valid_range, other.valid_range))))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The signature as JSON-ready data."""
+        return {"family": self.family, "error_type": self.error_type, "op": self.op,
+                "value": self.value,
+                "valid_range": list(self.valid_range) if self.valid_range else None}
+
+
+@dataclass
+class Observed:
+    """What running a repro showed: the error it raised (its family by classify), or a
+    note on why it showed none."""
+
+    ename: str | None = None
+    family: str | None = None
+    evalue: str | None = None
+    """The first line of the error's message."""
+    note: str | None = None
+
+
+@dataclass
+class ReproInfo:
+    """The minimized repro of an incident, once exported."""
+
+    path: str
+    """The repro notebook (.ipynb) or script (.py) as written."""
+    cells: dict[str, str] = field(default_factory=dict)
+    """The minimized cells by number (as text), what the repro runs."""
+    reproduces: bool | None = None
+    """None: not verified."""
+    observed: Observed = field(default_factory=Observed)
+    signature: Signature | None = None
+    trials: int = 0
+    stopped: str | None = None
+    """Why the minimizer stopped early (`max trials`, `timeout`, `interrupted`), if it did."""
+    files_read: list[str] = field(default_factory=list)
+    bundled: bool = False
+    """The data files were copied beside the repro."""
+
+
+@dataclass
 class EnvInfo:
     """The environment that produced an incident. Unknown fields say `unavailable: <why>`."""
 
@@ -283,15 +425,15 @@ class Incident:
     env: EnvInfo | None = None
     op: OpInfo | None = None
     step: StepInfo | None = None
-    batch: dict[str, Any] | None = None
+    batch: BatchInfo | None = None
     loop: LoopContext | None = None
     """The loops enclosing the failing line and their variables, without watch()."""
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     created_at: str = field(
         default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")
     )
-    repro: dict[str, Any] | None = None
-    """The minimized repro, once exported: cells, notebook path, verdict and signature."""
+    repro: ReproInfo | None = None
+    """The minimized repro, once exported: cells, path, verdict and signature."""
     schema: int = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
@@ -300,21 +442,45 @@ class Incident:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Incident:
-        """Rebuild an incident from `to_dict()` output.
+        """Rebuild an incident from `to_dict()` output, or from a record an older cudadiag
+        wrote (upgraded on the way). Keys this version does not know are ignored.
 
         Raises IncidentSchemaError when the record was written by a newer cudadiag or is not
         an incident at all.
         """
         if not isinstance(data, dict) or "error" not in data or "diagnosis" not in data:
             raise IncidentSchemaError("not an incident record (no 'error' and 'diagnosis' keys)")
-        schema = data.get("schema", SCHEMA)
-        if not isinstance(schema, int) or schema > SCHEMA:
+        schema = data.get("schema", 1)
+        if not isinstance(schema, int) or schema < 1:
+            raise IncidentSchemaError(f"incident {data.get('id', '?')}: no such schema: "
+                                      f"{schema!r}")
+        if schema > SCHEMA:
             raise IncidentSchemaError(
                 f"incident {data.get('id', '?')} was written by a newer cudadiag (schema "
                 f"{schema}); this version reads schema {SCHEMA} and older. Upgrade cudadiag "
                 f"(pip install -U cudadiag) to read it."
             )
-        return _build(cls, data)
+        for upgrade in _UPGRADES[schema - 1:]:
+            data = upgrade(data)
+        try:
+            incident: Incident = _reader(cls)(data)
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+            raise IncidentSchemaError(
+                f"incident {data.get('id', '?')}: a malformed record ({exc})") from None
+        return incident
+
+
+def _schema_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 named the repro's file `notebook` (a script too)."""
+    repro = data.get("repro")
+    if isinstance(repro, dict) and "notebook" in repro:
+        data = {**data, "repro": {**{k: v for k, v in repro.items() if k != "notebook"},
+                                  "path": repro["notebook"]}}
+    return {**data, "schema": 2}
+
+
+_UPGRADES: list[Callable[[dict[str, Any]], dict[str, Any]]] = [_schema_1_to_2]
+"""_UPGRADES[n - 1] turns a schema-n record into a schema-(n + 1) one."""
 
 
 def qualified_type_name(exc: BaseException) -> str:
@@ -377,19 +543,56 @@ def _frame_from_summary(
     )
 
 
-def _build(tp: Any, data: Any) -> Any:
-    """Build a value of type `tp` (a dataclass, list, dict or plain type) from JSON data."""
-    if data is None:
-        return None
+Reader = Callable[[Any], Any]
+
+
+@functools.cache
+def _reader(tp: Any) -> Reader:
+    """The function that builds a value of type `tp` (a dataclass, a list, tuple or dict of
+    them, an optional one, or a plain JSON type) from JSON data. Built once per type, so
+    reading a record costs no more than walking its JSON."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _build(inner[0], data) if len(inner) == 1 else data
+        return _optional(_reader(inner[0]) if len(inner) == 1 else _as_is)
     if origin is list:
         (item,) = typing.get_args(tp)
-        return [_build(item, v) for v in data]
+        return _list_of(_reader(item))
+    if origin is tuple:
+        return tuple
+    if origin is dict:
+        return _dict_of(_reader(typing.get_args(tp)[1]))
     if dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
-        known = {f.name for f in dataclasses.fields(tp)}
-        return tp(**{k: _build(hints[k], v) for k, v in data.items() if k in known})
+        return _dataclass_reader(tp)
+    return _as_is
+
+
+def _as_is(data: Any) -> Any:
     return data
+
+
+def _optional(read: Reader) -> Reader:
+    return lambda data: None if data is None else read(data)
+
+
+def _list_of(read: Reader) -> Reader:
+    if read is _as_is:
+        return list
+    return lambda data: [read(item) for item in data]
+
+
+def _dict_of(read: Reader) -> Reader:
+    if read is _as_is:
+        return dict
+    return lambda data: {key: read(value) for key, value in data.items()}
+
+
+def _dataclass_reader(cls: Any) -> Reader:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: _reader(hints[f.name]) for f in dataclasses.fields(cls) if f.init}
+
+    def read(data: dict[str, Any]) -> Any:
+        return cls(**{key: fields[key](value) for key, value in data.items()
+                      if key in fields})
+
+    return read

@@ -36,7 +36,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 from torch.utils._pytree import tree_map
 
-from cudadiag import contracts, trace
+from cudadiag import contracts, probes, trace
 from cudadiag.own_work import outside_user_modes
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -134,6 +134,9 @@ def in_use() -> bool:
     """Return True while a simulated device is entered, or once one has faulted (pending or
     surfaced): whatever fails then is the simulated device's doing, not a real GPU's."""
     return _STATE.active > 0 or _STATE.pending is not None or _STATE.poisoned is not None
+
+
+probes.register_simulator(is_active, in_use)
 
 
 def reset_simulated_device() -> None:

@@ -8,14 +8,13 @@ the operator, the argument, the offending values and their positions.
 
 from __future__ import annotations
 
-import sys
 from collections import deque
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from cudadiag import contracts
+from cudadiag import contracts, probes
 from cudadiag.errors import CudadiagError
 from cudadiag.incident import OpCall, OpInfo, TensorArg
 from cudadiag.shortlist import cut_list
@@ -85,7 +84,7 @@ class OpTracer(TorchDispatchMode):
         index = args[contract.index_arg]
         if contract.index_is_list:
             index = next(t for t in index if t is not None)
-        device = SIMULATED_DEVICE if _simulator_active() else str(index.device)
+        device = SIMULATED_DEVICE if probes.simulator_active() else str(index.device)
         self._record_failure(func, args, {}, violation.message())
         raise PrecheckError(violation, device)
 
@@ -165,6 +164,3 @@ def _consequence(violation: contracts.Violation, device: str) -> str:
             "stopped it before it ran)")
 
 
-def _simulator_active() -> bool:
-    testing = sys.modules.get("cudadiag.testing")
-    return bool(testing and testing.is_active())

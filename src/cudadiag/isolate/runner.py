@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudadiag.classify import classify, first_error_line
-from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.diagnose import add_device_lines, incident_of_dead_process
+from cudadiag.incident import Incident, RunInfo
 from cudadiag.isolate.job import Job, JobCell, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import (
     NVIDIA_BLOCKING,
@@ -178,7 +178,7 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
 def _complete(incident: Incident, output: ChildOutput, wall: float, returncode: int | None,
               numbered: list[tuple[int, str]], script: ScriptTarget | None) -> None:
     if output.device_lines:
-        _add_device_lines(incident, "\n".join(output.device_lines))
+        add_device_lines(incident, "\n".join(output.device_lines))
     incident.run.wall_s = wall
     incident.run.exit_status = returncode
     incident.run.sources = {str(n): source for n, source in numbered}
@@ -288,40 +288,10 @@ def _incident_of(result: IsolatedResult, child: JobResult | None, blocking: bool
         return child.incident
     if result.timed_out or result.interrupted or result.returncode == 0:
         return None
-    return _crash_incident(result, blocking, env_vars)
-
-
-def _add_device_lines(incident: Incident, lines: str) -> None:
-    """Re-read the incident with the device's own lines, which only the parent saw: they come
-    first, so a kernel assertion decides over the error the host noticed later."""
-    incident.error.text = f"{lines}\n{incident.error.text}"
-    if incident.op is not None and incident.op.precheck:
-        return  # the precheck stopped the kernel: the lines are not about this error
-    worker = incident.diagnosis
-    fresh = classify(f"{incident.error.type}: {incident.error.text}", context=lines)
-    fresh.details = {**worker.details, **fresh.details}
-    incident.diagnosis = fresh
-
-
-def _crash_incident(result: IsolatedResult, blocking: bool,
-                    env_vars: dict[str, str]) -> Incident:
-    """The child died without writing its result (a signal, os._exit, an abort in a
-    library): classify what it printed."""
     code = result.returncode or 0
-    signal_name = signal.Signals(-code).name if code < 0 else None
-    output = result.stderr + "\n" + result.stdout
-    diagnosis = classify(output)
-    headline = first_error_line(output) or (
-        f"the isolated process was killed by {signal_name}" if signal_name
-        else f"the isolated process exited with status {code} without a Python exception"
-    )
-    tail = "\n".join(result.stderr.strip().splitlines()[-30:])
-    return Incident(
-        error=ErrorInfo(type=f"ProcessDied({signal_name or code})", message=headline, text=tail),
-        diagnosis=diagnosis,
-        run=RunInfo(mode="isolated", blocking=blocking, env_vars=env_vars,
-                    signal=signal_name, cells=result.cells),
-    )
+    return incident_of_dead_process(result.stdout, result.stderr, RunInfo(
+        mode="isolated", blocking=blocking, env_vars=env_vars, exit_status=code,
+        signal=signal.Signals(-code).name if code < 0 else None, cells=result.cells))
 
 
 def _message(result: IsolatedResult, timeout: float | None, what: str) -> str:

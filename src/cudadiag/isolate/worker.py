@@ -19,12 +19,15 @@ import site
 import sys
 import types
 from contextlib import nullcontext
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cudadiag.incident import Incident, LoopContext, RunInfo
 from cudadiag.isolate.job import Job, JobResult, ScriptTarget
 from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
+
+if TYPE_CHECKING:
+    from cudadiag.trace import OpTracer
 
 CELL_FILENAME = "<cudadiag In[{}]>"
 _CELL_FILENAME_RE = re.compile(r"^<cudadiag In\[(\d+)\]>$")
@@ -91,8 +94,7 @@ def run_job(job: Job) -> JobResult:
     files_read = list(opened)  # before cudadiag's own reading of the incident
     if not failures:
         return JobResult(None, exit_code)
-    incident = _incident(failures, job, tracer)
-    incident.loop = loop or loop_context(failures[0][0], cell_of)
+    incident = _incident(failures, job, tracer, loop)
     incident.run.cwd = cwd
     incident.run.files_read = files_read
     return JobResult(incident, 1)
@@ -247,45 +249,17 @@ def _restore_rng(states: dict[str, Any] | None, torch: Any) -> None:
 
 
 def _incident(failures: list[tuple[BaseException, int | None]], job: Job,
-              tracer: Any) -> Any:
-    from cudadiag.advice import add_fitting_checks
-    from cudadiag.classify import classify
-    from cudadiag.env import collect_env
-    from cudadiag.incident import ErrorInfo, Incident, LaterError, OpInfo, RunInfo
-    from cudadiag.kernel.hooks import attach_batch, raised_on_simulator
-    from cudadiag.knowledge import FAMILIES
+              tracer: OpTracer | None, loop: LoopContext | None) -> Incident:
+    """The incident of the first failure; the later ones are its probable consequences."""
+    from cudadiag.diagnose import incident_from_exception, later_error
 
     exc, _cell = failures[0]
-    diagnosis = classify(exc)
-    error = ErrorInfo.from_exception(exc, cell_of, lambda n: None)
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    for later, cell in failures[1:]:
-        error.later.append(LaterError(
-            type=type(later).__name__, message=(str(later).strip().splitlines() or [""])[0],
-            family=classify(later).family, at=now, cell=cell,
-        ))
-    op = tracer.failed if tracer is not None else None
-    violation = getattr(exc, "violation", None)
-    if violation is not None:
-        diagnosis.details.update(
-            op=f"aten::{violation.op}", argument=violation.argument, value=violation.values[0],
-            position=list(violation.positions[0]), valid_range=[violation.low, violation.high],
-        )
-        title = FAMILIES[diagnosis.family].title
-        diagnosis.summary = f"{title}: {violation.message()}"
-        if op is None:
-            op = OpInfo(name=f"aten::{violation.op}", precheck=None)
-    incident = Incident(
-        error=error,
-        diagnosis=diagnosis,
-        op=op,
-        env=collect_env(),
-        run=RunInfo(mode="isolated", blocking=job.blocking, env_vars=job.env_vars,
-                    cells=[c.number for c in job.cells],
-                    simulated=raised_on_simulator(exc), batch_replay=job.batch_step),
-    )
-    attach_batch(incident)
-    add_fitting_checks(incident, violation)
+    incident = incident_from_exception(
+        exc, RunInfo(mode="isolated", blocking=job.blocking, env_vars=job.env_vars,
+                     cells=[c.number for c in job.cells], batch_replay=job.batch_step),
+        locate_cell=cell_of, op=tracer.failed if tracer is not None else None,
+        violation=getattr(exc, "violation", None), loop=loop)
+    incident.error.later = [later_error(later, cell) for later, cell in failures[1:]]
     return incident
 
 

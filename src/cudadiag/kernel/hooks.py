@@ -13,23 +13,15 @@ import contextlib
 import random
 import sys
 from collections import OrderedDict
-from datetime import datetime, timezone
 from typing import Any
 
-from cudadiag.advice import add_fitting_checks
+from cudadiag import probes
 from cudadiag.classify import classify
-from cudadiag.env import collect_env
+from cudadiag.diagnose import incident_from_exception, is_simulated, later_error
+from cudadiag.errors import IncidentNotSaved
 from cudadiag.fdtail import DeviceMessageTail
-from cudadiag.incident import (
-    ErrorInfo,
-    Incident,
-    LaterError,
-    RunInfo,
-    exception_chain,
-    qualified_type_name,
-)
-from cudadiag.loopvars import loop_context
-from cudadiag.store import IncidentNotSaved, IncidentStore
+from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.store import IncidentStore
 from cudadiag.ui import render
 
 RNG_CELLS_KEPT = 256
@@ -79,9 +71,7 @@ class KernelCapture:
     def pre_run_cell(self, info: Any = None, **_: Any) -> None:
         """Record the RNG states this cell starts from; warn when the context is poisoned."""
         self._rng_at_start = self._read_rng_states()
-        batch = sys.modules.get("cudadiag.batch")
-        if batch is not None:
-            batch.new_cell()
+        probes.new_cell()
         if self.poisoned_by is not None:
             print(render.sticky_warning_line(self.poisoned_by), file=sys.stderr)
 
@@ -115,37 +105,23 @@ class KernelCapture:
         relevant = is_relevant(exc, diagnosis.family)
         poisoned = self.poisoned_by
         if poisoned is not None:
-            poisoned.error.later.append(LaterError(
-                type=qualified_type_name(exc),
-                message=(str(exc).strip().splitlines() or [""])[0],
-                family=diagnosis.family,
-                at=_now(),
-                cell=cell,
-                probable_consequence=relevant,
-            ))
+            poisoned.error.later.append(later_error(exc, cell, family=diagnosis.family,
+                                                    probable_consequence=relevant))
             self._save(poisoned)
             return poisoned
         if not relevant:
             return None
-        error = ErrorInfo.from_exception(exc, self._locate_cell, self._cell_source)
-        if device_lines:
-            error.text = f"{device_lines}\n{error.text}"
-        if cell is None and error.reported_at is not None:
-            cell = error.reported_at.cell
+        if cell is None:
+            cell = self._raising_cell(exc)
         source = self._cell_source(cell) if cell is not None else None
-        incident = Incident(
-            error=error,
-            diagnosis=diagnosis,
-            run=RunInfo(mode="kernel", cells=[cell] if cell is not None else [],
-                        simulated=raised_on_simulator(exc), ingested_late=ingested_late,
-                        sources={str(cell): source} if source else {}),
-            env=collect_env(),
-            loop=loop_context(exc, self._locate_cell),
-        )
-        attach_batch(incident)
         # no violation here: a real device tells the kernel, not the values (the simulator's
         # knowledge of them stays out of the kernel's incident)
-        add_fitting_checks(incident)
+        incident = incident_from_exception(
+            exc, RunInfo(mode="kernel", cells=[cell] if cell is not None else [],
+                         ingested_late=ingested_late,
+                         sources={str(cell): source} if source else {}),
+            diagnosis=diagnosis, locate_cell=self._locate_cell, cell_source=self._cell_source,
+            device_lines=device_lines)
         self.current = incident
         saved = self._save(incident)
         self.announce(incident, saved=saved)
@@ -209,6 +185,11 @@ class KernelCapture:
             states["numpy"] = numpy.random.get_state()
         return states
 
+    def _raising_cell(self, exc: BaseException) -> int | None:
+        """The cell of the deepest user frame that raised `exc` (an error ingested late)."""
+        reported = ErrorInfo.from_exception(exc, self._locate_cell).reported_at
+        return reported.cell if reported is not None else None
+
     def _locate_cell(self, filename: str) -> int | None:
         filename_map = getattr(self.shell.compile, "_filename_map", {})
         return filename_map.get(filename)
@@ -218,15 +199,6 @@ class KernelCapture:
         return history[cell] if 0 <= cell < len(history) else None
 
 
-def attach_batch(incident: Incident) -> None:
-    """Give `incident` the step and batch of the active watch(), if one is iterating."""
-    batch = sys.modules.get("cudadiag.batch")
-    record = batch.active_watch() if batch is not None else None
-    if record is not None:
-        incident.step = record.step_info()
-        incident.batch = record.batch_info()
-
-
 def is_relevant(exc: BaseException, family: str) -> bool:
     """Return True for errors cudadiag diagnoses: a recognised family, or raised by torch."""
     return (
@@ -234,19 +206,3 @@ def is_relevant(exc: BaseException, family: str) -> bool:
         or type(exc).__module__.split(".")[0] == "torch"
         or is_simulated(exc)
     )
-
-
-def is_simulated(exc: BaseException) -> bool:
-    """Return True when `exc` (or a cause of it) came from cudadiag's simulated device."""
-    return any(getattr(e, "simulated", False) for e in exception_chain(exc))
-
-
-def raised_on_simulator(exc: BaseException) -> bool:
-    """Return True when `exc` came from cudadiag's simulated device, or was raised while one
-    is entered or after one faulted (whatever fails then is marked simulated)."""
-    testing = sys.modules.get("cudadiag.testing")
-    return is_simulated(exc) or bool(testing and testing.in_use())
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

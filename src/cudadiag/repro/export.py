@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudadiag.incident import Incident
+from cudadiag.incident import Incident, ReproInfo
 from cudadiag.isolate.cellfacts import analyse_cell
 from cudadiag.isolate.job import BATCH_FILE, RNG_FILE
 from cudadiag.own_work import outside_user_modes
@@ -18,7 +18,7 @@ from cudadiag.repro.bundle import plan_bundle
 from cudadiag.repro.document import Program, build_document
 from cudadiag.repro.minimize import MinimizeResult, Progress, minimize
 from cudadiag.repro.notebook import ExportResult, write_and_verify
-from cudadiag.repro.options import DEFAULT_TIMEOUT_S, SUFFIXES
+from cudadiag.repro.options import DEFAULT_MAX_TRIALS, DEFAULT_TIMEOUT_S, SUFFIXES
 from cudadiag.repro.script import write_and_verify_script
 from cudadiag.repro.staging import ExportError, check_target
 from cudadiag.store import IncidentStore
@@ -49,7 +49,7 @@ class ReproInputs:
 
 
 def export_repro(incident: Incident, path: str | Path, inputs: ReproInputs, *,
-                 max_trials: int = 200, timeout: float | None = DEFAULT_TIMEOUT_S,
+                 max_trials: int = DEFAULT_MAX_TRIALS, timeout: float | None = DEFAULT_TIMEOUT_S,
                  progress: Progress | None = None, verify: bool = True,
                  bundle: bool = False, store: IncidentStore | None = None
                  ) -> tuple[MinimizeResult, ExportResult]:
@@ -87,17 +87,12 @@ def export_repro(incident: Incident, path: str | Path, inputs: ReproInputs, *,
             raise ExportError(f"could not read {exc.filename}: {exc.strerror}") from None
         write = write_and_verify if path.suffix == ".ipynb" else write_and_verify_script
         exported = write(doc, path, minimized.signature, verify)
-    incident.repro = {
-        "cells": {str(n): source for n, source in minimized.cells.items()},
-        "notebook": str(exported.path),
-        "reproduces": exported.reproduces,
-        "observed": exported.observed,
-        "signature": minimized.signature.to_dict(),
-        "trials": minimized.trials,
-        "stopped": minimized.stopped,
-        "files_read": files,
-        "bundled": bool(bundle),
-    }
+    incident.repro = ReproInfo(
+        path=str(exported.path),
+        cells={str(n): source for n, source in minimized.cells.items()},
+        reproduces=exported.reproduces, observed=exported.observed,
+        signature=minimized.signature, trials=minimized.trials, stopped=minimized.stopped,
+        files_read=files, bundled=bundle)
     try:
         (store or IncidentStore()).append(incident)
     except OSError as exc:

@@ -24,56 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.errors import MinimizeError, MinimizeInterrupted
-from cudadiag.incident import Incident
+from cudadiag.incident import Incident, Signature
 from cudadiag.isolate.launcher import ForkServerLauncher, Launcher
 from cudadiag.isolate.runner import run_isolated
 from cudadiag.repro import loops
 from cudadiag.repro.dependencies import Admissible, Unit, statements
+from cudadiag.repro.options import DEFAULT_MAX_TRIALS
 
 Progress = Callable[[int, int, str], None]
 """progress(trials so far, size of the best candidate, phase)"""
 
 SETUP_CELL = 0
 """The number of the setup cell (a script's command line): run first, never removed."""
-
-
-@dataclass(frozen=True)
-class Signature:
-    """What makes two failures the same failure: family, exception type, failing operator
-    and, when a precheck found it, the offending value and the range it had to be in (a
-    program that fails on another value reproduces another bug)."""
-
-    family: str
-    error_type: str
-    op: str | None = None
-    value: Any = None
-    valid_range: tuple[Any, ...] | None = None
-
-    @classmethod
-    def of(cls, incident: Incident) -> Signature:
-        """The signature of an incident."""
-        details = incident.diagnosis.details
-        valid_range = details.get("valid_range")
-        return cls(incident.diagnosis.family, incident.error.type,
-                   incident.op.name if incident.op else None, details.get("value"),
-                   tuple(valid_range) if valid_range is not None else None)
-
-    def matches(self, incident: Incident | None) -> bool:
-        """True when `incident` fails the same way (the op, value and range are compared
-        only when known here)."""
-        if incident is None:
-            return False
-        other = Signature.of(incident)
-        return (other.family == self.family and other.error_type == self.error_type
-                and all(mine is None or mine == theirs for mine, theirs in (
-                    (self.op, other.op), (self.value, other.value),
-                    (self.valid_range, other.valid_range))))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The signature as JSON-ready data."""
-        return {"family": self.family, "error_type": self.error_type, "op": self.op,
-                "value": self.value,
-                "valid_range": list(self.valid_range) if self.valid_range else None}
 
 
 @dataclass
@@ -211,7 +173,7 @@ def minimize(
     failed_at: Sequence[tuple[int, int]] = (),
     cwd: str | None = None,
     env: dict[str, str] | None = None,
-    max_trials: int = 200,
+    max_trials: int = DEFAULT_MAX_TRIALS,
     timeout: float | None = None,
     trial_timeout: float = 120.0,
     progress: Progress | None = None,

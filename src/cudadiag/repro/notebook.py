@@ -11,6 +11,7 @@ at import (seconds), which must not happen in the kernel's thread when an export
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import tempfile
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudadiag.classify import classify
-from cudadiag.incident import Incident
+from cudadiag.incident import Incident, Observed, Signature
 from cudadiag.repro.document import Program, ReproDocument, build_document
 from cudadiag.repro.redact import Redactor
 from cudadiag.repro.staging import Staging, check_target
@@ -36,7 +37,7 @@ class ExportResult:
 
     path: Path
     reproduces: bool | None
-    observed: dict[str, Any]
+    observed: Observed
     batch_file: Path | None = None
     side_files: list[Path] | None = None
 
@@ -95,22 +96,23 @@ def write_and_verify(doc: ReproDocument, path: Path, signature: Any,
             staging.write(side.name, side.data)
         nb = to_notebook(doc)
         staging.write(path.name, nbformat.writes(nb).encode())
-        result = ExportResult(path=path, reproduces=None, observed={},
+        result = ExportResult(path=path, reproduces=None, observed=Observed(),
                               side_files=[path.parent / s.name for s in doc.side_files])
         result.batch_file = next((f for f in result.side_files
                                   if f.name.endswith(".batch.pt")), None)
         if verify:
             result.reproduces, result.observed = verify_notebook(
                 to_notebook(doc, chdir=doc.chdir), staging.folder, signature, doc.env_vars)
-            nb.metadata["cudadiag"].update(reproduces=result.reproduces,
-                                           observed=Redactor().strings(result.observed))
+            nb.metadata["cudadiag"].update(
+                reproduces=result.reproduces,
+                observed=Redactor().strings(dataclasses.asdict(result.observed)))
             staging.write(path.name, nbformat.writes(nb).encode())
         staging.commit()
     return result
 
 
-def verify_notebook(nb: NotebookNode, folder: Path, signature: Any,
-                    env_vars: dict[str, str]) -> tuple[bool | None, dict[str, Any]]:
+def verify_notebook(nb: NotebookNode, folder: Path, signature: Signature,
+                    env_vars: dict[str, str]) -> tuple[bool | None, Observed]:
     """Execute a copy of `nb` in a fresh kernel started in `folder` (blocking variables set
     before it starts); return (reproduces, what was observed). It reproduces when a cell
     fails with the same family, and the same exception type unless the original was a
@@ -127,27 +129,27 @@ def verify_notebook(nb: NotebookNode, folder: Path, signature: Any,
             client.execute(env={**os.environ, **env_vars}, stderr=kernel_stderr,
                            stdout=subprocess.DEVNULL)
         except KeyboardInterrupt:
-            return None, {"ename": None, "family": None, "note": "verification interrupted"}
+            return None, Observed(note="verification interrupted")
         except (CellTimeoutError, DeadKernelError, RuntimeError) as exc:
             kernel_stderr.seek(0)
             tail = kernel_stderr.read().decode(errors="replace").strip().splitlines()[-3:]
-            return False, {"ename": type(exc).__name__, "family": None,
-                           "note": " ".join([str(exc).splitlines()[0], *tail])[:300]}
+            return False, Observed(ename=type(exc).__name__,
+                                   note=" ".join([str(exc).splitlines()[0], *tail])[:300])
     for cell in copy.cells:
         errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
         if errors:
             streams = "\n".join(o.get("text", "") for o in cell.outputs
                                 if o.output_type == "stream")
             return verdict(signature, errors[0].ename, errors[0].evalue, streams)
-    return False, {"ename": None, "family": None, "note": "no cell raised"}
+    return False, Observed(note="no cell raised")
 
 
-def verdict(signature: Any, ename: str, evalue: str,
-            context: str) -> tuple[bool, dict[str, Any]]:
+def verdict(signature: Signature, ename: str, evalue: str,
+            context: str) -> tuple[bool, Observed]:
     """(reproduces, observed) for an error `ename: evalue` seen when running a repro."""
     family = classify(f"{ename}: {evalue}", context=context).family
-    observed = {"ename": ename, "evalue": (evalue.splitlines() or [""])[0][:300],
-                "family": family}
+    observed = Observed(ename=ename, evalue=(evalue.splitlines() or [""])[0][:300],
+                        family=family)
     same_type = (signature.error_type.endswith("PrecheckError")
                  or signature.error_type.rsplit(".", 1)[-1] == ename)
     return family == signature.family and same_type, observed

@@ -9,6 +9,8 @@ import argparse
 
 from cudadiag.argtypes import positive_seconds
 
+DEFAULT_MAX_TRIALS = 200
+"""The default number of candidates a minimization tries at most."""
 DEFAULT_TIMEOUT_S = 60.0
 """The default time budget of a minimization; the best candidate so far is kept."""
 SUFFIXES = (".ipynb", ".py")
@@ -18,8 +20,9 @@ SUFFIXES = (".ipynb", ".py")
 def add_export_options(parser: argparse.ArgumentParser) -> None:
     """The options `%cudadiag export` and `cudadiag export` share, validated by argparse
     (a bad value is a usage error, never an exception from deeper down)."""
-    parser.add_argument("--max-trials", type=_positive_int, default=200, metavar="N",
-                        help="candidates tried by the minimizer at most (default 200)")
+    parser.add_argument("--max-trials", type=_positive_int, default=DEFAULT_MAX_TRIALS,
+                        metavar="N", help="candidates tried by the minimizer at most "
+                                          f"(default {DEFAULT_MAX_TRIALS})")
     parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
                         metavar="S", help="stop minimizing after S seconds, keeping the best "
                                           f"candidate so far (default {DEFAULT_TIMEOUT_S:g})")

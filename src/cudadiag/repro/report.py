@@ -38,12 +38,11 @@ def render_report(incident: Incident, redactor: Redactor | None = None) -> str:
         s = incident.step
         out += [f"**Step:** {s.iteration} (last completed {s.last_completed})"
                 + ("; last incomplete batch" if s.last_incomplete else ""), ""]
-    if incident.batch and incident.batch.get("tensors"):
+    if incident.batch and incident.batch.tensors:
         out += ["**Batch:**", ""] + [
-            f"- `{t['path']}`: {t['dtype']} {t['shape']} on {t['device']}, stride "
-            f"{t['stride']}" + (f", values {t['min']}..{t['max']}"
-                                if t.get("min") is not None else "")
-            for t in incident.batch["tensors"]] + [""]
+            f"- `{t.path}`: {t.dtype} {t.shape} on {t.device}, stride {t.stride}"
+            + (f", values {t.min}..{t.max}" if t.min is not None else "")
+            for t in incident.batch.tensors] + [""]
     out += ["**Environment:**", ""] + [f"- {versions(line)}" for line in _env_lines(incident)]
     out += ["", f"**Run:** {incident.run.mode}, blocking launches "
             f"{'on' if incident.run.blocking else 'off'}"
@@ -81,6 +80,6 @@ def _env_lines(incident: Incident) -> list[str]:
 
 
 def _code(incident: Incident, scrub: Redactor) -> str:
-    cells = (incident.repro or {}).get("cells") or incident.run.sources
+    cells = (incident.repro.cells if incident.repro else None) or incident.run.sources
     return "\n\n".join(f"# In[{n}]\n{scrub.code(source)}" for n, source in
                        sorted(cells.items(), key=lambda kv: int(kv[0])))

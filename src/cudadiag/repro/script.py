@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cudadiag.incident import Observed, Signature
 from cudadiag.repro.document import ReproDocument
 from cudadiag.repro.notebook import VERIFY_TIMEOUT_S, ExportResult, verdict
 from cudadiag.repro.staging import Staging
@@ -43,7 +44,7 @@ def write_and_verify_script(doc: ReproDocument, path: Path, signature: Any,
         for side in doc.side_files:
             staging.write(side.name, side.data)
         staging.write(path.name, to_script(doc).encode())
-        result = ExportResult(path=path, reproduces=None, observed={},
+        result = ExportResult(path=path, reproduces=None, observed=Observed(),
                               side_files=[path.parent / s.name for s in doc.side_files])
         if verify:
             check = staging.folder / _VERIFY_NAME
@@ -54,8 +55,8 @@ def write_and_verify_script(doc: ReproDocument, path: Path, signature: Any,
     return result
 
 
-def verify_script(script: Path, signature: Any,
-                  env_vars: dict[str, str]) -> tuple[bool | None, dict[str, Any]]:
+def verify_script(script: Path, signature: Signature,
+                  env_vars: dict[str, str]) -> tuple[bool | None, Observed]:
     """Run `python script` in its folder; return (reproduces, what was observed). Ctrl-C
     stops it: (None, a note)."""
     try:
@@ -63,15 +64,13 @@ def verify_script(script: Path, signature: Any,
                               env={**os.environ, **env_vars}, capture_output=True, text=True,
                               timeout=VERIFY_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except KeyboardInterrupt:
-        return None, {"ename": None, "family": None, "note": "verification interrupted"}
+        return None, Observed(note="verification interrupted")
     except subprocess.TimeoutExpired:
-        return False, {"ename": None, "family": None,
-                       "note": f"still running after {VERIFY_TIMEOUT_S} s"}
+        return False, Observed(note=f"still running after {VERIFY_TIMEOUT_S} s")
     found = _exception(done.stderr)
     if found is not None:
         return verdict(signature, found[0], found[1], done.stderr)
-    return False, {"ename": None, "family": None,
-                   "note": f"exited with status {done.returncode} without an exception"}
+    return False, Observed(note=f"exited with status {done.returncode} without an exception")
 
 
 def _exception(stderr: str) -> tuple[str, str] | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.incident import Frame, FrameContext, Incident
+from cudadiag.incident import BatchInfo, Frame, FrameContext, Incident, TensorSummary
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
 from cudadiag.store import NewerRecord
 
@@ -164,7 +164,7 @@ def _watch_line(incident: Incident) -> str:
         parts.append("last incomplete batch")
     if s.is_last:
         parts.append("the loader's last step")
-    indices = (incident.batch or {}).get("indices")
+    indices = incident.batch.indices if incident.batch else None
     if indices is not None:
         parts.append(f"dataset indices {cut_list(indices, SHORT_INDICES)}")
     return "; ".join(parts)
@@ -306,23 +306,18 @@ def _batch_section(incident: Incident) -> Section:
             flags.append("last incomplete batch")
         if s.is_last:
             flags.append("the loader's last step")
-    batch = incident.batch or {}
+    batch = incident.batch
     rows = []
     valid = incident.diagnosis.details.get("valid_range")
-    for t in batch.get("tensors", []):
+    for t in batch.tensors if batch else []:
         rows.append(_tensor_row(t))
         flags += _tensor_flags(t, valid)
-    if batch.get("indices") is not None:
-        lines.append(f"dataset indices {cut_list(batch['indices'], FULL_INDICES)}")
-    if batch.get("lengths"):
-        kept = batch["lengths"]  # the summary keeps the first rows only
-        left = max(batch.get("batch_size") or 0, len(kept)) - len(kept)
-        lines.append(f"sequence lengths [{cut_join(kept, len(kept), omitted=left)}]")
-    lines += [batch[k] for k in ("note", "replayed") if batch.get(k)]
+    if batch is not None:
+        lines += _batch_lines(batch)
     if flags:
         lines.insert(0, "flags: " + "; ".join(flags))
-    if batch.get("structure"):
-        lines.append(f"structure {batch['structure']}")
+    if batch is not None and batch.structure:
+        lines.append(f"structure {batch.structure}")
     table = [list(_TENSOR_COLUMNS), *rows] if rows else None
     return Section("batch", "Batch", lines, table=table)
 
@@ -331,29 +326,38 @@ _TENSOR_COLUMNS = ("path", "shape", "dtype", "device", "stride", "min", "max", "
                    "distinct", "NaN", "Inf")
 
 
-def _tensor_row(t: dict[str, Any]) -> list[str]:
-    def value(key: str) -> str:
-        v = t.get(key)
+def _batch_lines(batch: BatchInfo) -> list[str]:
+    lines = []
+    if batch.indices is not None:
+        lines.append(f"dataset indices {cut_list(batch.indices, FULL_INDICES)}")
+    if batch.lengths:
+        kept = batch.lengths  # the summary keeps the first rows only
+        left = max(batch.batch_size or 0, len(kept)) - len(kept)
+        lines.append(f"sequence lengths [{cut_join(kept, len(kept), omitted=left)}]")
+    return lines + [line for line in (batch.note, batch.replayed) if line]
+
+
+def _tensor_row(t: TensorSummary) -> list[str]:
+    def value(v: float | None) -> str:
         if isinstance(v, float):
             return f"{v:.4g}"
         return "" if v is None else str(v)
 
-    if t.get("values_skipped"):
-        values = [t["values_skipped"], "", "", "", "", ""]
+    if t.values_skipped:
+        values = [t.values_skipped, "", "", "", "", ""]
     else:
-        values = [value(k) for k in ("min", "max", "negatives", "distinct", "nan", "inf")]
-    return [t["path"], str(t["shape"]), t["dtype"], t["device"], str(t["stride"]), *values]
+        values = [value(v) for v in (t.min, t.max, t.negatives, t.distinct, t.nan, t.inf)]
+    return [t.path, str(t.shape), t.dtype, t.device, str(t.stride), *values]
 
 
-def _tensor_flags(t: dict[str, Any], valid: list[int] | None) -> list[str]:
+def _tensor_flags(t: TensorSummary, valid: list[int] | None) -> list[str]:
     flags = []
-    if t.get("nan") or t.get("inf"):
-        flags.append(f"{t['path']}: NaN {t.get('nan') or 0}, Inf {t.get('inf') or 0}")
-    low, high = valid if valid else (None, None)
-    if valid and t.get("max") is not None and t.get("dtype", "").startswith(("int", "uint")):
-        if t["max"] >= high or t["min"] < low:
-            flags.append(f"{t['path']}: values {t['min']}..{t['max']} outside "
-                         f"[{low}, {high})")
+    if t.nan or t.inf:
+        flags.append(f"{t.path}: NaN {t.nan or 0}, Inf {t.inf or 0}")
+    if valid and t.is_integer and t.min is not None and t.max is not None:
+        low, high = valid
+        if t.max >= high or t.min < low:
+            flags.append(f"{t.path}: values {t.min}..{t.max} outside [{low}, {high})")
     return flags
 
 
@@ -409,9 +413,9 @@ def render_export(minimized: Any, exported: Any) -> str:
     kind = "script" if str(exported.path).endswith(".py") else "notebook"
     lines = [
         f"\ncudadiag repro {kind}: {exported.path}",
-        f"  reproduces: {verdict}" + (f" (observed: {exported.observed.get('ename')}, "
-                                      f"{exported.observed.get('family')})"
-                                      if exported.observed else ""),
+        f"  reproduces: {verdict}" + (f" (observed: {exported.observed.ename}, "
+                                      f"{exported.observed.family})"
+                                      if exported.observed.ename else ""),
         f"  kept {len(minimized.cells)} of {minimized.original_cells} cells ({kept}), "
         f"{minimized.statements} of {minimized.original_statements} statements",
         f"  signature: {minimized.signature.family}, {minimized.signature.error_type}"

@@ -1,187 +1,29 @@
-"""The batch in flight: summaries of what a step consumed, and watch() over a training loop.
+"""watch(): the training loop's iterable, wrapped to record the step and the batch in flight.
 
-`summarize()` describes a batch by ids and dimensions rather than content (guide point 2) and
-never launches work on, or synchronises with, a GPU: tensors there get metadata only.
-`watch()` wraps the loop's iterable; while it is active the kernel hook and the isolated worker
-attach the step and the batch to every incident. The per-step cost is a reference and a CPU
-copy; summaries are computed only when an incident asks for them.
+While a watch is active the kernel hook and the isolated worker attach the step and the
+batch to every incident (watch() registers itself with cudadiag.probes when imported). The
+per-step cost is a reference and a CPU copy; summaries are computed only when an incident
+asks for them. For a DataLoader the dataset indices of each batch are recorded by watching
+its batch sampler, without drawing anything extra from it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from cudadiag.incident import StepInfo
+from cudadiag import probes
+from cudadiag.batch.summary import map_tensors, summarize, tensors_of
+from cudadiag.incident import BatchInfo, StepInfo
 from cudadiag.own_work import outside_user_modes
-from cudadiag.shortlist import cut_join
 
-SUMMARY_MAX_NUMEL = 10_000_000
-DISTINCT_MAX_NUMEL = 1_000_000
-LENGTHS_SHOWN = 64
 DEFAULT_MAX_BYTES = 64 * 2**20
 
-
-@dataclass
-class TensorSummary:
-    """One tensor of a batch: metadata always, values only on the CPU and within budget."""
-
-    path: str
-    shape: list[int]
-    dtype: str
-    device: str
-    stride: list[int]
-    contiguous: bool
-    numel: int
-    min: float | None = None
-    max: float | None = None
-    negatives: int | None = None
-    distinct: int | None = None
-    nan: int | None = None
-    inf: int | None = None
-    values_skipped: str | None = None
-    """Why values were not read (on a GPU, above the size budget)."""
-
-
-@dataclass
-class BatchSummary:
-    """A batch's structure and its tensors."""
-
-    structure: str
-    tensors: list[TensorSummary] = field(default_factory=list)
-    others: dict[str, str] = field(default_factory=dict)
-    """Non-tensor leaves by path: their type (and the value for short scalars)."""
-    batch_size: int | None = None
-    lengths: list[int] | None = None
-    """Sequence lengths from an attention mask, when the batch has one (first rows)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the summary as JSON-ready dicts."""
-        return dataclasses.asdict(self)
-
-    def tensor(self, path: str) -> TensorSummary:
-        """Return the summary of the tensor at `path`; raises KeyError when there is none."""
-        for t in self.tensors:
-            if t.path == path:
-                return t
-        raise KeyError(f"no tensor at {path}; paths: {[t.path for t in self.tensors]}")
-
-
-def summarize(obj: Any, *, max_numel: int = SUMMARY_MAX_NUMEL, root: str = "batch") -> BatchSummary:
-    """Return a BatchSummary of `obj`: tensors inside tuples, lists, dicts (a BatchEncoding is
-    a dict), dataclasses and namedtuples, each recorded with its path (`batch["input_ids"]`).
-
-    Never touches GPU data and never modifies the batch. Does not raise on odd objects: they
-    are listed by type under `others`.
-    """
-    with outside_user_modes():  # cudadiag's own reads stay out of user modes and traces
-        return _summarize(obj, max_numel, root)
-
-
-def _summarize(obj: Any, max_numel: int, root: str) -> BatchSummary:
-    summary = BatchSummary(structure=_structure(obj))
-    for path, leaf in _leaves(obj, root):
-        if isinstance(leaf, torch.Tensor):
-            summary.tensors.append(_tensor_summary(path, leaf, max_numel))
-        else:
-            summary.others[path] = _describe_other(leaf)
-    if summary.tensors and summary.tensors[0].shape:
-        summary.batch_size = summary.tensors[0].shape[0]
-    mask = _attention_mask(obj)
-    if mask is not None:
-        summary.lengths = mask.sum(dim=-1)[:LENGTHS_SHOWN].tolist()
-    return summary
-
-
-def _leaves(obj: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
-    if depth > 8:
-        yield path, obj
-    elif isinstance(obj, torch.Tensor):
-        yield path, obj
-    elif isinstance(obj, Mapping):
-        for key, value in obj.items():
-            yield from _leaves(value, f"{path}[{key!r}]", depth + 1)
-    elif isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        for name in obj._fields:
-            yield from _leaves(getattr(obj, name), f"{path}.{name}", depth + 1)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            yield from _leaves(getattr(obj, f.name), f"{path}.{f.name}", depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        for i, value in enumerate(obj):
-            yield from _leaves(value, f"{path}[{i}]", depth + 1)
-    else:
-        yield path, obj
-
-
-def _structure(obj: Any, depth: int = 0) -> str:
-    if isinstance(obj, torch.Tensor):
-        return "Tensor"
-    if depth > 2:
-        return type(obj).__name__
-    if isinstance(obj, Mapping):
-        return f"{type(obj).__name__}[{', '.join(str(k) for k in obj)}]"
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return f"{type(obj).__name__}({', '.join(obj._fields)})"
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return f"{type(obj).__name__}({', '.join(f.name for f in dataclasses.fields(obj))})"
-    if isinstance(obj, (list, tuple)):
-        return f"{type(obj).__name__}[{cut_join(obj, 8, lambda v: _structure(v, depth + 1))}]"
-    return type(obj).__name__
-
-
-def _tensor_summary(path: str, t: torch.Tensor, max_numel: int) -> TensorSummary:
-    summary = TensorSummary(
-        path=path, shape=list(t.shape), dtype=str(t.dtype).replace("torch.", ""),
-        device=str(t.device), stride=list(t.stride()), contiguous=t.is_contiguous(),
-        numel=t.numel(),
-    )
-    if t.device.type != "cpu":
-        summary.values_skipped = f"on {t.device}: metadata only (reading would synchronise)"
-    elif t.numel() > max_numel:
-        summary.values_skipped = f"{t.numel():,} elements: above the {max_numel:,} budget"
-    elif t.numel():
-        _fill_values(summary, t.detach())
-    return summary
-
-
-def _fill_values(summary: TensorSummary, t: torch.Tensor) -> None:
-    if t.dtype == torch.bool:
-        summary.min, summary.max = int(t.min()), int(t.max())
-    elif t.dtype.is_floating_point:
-        finite = t[torch.isfinite(t)]
-        summary.nan = int(torch.isnan(t).sum())
-        summary.inf = int(torch.isinf(t).sum())
-        if finite.numel():
-            summary.min, summary.max = float(finite.min()), float(finite.max())
-    elif not t.dtype.is_complex:
-        summary.min, summary.max = int(t.min()), int(t.max())
-        summary.negatives = int((t < 0).sum())
-        if t.numel() <= DISTINCT_MAX_NUMEL:
-            summary.distinct = int(torch.unique(t).numel())
-
-
-def _describe_other(value: Any) -> str:
-    if isinstance(value, (int, float, bool, str)) and len(repr(value)) <= 40:
-        return f"{type(value).__name__} {value!r}"
-    return type(value).__name__
-
-
-def _attention_mask(obj: Any) -> torch.Tensor | None:
-    if isinstance(obj, Mapping):
-        mask = obj.get("attention_mask")
-        if isinstance(mask, torch.Tensor) and mask.device.type == "cpu" and mask.dim() >= 1:
-            return mask.long()
-    return None
-
-
-# --------------------------------------------------------------------------- watch()
 
 
 @dataclass
@@ -243,20 +85,18 @@ class WatchRecord:
             and self.step == self.length - 1, loader=self.name,
         )
 
-    def batch_info(self) -> dict[str, Any]:
+    def batch_info(self) -> BatchInfo:
         """The batch in flight as the incident's `batch`: its summary (from the CPU copy when
         one was kept), dataset indices, and what was kept."""
         entry = self.kept[-1] if self.kept and self.kept[-1].step == self.step else None
         source = entry.batch if entry is not None and entry.batch is not None else self.current
-        info = summarize(source).to_dict()
-        info["step"] = self.step
-        info["indices"] = self.current_indices
-        info["kept_copy"] = bool(entry and entry.batch is not None)
-        if entry and entry.note:
-            info["note"] = entry.note
-        if self.replayed_step is not None:
-            info["replayed"] = f"only step {self.replayed_step} was replayed"
-        return info
+        summary = summarize(source)
+        return BatchInfo(
+            **vars(summary), step=self.step, indices=self.current_indices,
+            kept_copy=bool(entry and entry.batch is not None),
+            note=entry.note if entry else None,
+            replayed=(f"only step {self.replayed_step} was replayed"
+                      if self.replayed_step is not None else None))
 
     def batch_at(self, step: int | str) -> KeptBatch:
         """Return the kept batch of `step` ("last" for the newest); raises LookupError."""
@@ -348,6 +188,12 @@ def new_cell() -> None:
     _cell += 1
 
 
+def step_in_flight() -> tuple[StepInfo, BatchInfo] | None:
+    """Return the step and the batch of the active watch (see active_watch), or None."""
+    record = active_watch()
+    return (record.step_info(), record.batch_info()) if record is not None else None
+
+
 def latest_watch() -> WatchRecord | None:
     """Return the most recent watch, active or not (for replaying one of its batches)."""
     with _lock:
@@ -358,6 +204,9 @@ def replay_batch(step: int, batch: Any) -> None:
     """Make the next watch() in this process yield only `batch`, as step `step` (used by the
     isolated worker for `--batch`)."""
     _replay.update(step=step, batch=batch)
+
+
+probes.register_watches(step_in_flight, new_cell)
 
 
 def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
@@ -431,41 +280,6 @@ def _length(iterable: Any) -> int | None:
 
 def _default_name(iterable: Any) -> str:
     return type(iterable).__name__
-
-
-def tensors_of(item: Any, depth: int = 0) -> list[torch.Tensor]:
-    """Return the tensors of a batch, in order, without building paths (this runs every
-    step of watch())."""
-    if isinstance(item, torch.Tensor):
-        return [item]
-    if depth > 8:
-        return []
-    if isinstance(item, (list, tuple)):
-        return [t for v in item for t in tensors_of(v, depth + 1)]
-    if isinstance(item, Mapping):
-        return [t for v in item.values() for t in tensors_of(v, depth + 1)]
-    if dataclasses.is_dataclass(item) and not isinstance(item, type):
-        return [t for f in dataclasses.fields(item)
-                for t in tensors_of(getattr(item, f.name), depth + 1)]
-    return []
-
-
-def map_tensors(item: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """Return `item` with `fn` applied to every tensor inside tuples, lists, dicts (other
-    mappings become dicts), namedtuples and dataclasses; other leaves are kept as they are."""
-    if isinstance(item, torch.Tensor):
-        return fn(item)
-    if isinstance(item, Mapping):
-        mapped = {k: map_tensors(v, fn) for k, v in item.items()}
-        return type(item)(mapped) if isinstance(item, dict) else mapped
-    if isinstance(item, tuple) and hasattr(item, "_fields"):
-        return type(item)(*(map_tensors(v, fn) for v in item))
-    if isinstance(item, (list, tuple)):
-        return type(item)(map_tensors(v, fn) for v in item)
-    if dataclasses.is_dataclass(item) and not isinstance(item, type):
-        return dataclasses.replace(item, **{f.name: map_tensors(getattr(item, f.name), fn)
-                                            for f in dataclasses.fields(item) if f.init})
-    return item
 
 
 def _cpu_copy(item: Any) -> Any:
