@@ -13,10 +13,14 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudadiag.argtypes import positive_seconds
+from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
 from cudadiag.repro.options import add_export_options
+
+if TYPE_CHECKING:
+    from cudadiag.store import IncidentStore
 
 DEMO_CELLS = (
     "%load_ext cudadiag",
@@ -86,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="print a scrubbed Markdown report of an incident",
                             description="Print a Markdown report ready for an issue tracker, "
                                         "with personal data and needless paths removed.")
-    report.add_argument("id", help="incident id or unique prefix")
+    report.add_argument("id", nargs="?", help="incident id or unique prefix (default: newest)")
     report.set_defaults(handler=_cmd_report)
     export = sub.add_parser(
         "export", help="minimize an incident into a verified repro notebook or script",
@@ -186,54 +190,47 @@ def _split_command(command: list[str]) -> tuple[str | None, str | None, list[str
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from cudadiag.repro.report import render_report
-    from cudadiag.store import IncidentNotFound, IncidentStore
+    from cudadiag import commands
 
     try:
-        print(render_report(IncidentStore().get(args.id)))
-    except IncidentNotFound as exc:
+        print(commands.report(_store(), args.id))
+    except CudadiagError as exc:
         print(f"cudadiag report: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from cudadiag.kernel.exporting import progress_line
-    from cudadiag.repro.export import (
-        SUFFIXES,
-        ExportError,
-        check_target,
-        export_repro,
-        stored_inputs,
-    )
-    from cudadiag.repro.minimize import MinimizeError, MinimizeInterrupted
-    from cudadiag.store import IncidentNotFound, IncidentStore
+    from cudadiag import commands
+    from cudadiag.repro.export import stored_inputs
     from cudadiag.ui.render import render_export
 
+    options = commands.ExportOptions(
+        incident=args.id, path=Path(args.path), max_trials=args.max_trials,
+        timeout=args.timeout, bundle=args.bundle, verify=not args.no_verify)
+    store = _store()
     try:
-        check_target(Path(args.path), SUFFIXES)
-    except ExportError as exc:
+        incident, path = commands.export_target(store, options)
+    except ExportError as exc:  # the path: a usage error
         print(f"cudadiag export: {exc}", file=sys.stderr)
         return 2
-    store = IncidentStore()
+    except CudadiagError as exc:
+        print(f"cudadiag export: {exc}", file=sys.stderr)
+        return 1
     try:
-        incident = store.get(args.id)
         inputs = stored_inputs(incident, store)
-        print(f"minimizing incident {incident.id}, each candidate in a fresh process (at most "
-              f"{args.timeout:g} s; Ctrl-C keeps the best so far)...", flush=True)
-        minimized, exported = export_repro(
-            incident, args.path, inputs, max_trials=args.max_trials, timeout=args.timeout,
-            verify=not args.no_verify, bundle=args.bundle, store=store,
-            progress=progress_line(args.max_trials, args.timeout))
+        print(commands.export_intro(incident, inputs, options.timeout), flush=True)
+        minimized, exported = commands.export(
+            store, incident, path, inputs, options,
+            commands.progress_line(options.max_trials, options.timeout))
     except MinimizeInterrupted:
-        print("\ncudadiag export: stopped early: interrupted before the full program's run "
-              "finished; nothing was written", file=sys.stderr)
+        print(f"\ncudadiag export: {commands.STOPPED_EARLY}", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
         print("\ncudadiag export: stopped early: interrupted while writing the repro; "
               "nothing was written", file=sys.stderr)
         return 130
-    except (IncidentNotFound, ValueError, MinimizeError, ExportError) as exc:
+    except CudadiagError as exc:
         print(f"\ncudadiag export: {exc}", file=sys.stderr)
         return 1
     print(render_export(minimized, exported))
@@ -241,25 +238,19 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from cudadiag.explain import ExplainError, explain_path, explain_stream
-    from cudadiag.ui.render import render_explanation
+    from cudadiag import commands
 
     if args.file == "-" and sys.stdin.isatty():
         print("cudadiag explain: give a log file, or pipe or paste the text into standard "
               "input (end with Ctrl-D)", file=sys.stderr)
     try:
-        if args.file == "-":
-            explanation, source = explain_stream(sys.stdin.buffer), "standard input"
-        else:
-            explanation, source = explain_path(args.file), args.file
-    except ExplainError as exc:
+        explained = (commands.explain_standard_input() if args.file == "-"
+                     else commands.explain_file(args.file))
+    except CudadiagError as exc:
         print(f"cudadiag explain: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(explanation.to_dict(), indent=2, default=str))
-    else:
-        print(render_explanation(explanation, source))
-    return 0 if explanation.first is not None else 1
+    print(explained.text(as_json=args.json))
+    return 0 if explained.found else 1
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -291,29 +282,27 @@ def _initialise_cuda_if_present(torch: object) -> None:
 
 
 def _cmd_incidents(args: argparse.Namespace) -> int:
-    from cudadiag.store import IncidentStore
-    from cudadiag.ui.render import render_table
+    from cudadiag import commands
 
-    contents = IncidentStore().contents()
-    incidents, newer = contents.incidents, contents.newer
-    if args.family:
-        incidents = [i for i in incidents if i.diagnosis.family == args.family]
-        newer = [r for r in newer if r.family == args.family]
-    print(render_table(incidents, newer))
+    print(commands.list_incidents(_store(), commands.ListOptions(family=args.family)))
     return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from cudadiag.store import IncidentNotFound, IncidentStore
-    from cudadiag.ui.render import render_text
+    from cudadiag import commands
 
     try:
-        incident = IncidentStore().get(args.id)
-    except IncidentNotFound as exc:
+        print(commands.show(_store(), commands.ShowOptions(args.id, as_json=args.json)))
+    except CudadiagError as exc:
         print(f"cudadiag show: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(incident.to_dict(), indent=2) if args.json else render_text(incident))
     return 0
+
+
+def _store() -> IncidentStore:
+    from cudadiag.store import IncidentStore
+
+    return IncidentStore()
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -11,53 +11,51 @@ from __future__ import annotations
 import html
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cudadiag import commands
+from cudadiag.commands import STOPPED_EARLY, Budget, ExportOptions, export_intro, progress_line
+from cudadiag.errors import ExportError, MinimizeError, MinimizeInterrupted
 from cudadiag.incident import Incident
-from cudadiag.repro.export import ExportError, ReproInputs, export_repro
-from cudadiag.repro.minimize import MinimizeError, MinimizeInterrupted, Progress
 from cudadiag.store import IncidentStore
 from cudadiag.ui.render import render_export
+
+if TYPE_CHECKING:
+    from cudadiag.repro.export import ReproInputs
+    from cudadiag.repro.minimize import Progress
 
 THREAD_NAME = "cudadiag export"
 
 
-def run_export(shell: Any, incident: Incident, path: Path, inputs: ReproInputs, *,
-               max_trials: int, timeout: float, bundle: bool, store: IncidentStore,
+def run_export(shell: Any, incident: Incident, path: Path, inputs: ReproInputs,
+               options: ExportOptions, *, store: IncidentStore,
                background: bool = True) -> threading.Thread | None:
     """Export `incident` to `path`. In a notebook kernel: in a background thread named
     THREAD_NAME (returned), its errors shown in the export cell; with `background` False,
     in the kernel's thread with the same progress bar, its errors raised. In a terminal: in
     the foreground with a progress line. Raises ExportError or MinimizeError when it runs
     in the foreground; Ctrl-C before the reference run ended prints "stopped early"."""
-    intro = (f"minimizing {len(inputs.cells)} cell(s) of incident {incident.id}, each "
-             f"candidate in a fresh process (at most {timeout:g} s)...")
+    intro = export_intro(incident, inputs, options.timeout)
 
     def export(progress: Progress) -> tuple[Any, Any]:
-        return export_repro(incident, path, inputs, max_trials=max_trials, timeout=timeout,
-                            progress=progress, bundle=bundle, store=store)
+        return commands.export(store, incident, path, inputs, options, progress)
 
     if getattr(shell, "kernel", None) is None:
         print(intro)
         try:
-            print(render_export(*export(progress_line(max_trials, timeout))))
+            print(render_export(*export(progress_line(options.max_trials, options.timeout))))
         except MinimizeInterrupted:
-            print(f"\n{STOPPED_EARLY}", file=sys.stderr)
+            print(f"\ncudadiag export: {STOPPED_EARLY}", file=sys.stderr)
         return None
-    view = _ExportView(intro, max_trials, timeout)
+    view = _ExportView(intro, options.max_trials, options.timeout)
     if not background:  # nbconvert, papermill: the printed result stays in the notebook
         print(view.run(export, raise_errors=True))
         return None
     thread = threading.Thread(target=view.run, name=THREAD_NAME, daemon=True, args=(export,))
     thread.start()
     return thread
-
-
-STOPPED_EARLY = ("cudadiag export: stopped early: interrupted before the full program's run "
-                 "finished; nothing was written")
 
 
 class _ExportView:
@@ -68,7 +66,7 @@ class _ExportView:
         import ipywidgets
         from IPython.display import display
 
-        self.budget = _Budget(max_trials, timeout)
+        self.budget = Budget(max_trials, timeout)
         self.bar = ipywidgets.IntProgress(min=0, max=100, description="minimizing",
                                           bar_style="info")
         self.status = ipywidgets.HTML(value=_pre(intro))
@@ -80,7 +78,7 @@ class _ExportView:
         try:
             minimized, exported = export(self.progress)
         except MinimizeInterrupted:
-            return self._finish(STOPPED_EARLY, "warning")
+            return self._finish(f"cudadiag export: {STOPPED_EARLY}", "warning")
         except (MinimizeError, ExportError) as exc:
             self._finish(f"cudadiag export: {exc}", "danger")
             if raise_errors:
@@ -105,34 +103,6 @@ class _ExportView:
         self.bar.description = "done" if style == "success" else "stopped"
         self.status.value = _pre(text)
         return text
-
-
-class _Budget:
-    """How much of an export's budget (trials, seconds) is used."""
-
-    def __init__(self, max_trials: int, timeout: float) -> None:
-        self.max_trials = max_trials
-        self.timeout = timeout
-        self.started = time.monotonic()
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def percent_used(self, trials: int) -> int:
-        used = max(trials / self.max_trials, self.elapsed() / self.timeout)
-        return min(int(100 * used), 100)
-
-
-def progress_line(max_trials: int, timeout: float) -> Progress:
-    """A progress callback that rewrites one terminal line: trials, best size, time used."""
-    budget = _Budget(max_trials, timeout)
-
-    def line(trials: int, size: int, phase: str) -> None:
-        sys.stdout.write(f"\r  trial {trials}/{max_trials}, best {size} {phase}, "
-                         f"{budget.elapsed():.0f} of {timeout:g} s   ")
-        sys.stdout.flush()
-
-    return line
 
 
 def _pre(text: str) -> str:

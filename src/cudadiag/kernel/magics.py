@@ -11,11 +11,12 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from cudadiag import commands
 from cudadiag.argtypes import positive_seconds
-from cudadiag.errors import IsolatedRunFailed
+from cudadiag.errors import CudadiagError, ExportError, IsolatedRunFailed, MinimizeError
 from cudadiag.kernel.hooks import KernelCapture
 from cudadiag.repro.options import add_export_options
-from cudadiag.store import IncidentNotFound, IncidentStore
+from cudadiag.store import IncidentStore
 from cudadiag.ui import render
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--family", help="only incidents of this family (e.g. device_assert)")
     show = sub.add_parser("show", help="print one incident in full (default: the newest)")
     show.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
+    show.add_argument("--json", action="store_true", help="print the incident as JSON")
     panel = sub.add_parser("panel", help="show the incident panel (default: the newest)")
     panel.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
     report = sub.add_parser("report", help="print a scrubbed Markdown report for an issue")
@@ -127,40 +129,27 @@ class CudadiagMagics(Magics):
         """
         command, _, rest = line.strip().partition(" ")
         if command == "explain":
-            _explain(self.shell, rest.strip())
+            print(_explain(self.shell, rest.strip()))
             return
         args = _parser().parse_args(_split(line))
         store = capture_for(self.shell).store
-        if args.command == "incidents":
-            contents = store.contents()
-            incidents, newer = contents.incidents, contents.newer
-            if args.family:
-                incidents = [i for i in incidents if i.diagnosis.family == args.family]
-                newer = [r for r in newer if r.family == args.family]
-            print(render.render_table(incidents, newer))
-        elif args.command == "show":
-            try:
-                print(render.render_text(store.get(args.id)))
-            except IncidentNotFound as exc:
-                raise UsageError(str(exc)) from None
-        elif args.command == "export":
-            _export(self.shell, store, args)
-        elif args.command == "report":
-            from cudadiag.repro.report import render_report
+        try:
+            if args.command == "incidents":
+                print(commands.list_incidents(store, commands.ListOptions(args.family)))
+            elif args.command == "show":
+                print(commands.show(store, commands.ShowOptions(args.id, as_json=args.json)))
+            elif args.command == "report":
+                print(commands.report(store, args.id))
+            elif args.command == "export":
+                _export(self.shell, store, args)
+            elif args.command == "panel":
+                from IPython.display import display
 
-            try:
-                print(render_report(store.get(args.id)))
-            except IncidentNotFound as exc:
-                raise UsageError(str(exc)) from None
-        elif args.command == "panel":
-            from IPython.display import display
+                from cudadiag.ui.panel import Panel
 
-            from cudadiag.ui.panel import Panel
-
-            try:
                 display(Panel(args.id, store=store, shell=self.shell))
-            except IncidentNotFound as exc:
-                raise UsageError(str(exc)) from None
+        except CudadiagError as exc:
+            raise UsageError(str(exc)) from None
 
     @magic_arguments()
     @argument("cell", nargs="?", type=int,
@@ -231,14 +220,11 @@ class CudadiagMagics(Magics):
         return incident.run.cells[0]
 
 
-def _explain(shell: Any, argument: str) -> None:
-    """`%cudadiag explain`: the argument is a file when one exists by that name, else the
-    text to explain; without one, the last error of this kernel."""
-    import json
+def _explain(shell: Any, argument: str) -> str:
+    """`%cudadiag explain [--json] [FILE | TEXT]`: the argument is a file when one exists by
+    that name, else the text to explain; without one, the last error of this kernel.
+    Returns the text to print; raises UsageError."""
     import os
-    import traceback
-
-    from cudadiag.explain import ExplainError, explain_path, explain_text
 
     as_json = argument == "--json" or argument.startswith("--json ")
     if as_json:
@@ -246,25 +232,30 @@ def _explain(shell: Any, argument: str) -> None:
     path = os.path.expanduser(argument)
     try:
         if argument and os.path.isfile(path):
-            explanation, source = explain_path(path), argument
+            explained = commands.explain_file(path)
         elif argument:
-            explanation, source = explain_text(argument), "the text given"
+            explained = commands.explain_pasted(argument)
         else:
-            exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-            if exc is None:
-                raise UsageError("no error in this kernel yet: give a log file or the text to "
-                                 "explain, e.g. %cudadiag explain slurm-1234.out")
-            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            current = capture_for(shell).current
-            if current is not None and current.error.message in text:
-                text = current.error.text + "\n" + text  # the device's own lines come first
-            explanation, source = explain_text(text), "the last error of this kernel"
-    except ExplainError as exc:
+            explained = commands.explain_pasted(_last_error_text(shell),
+                                                "the last error of this kernel")
+    except CudadiagError as exc:
         raise UsageError(str(exc)) from None
-    if as_json:
-        print(json.dumps(explanation.to_dict(), indent=2, default=str))
-    else:
-        print(render.render_explanation(explanation, source))
+    return explained.text(as_json=as_json)
+
+
+def _last_error_text(shell: Any) -> str:
+    """The traceback of the last error of this kernel, the device's own lines first."""
+    import traceback
+
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if exc is None:
+        raise UsageError("no error in this kernel yet: give a log file or the text to "
+                         "explain, e.g. %cudadiag explain slurm-1234.out")
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    current = capture_for(shell).current
+    if current is not None and current.error.message in text:
+        text = current.error.text + "\n" + text
+    return text
 
 
 def capture_for(shell: Any) -> KernelCapture:
@@ -276,30 +267,24 @@ def capture_for(shell: Any) -> KernelCapture:
 
 
 def _export(shell: Any, store: IncidentStore, args: Any) -> None:
+    """`%cudadiag export [ID] [PATH]`: in the background in a notebook kernel (`--wait`:
+    in the foreground). Raises CudadiagError for a bad path, id or program."""
     from pathlib import Path
 
     from cudadiag.kernel.exporting import run_export
-    from cudadiag.repro.export import SUFFIXES, ExportError, check_target
-    from cudadiag.repro.minimize import MinimizeError
 
     # incident ids are hex: anything with a dot or a slash is meant as the repro's path
     paths = [a for a in args.args if "." in a or "/" in a]
     ids = [a for a in args.args if a not in paths]
     if len(paths) > 1 or len(ids) > 1:
         raise UsageError("usage: %cudadiag export [ID] [PATH.ipynb|PATH.py]")
-    path = Path(paths[0]) if paths else None
+    options = commands.ExportOptions(
+        incident=ids[0] if ids else None, path=Path(paths[0]) if paths else None,
+        max_trials=args.max_trials, timeout=args.timeout, bundle=args.bundle)
+    incident, path = commands.export_target(store, options)
+    inputs = _repro_inputs(shell, incident, store)
     try:
-        if path is not None:
-            check_target(path, SUFFIXES)  # before reading the log: a typo costs nothing
-        incident = store.get(ids[0] if ids else None)
-        path = path or Path(f"repro-{incident.id}.ipynb")
-        check_target(path, SUFFIXES)
-        inputs = _repro_inputs(shell, incident, store)
-    except (IncidentNotFound, ValueError, ExportError) as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        run_export(shell, incident, path, inputs, max_trials=args.max_trials,
-                   timeout=args.timeout, bundle=args.bundle, store=store,
+        run_export(shell, incident, path, inputs, options, store=store,
                    background=not args.wait)
     except MinimizeError as exc:
         raise UsageError(f"cannot minimize incident {incident.id}: {exc}") from None
@@ -313,7 +298,6 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
     import os
 
     from cudadiag.repro.export import ReproInputs, failed_cells, stored_inputs
-    from cudadiag.repro.staging import ExportError
 
     if incident.run.mode != "kernel":
         return stored_inputs(incident, store)
@@ -421,8 +405,9 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
 
 def _recorded_batch(which: str) -> tuple[int, Any]:
     """The (step, CPU copy) kept by the latest watch() of this kernel."""
-    batch = sys.modules.get("cudadiag.batch")
-    record = batch.latest_watch() if batch is not None else None
+    from cudadiag.batch import latest_watch  # loaded already when watch() ran
+
+    record = latest_watch()
     if record is None:
         raise UsageError("--batch: no watch() has recorded a batch in this kernel; wrap the "
                          "loop's iterable: for batch in cudadiag.watch(loader): ...")

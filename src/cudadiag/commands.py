@@ -1,0 +1,203 @@
+"""The commands a user runs on the incident log, implemented once: `incidents`, `show`,
+`report`, `export` and `explain`.
+
+`cudadiag COMMAND` (cli.py) and `%cudadiag COMMAND` (kernel/magics.py) are adapters: they
+parse their words into the typed options below, call these functions and print the text they
+return. Every refusal is a CudadiagError whose message says what was wrong and what to do;
+the command line prints it as `cudadiag COMMAND: message`, the magic raises it as a
+UsageError, so the shell and the notebook say the same thing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cudadiag.errors import ExplainError
+from cudadiag.incident import Incident
+from cudadiag.repro.options import DEFAULT_MAX_TRIALS, DEFAULT_TIMEOUT_S, SUFFIXES
+from cudadiag.store import IncidentStore
+from cudadiag.ui.render import render_explanation, render_table, render_text
+
+if TYPE_CHECKING:
+    from cudadiag.explain import Explanation
+    from cudadiag.repro.export import ReproInputs
+    from cudadiag.repro.minimize import MinimizeResult, Progress
+    from cudadiag.repro.notebook import ExportResult
+
+
+@dataclass(frozen=True)
+class ListOptions:
+    """`incidents [--family F]`."""
+
+    family: str | None = None
+
+
+@dataclass(frozen=True)
+class ShowOptions:
+    """`show [ID] [--json]`: the newest incident when no id is given."""
+
+    incident: str | None = None
+    as_json: bool = False
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """`export [ID] [PATH] [--max-trials N] [--timeout S] [--bundle] [--no-verify]`."""
+
+    incident: str | None = None
+    path: Path | None = None
+    """The repro to write (default: `repro-ID.ipynb` in the working directory)."""
+    max_trials: int = DEFAULT_MAX_TRIALS
+    timeout: float = DEFAULT_TIMEOUT_S
+    bundle: bool = False
+    verify: bool = True
+
+
+@dataclass(frozen=True)
+class Explained:
+    """What `explain` found, and where it read it."""
+
+    explanation: Explanation
+    source: str
+    """The input as the user named it (a file, "standard input", "the text given")."""
+
+    @property
+    def found(self) -> bool:
+        """True when the input holds an error (the command's exit status is 0 then)."""
+        return self.explanation.first is not None
+
+    def text(self, *, as_json: bool = False) -> str:
+        """The diagnosis as the user reads it, or as JSON with `as_json`."""
+        if as_json:
+            return json.dumps(self.explanation.to_dict(), indent=2, default=str)
+        return render_explanation(self.explanation, self.source)
+
+
+def list_incidents(store: IncidentStore, options: ListOptions) -> str:
+    """Return the table of the log's incidents, oldest first (records of a newer cudadiag
+    listed by what can be read of them). Raises OSError when the log cannot be read."""
+    contents = store.contents()
+    incidents, newer = contents.incidents, contents.newer
+    if options.family:
+        incidents = [i for i in incidents if i.diagnosis.family == options.family]
+        newer = [r for r in newer if r.family == options.family]
+    return render_table(incidents, newer)
+
+
+def show(store: IncidentStore, options: ShowOptions) -> str:
+    """Return one incident in full (as JSON with `as_json`). Raises IncidentNotFound."""
+    incident = store.get(options.incident)
+    return json.dumps(incident.to_dict(), indent=2) if options.as_json else render_text(incident)
+
+
+def report(store: IncidentStore, incident_id: str | None) -> str:
+    """Return the scrubbed Markdown report of an incident (the newest when `incident_id` is
+    None), ready for an issue tracker. Raises IncidentNotFound."""
+    from cudadiag.repro.report import render_report
+
+    return render_report(store.get(incident_id))
+
+
+def explain_file(path: str | Path) -> Explained:
+    """Explain the log in file `path` (a .gz file is decompressed). Raises ExplainError when
+    it cannot be read."""
+    from cudadiag.explain import explain_path
+
+    return Explained(explain_path(path), str(path))
+
+
+def explain_standard_input() -> Explained:
+    """Explain the log piped or pasted into standard input. Raises ExplainError when it
+    cannot be read."""
+    from cudadiag.explain import explain_stream
+
+    try:
+        return Explained(explain_stream(sys.stdin.buffer), "standard input")
+    except OSError as exc:
+        raise ExplainError(f"standard input cannot be read: {exc}") from None
+
+
+def explain_pasted(text: str, source: str = "the text given") -> Explained:
+    """Explain `text`, a log pasted or a traceback at hand. Never raises for odd input."""
+    from cudadiag.explain import explain_text
+
+    return Explained(explain_text(text), source)
+
+
+def export_target(store: IncidentStore, options: ExportOptions) -> tuple[Incident, Path]:
+    """Return the incident to export and the repro's path. The path is checked before the
+    log is read (a typo costs nothing), and again once the default name is known.
+
+    Raises ExportError for a path that cannot be written (its suffix, its folder),
+    IncidentNotFound for an id that names no incident."""
+    from cudadiag.repro.staging import check_target
+
+    if options.path is not None:
+        check_target(options.path, SUFFIXES)
+    incident = store.get(options.incident)
+    path = options.path or Path(f"repro-{incident.id}.ipynb")
+    check_target(path, SUFFIXES)
+    return incident, path
+
+
+def export_intro(incident: Incident, inputs: ReproInputs, timeout: float) -> str:
+    """The line printed when a minimization starts."""
+    return (f"minimizing incident {incident.id} ({len(inputs.cells)} cell(s)), each candidate "
+            f"in a fresh process (at most {timeout:g} s; Ctrl-C keeps the best so far)...")
+
+
+def export(store: IncidentStore, incident: Incident, path: Path, inputs: ReproInputs,
+           options: ExportOptions, progress: Progress | None = None
+           ) -> tuple[MinimizeResult, ExportResult]:
+    """Minimize `incident` from `inputs`, write the repro at `path`, verify it (unless
+    `options.verify` is False) and record the verdict in the log.
+
+    Raises MinimizeError when the program does not fail as the incident says
+    (MinimizeInterrupted: Ctrl-C before the full program's run ended), ExportError when the
+    repro cannot be made or written, KeyboardInterrupt while it is written."""
+    from cudadiag.repro.export import export_repro
+
+    return export_repro(incident, path, inputs, max_trials=options.max_trials,
+                        timeout=options.timeout, verify=options.verify,
+                        bundle=options.bundle, store=store, progress=progress)
+
+
+STOPPED_EARLY = ("stopped early: interrupted before the full program's run finished; "
+                 "nothing was written")
+"""What an export says when Ctrl-C came before there was anything to keep."""
+
+
+class Budget:
+    """How much of an export's budget (trials, seconds) is used."""
+
+    def __init__(self, max_trials: int, timeout: float) -> None:
+        self.max_trials = max_trials
+        self.timeout = timeout
+        self.started = time.monotonic()
+
+    def elapsed(self) -> float:
+        """Seconds since the export started."""
+        return time.monotonic() - self.started
+
+    def percent_used(self, trials: int) -> int:
+        """The share of the trial or the time budget used, whichever is larger (0..100)."""
+        used = max(trials / self.max_trials, self.elapsed() / self.timeout)
+        return min(int(100 * used), 100)
+
+
+def progress_line(max_trials: int, timeout: float) -> Progress:
+    """Return a progress callback that rewrites one terminal line: trials, best size, time
+    used."""
+    budget = Budget(max_trials, timeout)
+
+    def line(trials: int, size: int, phase: str) -> None:
+        sys.stdout.write(f"\r  trial {trials}/{max_trials}, best {size} {phase}, "
+                         f"{budget.elapsed():.0f} of {timeout:g} s   ")
+        sys.stdout.flush()
+
+    return line
