@@ -80,5 +80,5 @@ def test_device_lines_of_a_hidden_replayed_cell_are_kept(capsys):
             b"failed.\n")
     output.take("stderr", cell_marker(3, REPLAY) + line + cell_marker(5, TARGET))
     output.finish()
-    assert list(output.device_lines) == [line.decode().strip()]
+    assert output.device_lines.take() == line.decode().strip()
     assert "Assertion" not in capsys.readouterr().err

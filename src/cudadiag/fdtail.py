@@ -1,6 +1,5 @@
-"""The device's own lines: what a GPU kernel or the ROCm runtime prints to the process's file
-descriptors (kernel assertion printf, memory access faults). They never reach the exception,
-so whoever classifies an error has to read them here.
+"""The kernel's file descriptors 1 and 2 routed through a pipe, so the device's own lines
+(device_lines.py) printed by C code in the kernel's process can be read.
 """
 
 from __future__ import annotations
@@ -10,11 +9,9 @@ import os
 import selectors
 import threading
 import time
-from collections import deque
 
-from cudadiag import knowledge
+from cudadiag.device_lines import DeviceLineScanner
 
-DEVICE_LINES_KEPT = 64
 DEVICE_LINES_WAIT_S = 0.2
 
 
@@ -29,7 +26,7 @@ class DeviceMessageTail:
     """
 
     def __init__(self) -> None:
-        self.lines: deque[str] = deque(maxlen=DEVICE_LINES_KEPT)
+        self.scanner = DeviceLineScanner()
         self._redirected: list[tuple[int, int, int]] = []
         """(fd, saved copy of its old target, read end of our pipe)"""
         self._thread: threading.Thread | None = None
@@ -68,29 +65,19 @@ class DeviceMessageTail:
 
     def _pump(self) -> None:
         selector = selectors.DefaultSelector()
-        partial: dict[int, bytes] = {}
         for _, saved, read_end in self._redirected:
             selector.register(read_end, selectors.EVENT_READ, saved)
-            partial[read_end] = b""
         while selector.get_map():
             for key, _ in selector.select():
                 chunk = _read(key.fd)
                 if not chunk:
                     selector.unregister(key.fd)
-                    self._keep([partial.pop(key.fd)])
+                    self.scanner.end(key.fd)
                     os.close(key.fd)
                     continue
                 _write_all(key.data, chunk)
-                *complete, rest = (partial[key.fd] + chunk).split(b"\n")
-                partial[key.fd] = rest[-4096:]
-                self._keep(complete)
+                self.scanner.feed(key.fd, chunk)
         selector.close()
-
-    def _keep(self, raw_lines: list[bytes]) -> None:
-        for raw in raw_lines:
-            line = raw.decode(errors="replace")
-            if knowledge.DEVICE_MESSAGE.search(line):
-                self.lines.append(line.strip())
 
     def take(self, wait_for_lines: bool = False) -> str:
         """Return the lines kept so far and forget them.
@@ -100,11 +87,9 @@ class DeviceMessageTail:
         line may still be on its way to the stream.
         """
         deadline = time.monotonic() + DEVICE_LINES_WAIT_S
-        while wait_for_lines and not self.lines and time.monotonic() < deadline:
+        while wait_for_lines and not self.scanner.lines and time.monotonic() < deadline:
             time.sleep(0.01)
-        text = "\n".join(self.lines)
-        self.lines.clear()
-        return text
+        return self.scanner.take()
 
 
 def _read(fd: int) -> bytes:

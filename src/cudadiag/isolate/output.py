@@ -17,8 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from cudadiag.fdtail import DEVICE_LINES_KEPT
-from cudadiag.knowledge import DEVICE_MESSAGE
+from cudadiag.device_lines import DeviceLineScanner
 
 SHOWN_BYTES = 1 * 2**20
 """Output shown live per run; the rest is counted, not shown."""
@@ -60,14 +59,13 @@ class ChildOutput:
         self.stream = stream
         self.show_replay = show_replay
         self.kept = {name: bytearray() for name in STREAMS}
-        self.device_lines: deque[str] = deque(maxlen=DEVICE_LINES_KEPT)
+        self.device_lines = DeviceLineScanner()
         self.shown = 0
         self.hidden = 0
         """Bytes not shown because the live output reached SHOWN_BYTES."""
         self._decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace")
                           for name in STREAMS}
         self._carry = {name: b"" for name in STREAMS}
-        self._partial = {name: b"" for name in STREAMS}
         self._role: dict[str, tuple[int, str] | None] = {name: None for name in STREAMS}
         self._ends_line = {name: True for name in STREAMS}
         self._folds: list[_Fold] = []
@@ -104,7 +102,7 @@ class ChildOutput:
         self._drain(wait=False)
         for name in STREAMS:
             self._leave(name)
-            self._keep_device_lines([self._partial[name]])
+            self.device_lines.end(name)
             if self.stream and self._held[name]:
                 (sys.stdout if name == "stdout" else sys.stderr).write("\n")
                 self._held[name] = b""
@@ -145,9 +143,7 @@ class ChildOutput:
     def _route(self, name: str, data: bytes) -> None:
         if not data:
             return
-        *lines, partial = (self._partial[name] + data).split(b"\n")
-        self._partial[name] = partial[-4096:]
-        self._keep_device_lines(lines)
+        self.device_lines.feed(name, data)
         kept = self.kept[name]
         kept += data
         del kept[:-KEPT_BYTES]
@@ -222,14 +218,6 @@ class ChildOutput:
                 return fold
         self._folds.append(_Fold(number))
         return self._folds[-1]
-
-    def _keep_device_lines(self, lines: list[bytes]) -> None:
-        for raw in lines:
-            if not raw:
-                continue
-            line = raw.decode(errors="replace")
-            if DEVICE_MESSAGE.search(line):
-                self.device_lines.append(line.strip())
 
 
 def _may_start_marker(tail: bytes) -> bool:

@@ -177,8 +177,9 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
 
 def _complete(incident: Incident, output: ChildOutput, wall: float, returncode: int | None,
               numbered: list[tuple[int, str]], script: ScriptTarget | None) -> None:
-    if output.device_lines:
-        add_device_lines(incident, "\n".join(output.device_lines))
+    device_lines = output.device_lines.take()
+    if device_lines:
+        add_device_lines(incident, device_lines)
     incident.run.wall_s = wall
     incident.run.exit_status = returncode
     incident.run.sources = {str(n): source for n, source in numbered}
