@@ -257,15 +257,12 @@ def _cmd_env(args: argparse.Namespace) -> int:
     import torch
 
     from cudadiag.env import collect_env
+    from cudadiag.ui.render import environment_table
 
     _initialise_cuda_if_present(torch)
-    info = dataclasses.asdict(collect_env())
-    if args.json:
-        print(json.dumps(info, indent=2))
-    else:
-        width = max(len(k) for k in info)
-        for key, value in info.items():
-            print(f"{key + ':':{width + 1}} {value}")
+    env = collect_env()
+    print(json.dumps(dataclasses.asdict(env), indent=2) if args.json
+          else environment_table(env))
     return 0
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from cudadiag.incident import Incident
 from cudadiag.repro.redact import Redactor, without_addresses
-from cudadiag.ui.render import arg_text, frame_text, loop_code
+from cudadiag.ui.render import arg_text, environment_lines, frame_text, loop_code
 
 MESSAGE_LINES = 12
 
@@ -43,7 +43,8 @@ def render_report(incident: Incident, redactor: Redactor | None = None) -> str:
             f"- `{t.path}`: {t.dtype} {t.shape} on {t.device}, stride {t.stride}"
             + (f", values {t.min}..{t.max}" if t.min is not None else "")
             for t in incident.batch.tensors] + [""]
-    out += ["**Environment:**", ""] + [f"- {versions(line)}" for line in _env_lines(incident)]
+    out += ["**Environment:**", ""] + [f"- {versions(line)}"
+                                       for line in environment_lines(incident.env)]
     out += ["", f"**Run:** {incident.run.mode}, blocking launches "
             f"{'on' if incident.run.blocking else 'off'}"
             + (f", {' '.join(incident.run.command)}" if incident.run.command else ""), ""]
@@ -62,21 +63,6 @@ def _first_message(incident: Incident) -> str:
         at = lines.index(error.message)
         lines[at] = f"{error.type}: {error.message}"
     return "\n".join(lines)
-
-
-def _env_lines(incident: Incident) -> list[str]:
-    env = incident.env
-    if env is None:
-        return ["not recorded"]
-    lines = [f"PyTorch {env.torch}, Python {env.python}, {env.platform}",
-             f"backend {env.backend}; CUDA {env.cuda}; HIP {env.hip}; cuDNN {env.cudnn}"]
-    if env.device_name:
-        lines.append(f"device {env.device_name}, capability {env.capability}")
-    if env.arch_list:
-        lines.append(f"build arch list {' '.join(env.arch_list)}")
-    if env.extensions:
-        lines.append("extensions " + ", ".join(f"{k} {v}" for k, v in env.extensions.items()))
-    return lines
 
 
 def _code(incident: Incident, scrub: Redactor) -> str:

@@ -8,6 +8,7 @@ is built once, as sections; each format only lays it out.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import textwrap
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.incident import BatchInfo, Frame, FrameContext, Incident, TensorSummary
+from cudadiag.incident import BatchInfo, EnvInfo, Frame, FrameContext, Incident, TensorSummary
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
 from cudadiag.store import NewerRecord
 
@@ -232,7 +233,7 @@ def sections(incident: Incident) -> list[Section]:
     parts.append(Section("checks", "Check first", list(d.first_checks), bullets=True))
     parts.append(Section("avoid", "Do not conclude", list(d.avoid), bullets=True))
     if incident.env:
-        parts.append(Section("env", "Environment", _env_lines(incident)))
+        parts.append(Section("env", "Environment", environment_lines(incident.env)))
     if e.later:
         parts.append(Section(
             "later", f"Later errors ({len(e.later)}, probable consequences of the first)",
@@ -361,17 +362,33 @@ def _tensor_flags(t: TensorSummary, valid: list[int] | None) -> list[str]:
     return flags
 
 
-def _env_lines(incident: Incident) -> list[str]:
-    env = incident.env
-    lines = [f"python {env.python}, torch {env.torch}, cuda {env.cuda}, hip {env.hip}, "
-             f"cudnn {env.cudnn}, backend {env.backend}",
-             f"device {env.device_name}, capability {env.capability}"
-             + (f", in the build's arch list: {env.device_in_arch_list}"
-                if env.device_in_arch_list is not None else ""),
-             f"code revision {env.code_revision}" + (" (dirty)" if env.code_dirty else "")]
+def environment_lines(env: EnvInfo | None) -> list[str]:
+    """Return the environment of an incident as the panel and the report show it: versions,
+    backend, device, build architectures, code revision, binary extensions (lines without a
+    value left out); ["not recorded"] for an incident without one."""
+    if env is None:
+        return ["not recorded"]
+    lines = [f"PyTorch {env.torch}, Python {env.python}, {env.platform}",
+             f"backend {env.backend}; CUDA {env.cuda}; HIP {env.hip}; cuDNN {env.cudnn}"]
+    if env.device_name:
+        lines.append(f"device {env.device_name}, capability {env.capability}"
+                     + (f", in the build's arch list: {env.device_in_arch_list}"
+                        if env.device_in_arch_list is not None else ""))
+    if env.arch_list:
+        lines.append(f"build arch list {' '.join(env.arch_list)}")
+    if env.code_revision:
+        lines.append(f"code revision {env.code_revision}" + (" (dirty)" if env.code_dirty
+                                                              else ""))
     if env.extensions:
-        lines.append("extensions: " + ", ".join(f"{k} {v}" for k, v in env.extensions.items()))
+        lines.append("extensions " + ", ".join(f"{k} {v}" for k, v in env.extensions.items()))
     return lines
+
+
+def environment_table(env: EnvInfo) -> str:
+    """Return every field of `env`, one `name: value` line each, aligned (`cudadiag env`)."""
+    fields = dataclasses.asdict(env)
+    width = max(len(name) for name in fields)
+    return "\n".join(f"{name + ':':{width + 1}} {value}" for name, value in fields.items())
 
 
 _BANNER_STYLE = ("border: 2px solid #c62828; background: #ffebee; color: #b71c1c; "
