@@ -367,10 +367,10 @@ def test_first_cause_of_an_exception_chain_wins():
     try:
         try:
             raise RuntimeError("CUDA error: device-side assert triggered")
-        except RuntimeError:
-            raise RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED") from None
-    except RuntimeError:
-        pass
+        except RuntimeError:  # raised while handling: the implicit context is the first cause
+            raise RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED")  # noqa: B904
+    except RuntimeError as during_handling:
+        assert classify(during_handling).family == "device_assert"
     try:
         try:
             raise RuntimeError("CUDA error: device-side assert triggered")
