@@ -13,7 +13,7 @@ import contextlib
 import random
 import sys
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Protocol
 
 from cudadiag import probes
 from cudadiag.classify import classify
@@ -22,17 +22,27 @@ from cudadiag.errors import IncidentNotSaved
 from cudadiag.fdtail import DeviceMessageTail
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
 from cudadiag.store import IncidentStore
-from cudadiag.ui import render
 
 RNG_CELLS_KEPT = 256
+
+
+class Announcer(Protocol):
+    """How the kernel's incidents are shown (ui/announce.py: the panel, the short text)."""
+
+    def incident(self, incident: Incident, saved: bool) -> None:
+        """Show a new incident (`saved`: it is in the log, so it can be opened by id)."""
+
+    def poisoned(self, incident: Incident) -> None:
+        """Remind, before a cell runs, that `incident` made the CUDA context unusable."""
 
 
 class KernelCapture:
     """The extension's state in one IPython shell."""
 
-    def __init__(self, shell: Any, store: IncidentStore | None = None) -> None:
+    def __init__(self, shell: Any, store: IncidentStore, announcer: Announcer) -> None:
         self.shell = shell
-        self.store = store or IncidentStore()
+        self.store = store
+        self.announcer = announcer
         self.current: Incident | None = None
         """The kernel's incident that decides what later errors are (the first one, or the
         latest after a non-sticky error)."""
@@ -73,7 +83,7 @@ class KernelCapture:
         self._rng_at_start = self._read_rng_states()
         probes.new_cell()
         if self.poisoned_by is not None:
-            print(render.sticky_warning_line(self.poisoned_by), file=sys.stderr)
+            self.announcer.poisoned(self.poisoned_by)
 
     def post_run_cell(self, result: Any = None, **_: Any) -> None:
         """Turn the cell's error, if any, into an incident or a later error of one."""
@@ -124,22 +134,8 @@ class KernelCapture:
             device_lines=device_lines)
         self.current = incident
         saved = self._save(incident)
-        self.announce(incident, saved=saved)
+        self.announcer.incident(incident, saved)
         return incident
-
-    def announce(self, incident: Incident, saved: bool = True) -> None:
-        """Show the incident under the failing cell: the panel in a notebook kernel (its
-        mime bundle carries HTML and text fallbacks), the short text in a terminal. An
-        incident that was not saved gets no `show` hint: it could not be opened."""
-        if getattr(self.shell, "kernel", None) is None:
-            show = render.SHOW_IN_IPYTHON if saved else None
-            print(render.render_short(incident, show=show), file=sys.stderr)
-            return
-        from IPython.display import display
-
-        from cudadiag.ui.panel import Panel
-
-        display(Panel(incident, store=self.store, shell=self.shell))
 
     def ingest_last_error(self) -> Incident | None:
         """Capture the error that failed the last cell before the extension was loaded."""

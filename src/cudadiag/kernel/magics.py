@@ -18,6 +18,7 @@ from cudadiag.kernel.hooks import KernelCapture
 from cudadiag.repro.options import add_export_options
 from cudadiag.store import IncidentStore
 from cudadiag.ui import render
+from cudadiag.ui.announce import KernelAnnouncer
 
 if TYPE_CHECKING:
     from cudadiag.incident import Incident
@@ -262,7 +263,9 @@ def capture_for(shell: Any) -> KernelCapture:
     """Return the capture state of `shell`, creating it (unregistered) if needed."""
     capture = _captures.get(id(shell))
     if capture is None:
-        capture = _captures[id(shell)] = KernelCapture(shell, IncidentStore())
+        store = IncidentStore()
+        capture = _captures[id(shell)] = KernelCapture(shell, store,
+                                                       KernelAnnouncer(shell, store))
     return capture
 
 

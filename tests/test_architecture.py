@@ -1,0 +1,28 @@
+"""The layers of docs/architecture.md hold, and no part reaches another behind the reader's
+back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src" / "cudadiag"
+
+
+def test_the_import_linter_contracts_are_kept():
+    lint_imports = Path(sys.executable).parent / "lint-imports"
+    result = subprocess.run([str(lint_imports), "--config", str(ROOT / "pyproject.toml")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_no_module_reaches_another_through_sys_modules():
+    hidden = [f"{path.relative_to(SRC)}:{number}"
+              for path in SRC.rglob("*.py")
+              for number, line in enumerate(path.read_text().splitlines(), 1)
+              if 'sys.modules.get("cudadiag' in line or "sys.modules['cudadiag" in line
+              or 'sys.modules["cudadiag' in line]
+    assert hidden == []
