@@ -7,15 +7,29 @@ means and what to check, and warns on every later cell when the CUDA context is 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudadiag.classify import classify
 from cudadiag.env import collect_env
 from cudadiag.errors import CudadiagError, GuardError, IncidentSchemaError
 from cudadiag.incident import Diagnosis, EnvInfo, Incident
 
+if TYPE_CHECKING:  # the names below are loaded on first use; their real signatures:
+    from cudadiag.batch import BatchSummary, step_done, summarize, watch
+    from cudadiag.cases import keep_case, load_cases
+    from cudadiag.guards import (
+        check_class_targets,
+        check_index_range,
+        check_label_mapping,
+        check_same_device,
+        guard,
+    )
+    from cudadiag.isolate.runner import run_isolated
+    from cudadiag.ui.panel import Panel
+
 __version__ = "0.1.0"
-# Names whose modules import torch: loaded on first use, so `import cudadiag` stays light.
+# Names whose modules import torch (or start processes): loaded on first use, so `import
+# cudadiag` stays light.
 _LAZY = {
     "summarize": "cudadiag.batch",
     "watch": "cudadiag.batch",
@@ -29,22 +43,34 @@ _LAZY = {
     "keep_case": "cudadiag.cases",
     "load_cases": "cudadiag.cases",
     "Panel": "cudadiag.ui.panel",
+    "run_isolated": "cudadiag.isolate.runner",
 }
-__all__ = [
+__all__ = [  # the lazy names of _LAZY included, as literals for the linters
+    "BatchSummary",
     "CudadiagError",
     "Diagnosis",
     "EnvInfo",
     "GuardError",
     "Incident",
     "IncidentSchemaError",
+    "Panel",
+    "check_class_targets",
+    "check_index_range",
+    "check_label_mapping",
+    "check_same_device",
     "classify",
     "collect_env",
+    "guard",
     "incidents",
+    "keep_case",
+    "load_cases",
     "load_ipython_extension",
     "run_isolated",
+    "step_done",
+    "summarize",
     "testing",
     "unload_ipython_extension",
-    *_LAZY,
+    "watch",
 ]
 
 
@@ -53,14 +79,6 @@ def incidents() -> list[Incident]:
     from cudadiag.store import IncidentStore
 
     return IncidentStore().load()
-
-
-def run_isolated(code: str, **options: Any) -> Any:
-    """Run `code` in a fresh process with blocking launches; see
-    cudadiag.isolate.runner.run_isolated for the options. Returns an IsolatedResult."""
-    from cudadiag.isolate.runner import run_isolated as run
-
-    return run(code, **options)
 
 
 def load_ipython_extension(ipython: Any) -> None:

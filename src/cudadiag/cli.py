@@ -13,13 +13,16 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cudadiag.argtypes import positive_seconds
 from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
 from cudadiag.repro.options import add_export_options
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    from cudadiag.isolate.runner import IsolatedResult
     from cudadiag.store import IncidentStore
 
 DEMO_CELLS = (
@@ -43,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the `cudadiag` command; returns its exit status (2 for bad arguments)."""
     parser = _parser()
     args = parser.parse_args(argv)
-    return args.handler(args)
+    status: int = args.handler(args)
+    return status
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -137,7 +141,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     python, target, argv, module = _split_command(args.command)
     if target is None:
-        args.parser.error("name the script to run: cudadiag run [--] [python] SCRIPT [ARGS...]"
+        parser: argparse.ArgumentParser = args.parser
+        parser.error("name the script to run: cudadiag run [--] [python] SCRIPT [ARGS...]"
                           " or cudadiag run -- python -m MODULE [ARGS...]")
     if not module and not os.path.exists(target):
         print(f"cudadiag run: {target}: no such script", file=sys.stderr)
@@ -166,7 +171,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return _exit_status(result)
 
 
-def _exit_status(result: Any) -> int:
+def _exit_status(result: IsolatedResult) -> int:
     """The status a shell would report for the script run plainly: its own, 128 + N for a
     death by signal N, 130 when the user interrupted it (Ctrl-C)."""
     if result.interrupted:
@@ -266,7 +271,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
-def _initialise_cuda_if_present(torch: object) -> None:
+def _initialise_cuda_if_present(torch: ModuleType) -> None:
     """This command is its own process: initialising CUDA here touches nobody's state, and
     lets the device name and capability be reported."""
     if not (torch.version.cuda or getattr(torch.version, "hip", None)):

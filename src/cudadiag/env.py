@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from cudadiag.incident import EnvInfo
@@ -53,13 +54,11 @@ def collect_env() -> EnvInfo:
     return info
 
 
-def detect_backend(torch_module: object | None = None) -> str:
+def detect_backend(torch_module: ModuleType | None = None) -> str:
     """Return `rocm`, `cuda`, `mps` or `cpu` for this process's PyTorch build, without
     initialising CUDA. A CUDA or ROCm build whose GPUs cannot be counted without initialising
     CUDA is reported by its build."""
-    torch = torch_module or sys.modules.get("torch")
-    if torch is None:
-        import torch
+    torch = torch_module or sys.modules.get("torch") or importlib.import_module("torch")
     if getattr(torch.version, "hip", None):
         return "rocm" if _gpu_count(torch) != 0 else "cpu"
     if torch.version.cuda:
@@ -113,27 +112,28 @@ def _git(directory: str, *args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _cudnn_version(torch: object) -> str | None:
+def _cudnn_version(torch: ModuleType) -> str | None:
     version = _safe(lambda: torch.backends.cudnn.version(), None)
     return str(version) if version else None
 
 
-def _arch_list(torch: object) -> list[str]:
+def _arch_list(torch: ModuleType) -> list[str]:
     # torch.cuda.get_arch_list() calls is_available(), which initialises the driver; the
     # compiled-in flags can be read without it.
     flags = _safe(lambda: torch._C._cuda_getArchFlags(), None)
     return flags.split() if isinstance(flags, str) else []
 
 
-def _cuda_initialized(torch: object) -> bool:
+def _cuda_initialized(torch: ModuleType) -> bool:
     return bool(_safe(lambda: torch.cuda.is_initialized(), False))
 
 
-def _gpu_count(torch: object) -> int | None:
+def _gpu_count(torch: ModuleType) -> int | None:
     """GPU count through NVML/amdsmi (no CUDA initialisation), or the live count when CUDA is
     already initialised; None when it cannot be known without initialising CUDA."""
     if _cuda_initialized(torch):
-        return _safe(lambda: torch.cuda.device_count(), None)
+        count: int | None = _safe(lambda: torch.cuda.device_count(), None)
+        return count
     probe = getattr(
         torch.cuda, "_device_count_amdsmi" if torch.version.hip else "_device_count_nvml", None
     )
@@ -141,7 +141,7 @@ def _gpu_count(torch: object) -> int | None:
     return count if isinstance(count, int) and count >= 0 else None
 
 
-def _fill_device(info: EnvInfo, torch: object) -> None:
+def _fill_device(info: EnvInfo, torch: ModuleType) -> None:
     count = _gpu_count(torch)
     info.gpu_count = str(count) if count is not None else (
         "unavailable: cannot count GPUs without initialising CUDA" if info.cuda or info.hip

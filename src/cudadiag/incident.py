@@ -17,10 +17,10 @@ import traceback as tb_module
 import types
 import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 from cudadiag.errors import IncidentSchemaError
 
@@ -463,7 +463,8 @@ class Incident:
         for upgrade in _UPGRADES[schema - 1:]:
             data = upgrade(data)
         try:
-            incident: Incident = _reader(cls)(data)
+            # a dataclass with eq is unhashable to mypy; the class object itself hashes
+            incident: Incident = _reader(cast(Hashable, cls))(data)
         except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
             raise IncidentSchemaError(
                 f"incident {data.get('id', '?')}: a malformed record ({exc})") from None

@@ -14,15 +14,16 @@ This module is data. `classify.py` reads it; nothing else should hold diagnosis 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-try:  # the pattern parser behind `re` (anchors are derived from the patterns)
+if sys.version_info >= (3, 11):  # the pattern parser behind `re` (anchors come from it)
     from re import _constants as _sre_constants
     from re import _parser as _sre_parser
-except ImportError:  # Python 3.10
-    import sre_constants as _sre_constants  # type: ignore[no-redef]
-    import sre_parse as _sre_parser  # type: ignore[no-redef]
+else:
+    import sre_constants as _sre_constants
+    import sre_parse as _sre_parser
 
 FAMILY_NAMES = (
     "device_assert",
@@ -362,17 +363,19 @@ class Signature:
 
 
 def _sig(family: str, pattern: str, *, sticky: bool = False, wrapper: bool = False,
-         catch_all: bool = False, **fixed: object) -> Signature:
+         catch_all: bool = False, known: Mapping[str, object] | None = None,
+         **fixed: object) -> Signature:
+    """A signature; `known` and `fixed` are the details every match of it has."""
     compiled = re.compile(pattern, re.IGNORECASE)
-    return Signature(family, compiled, sticky, dict(fixed), pattern_anchors(pattern),
-                     catch_all, wrapper)
+    return Signature(family, compiled, sticky, {**(known or {}), **fixed},
+                     pattern_anchors(pattern), catch_all, wrapper)
 
 
 def pattern_anchors(pattern: str) -> tuple[str, ...]:
     """Return lower-case literals of which every match of `pattern` holds one: the longest
     literal run among its mandatory parts, or one run per branch of an alternation when that
     is longer. Raises ValueError when the pattern has no literal of at least 4 characters."""
-    runs = _literal_runs(list(_sre_parser.parse(pattern, 0)))
+    runs = _literal_runs(list(_sre_parser.parse(pattern, 0).data))
     plain = [r for r in runs if isinstance(r, str)]
     best: tuple[str, ...] = (max(plain, key=len),) if plain else ()
     for branch in (r for r in runs if isinstance(r, tuple)):
@@ -429,7 +432,7 @@ def _runtime_error_signatures() -> list[Signature]:
             fixed: dict[str, object] = {"error_code": err.code, "cuda_error": err.name}
             if err.family == "oom":
                 fixed["oom_kind"] = "runtime"
-            signatures.append(_sig(err.family, pattern, sticky=err.sticky, **fixed))
+            signatures.append(_sig(err.family, pattern, sticky=err.sticky, known=fixed))
     return signatures
 
 
@@ -439,7 +442,7 @@ def _error_name_signatures() -> list[Signature]:
     signatures = []
     for name, err in CUDA_ERRORS_BY_NAME.items():
         fixed: dict[str, object] = {"error_code": err.code, "cuda_error": err.name}
-        signatures.append(_sig(err.family, rf"\b{name}\b", sticky=err.sticky, **fixed))
+        signatures.append(_sig(err.family, rf"\b{name}\b", sticky=err.sticky, known=fixed))
     return signatures
 
 

@@ -44,6 +44,7 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _COMPREHENSIONS = {ast.ListComp: "<listcomp>", ast.SetComp: "<setcomp>",
                    ast.DictComp: "<dictcomp>", ast.GeneratorExp: "<genexpr>"}
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
+Loop = ast.For | ast.AsyncFor | ast.While
 
 
 def loop_context(exc: BaseException,
@@ -164,8 +165,10 @@ def _scope(tree: ast.Module, line: int, code_name: str) -> ast.AST | None:
     class or comprehension around `line` with the code's name."""
     if code_name == "<module>":
         return tree
-    found = None
+    found: ast.stmt | ast.expr | None = None
     for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt | ast.expr):
+            continue
         if _scope_name(node) == code_name and node.lineno <= line <= (node.end_lineno or 0):
             if found is None or node.lineno >= found.lineno:
                 found = node
@@ -180,10 +183,10 @@ def _scope_name(node: ast.AST) -> str | None:
     return _COMPREHENSIONS.get(type(node))
 
 
-def _enclosing(scope: ast.AST, line: int) -> tuple[list[ast.stmt], ast.stmt | None]:
+def _enclosing(scope: ast.AST, line: int) -> tuple[list[Loop], ast.stmt | None]:
     """The loops of `scope` around `line` (outermost first) and the innermost statement
     holding it, without entering nested functions and classes."""
-    loops: list[ast.stmt] = []
+    loops: list[Loop] = []
     statement = None
     node = scope
     while True:
@@ -209,12 +212,12 @@ def _statement_end(statement: ast.stmt, line: int) -> int:
     return statement.end_lineno or line
 
 
-def _body_end(loop: ast.stmt) -> int:
+def _body_end(loop: Loop) -> int:
     """The last line of a loop's body (its `else:` part runs after the loop)."""
     return max(s.end_lineno or s.lineno for s in loop.body)
 
 
-def _loop_variables(loop: ast.stmt) -> list[ast.expr]:
+def _loop_variables(loop: Loop) -> list[ast.expr]:
     """The names a loop advances: a `for`'s targets; a `while`'s names of its condition that
     its body assigns, and the names its body increments."""
     if isinstance(loop, ast.For | ast.AsyncFor):

@@ -167,7 +167,8 @@ class IncidentStore:
             raise IncidentFromNewerVersion(
                 f"every incident of {self.path} was {newer[-1].describe()}; upgrade cudadiag "
                 "(pip install -U cudadiag) to read them")
-        matches = [e for e in (*incidents, *newer) if e.id.startswith(incident_id)]
+        records: list[Incident | NewerRecord] = [*incidents, *newer]
+        matches = [e for e in records if e.id.startswith(incident_id)]
         if len(matches) != 1:
             known = ", ".join(i.id for i in incidents[-5:])
             what = "no incident" if not matches else f"{len(matches)} incidents"

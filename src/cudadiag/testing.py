@@ -29,7 +29,7 @@ import os
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -40,7 +40,10 @@ from cudadiag import contracts, probes, trace
 from cudadiag.own_work import outside_user_modes
 
 F = TypeVar("F", bound=Callable[..., Any])
-_BaseAcceleratorError: type[RuntimeError] = getattr(torch, "AcceleratorError", RuntimeError)
+if TYPE_CHECKING:  # torch.AcceleratorError exists from torch 2.8 on
+    _BaseAcceleratorError = RuntimeError
+else:
+    _BaseAcceleratorError = getattr(torch, "AcceleratorError", RuntimeError)
 
 _DOCS = "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html"
 _ASYNC_SUFFIX = (
@@ -66,6 +69,8 @@ class SimulatedAcceleratorError(_BaseAcceleratorError):
     """A CUDA runtime error raised by the simulator (`simulated` is True)."""
 
     simulated = True
+    violation: contracts.Violation | None = None
+    """The index contract the failing kernel broke (a device-side assert)."""
 
     def __init__(self, message: str, error_code: int) -> None:
         super().__init__(message)
@@ -143,7 +148,7 @@ def reset_simulated_device() -> None:
     """Forget a simulated fault (for test isolation only: a real CUDA context cannot be reset,
     the process must restart)."""
     active = _STATE.active
-    _STATE.__init__()
+    _DeviceState.__init__(_STATE)
     _STATE.active = active
 
 
@@ -192,7 +197,8 @@ class SimulatedCuda(TorchDispatchMode):
 
         return wrapper  # type: ignore[return-value]
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         __tracebackhide__ = True
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
@@ -227,7 +233,8 @@ class SimulatedCuda(TorchDispatchMode):
     def _check_memory(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         requested = _predicted_new_bytes(func, args, kwargs)
         used = _STATE.live_bytes()
-        if requested and used + requested > self.memory_budget:
+        if (requested and self.memory_budget is not None
+                and used + requested > self.memory_budget):
             raise SimulatedOutOfMemoryError(
                 allocator_oom_message(requested, self.memory_budget, used, self.device_index)
             )
@@ -263,7 +270,8 @@ class _CudaFunctionPaths(TorchFunctionMode):
     """Composite functions whose CPU path checks values on the host where CUDA's leaves the
     check to a kernel assertion: under the simulator they take CUDA's path."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         if func is torch.nn.functional.one_hot:
             return _one_hot_as_on_cuda(*args, **kwargs)

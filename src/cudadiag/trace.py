@@ -55,13 +55,15 @@ class OpTracer(TorchDispatchMode):
 
     def __enter__(self) -> OpTracer:
         _active.append(self)
-        return super().__enter__()
+        super().__enter__()
+        return self
 
     def __exit__(self, *exc_info: object) -> None:
         _active.remove(self)
         super().__exit__(*exc_info)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         self.calls += 1
         if self.precheck:

@@ -23,6 +23,8 @@ from cudadiag.incident import BatchInfo, StepInfo
 from cudadiag.own_work import outside_user_modes
 
 DEFAULT_MAX_BYTES = 64 * 2**20
+_INDEX_SAMPLER = "_index_sampler"
+"""The DataLoader property its iterator reads the batch sampler through."""
 
 
 
@@ -253,21 +255,23 @@ def _iterate_recording_indices(iterable: Any) -> tuple[Iterator[Any], deque[list
     this loader only, for the duration of iter(): nothing extra is drawn from the sampler and
     the data are unchanged.
     """
-    owner = next((c for c in type(iterable).__mro__ if "_index_sampler" in vars(c)), None)
-    prop = vars(owner).get("_index_sampler") if owner else None
-    if not isinstance(prop, property) or getattr(iterable, "in_order", True) is False:
+    owner = next((c for c in type(iterable).__mro__ if _INDEX_SAMPLER in vars(c)), None)
+    prop = vars(owner).get(_INDEX_SAMPLER) if owner else None
+    if (owner is None or not isinstance(prop, property) or prop.fget is None
+            or getattr(iterable, "in_order", True) is False):
         return iter(iterable), None
+    read_sampler = prop.fget
     handed_out: deque[list[int]] = deque()
 
     def index_sampler(loader: Any) -> Any:
-        sampler = prop.fget(loader)
+        sampler = read_sampler(loader)
         return _RecordingSampler(sampler, handed_out) if loader is iterable else sampler
 
-    owner._index_sampler = property(index_sampler)
+    setattr(owner, _INDEX_SAMPLER, property(index_sampler))
     try:
         iterator = iter(iterable)
     finally:
-        owner._index_sampler = prop
+        setattr(owner, _INDEX_SAMPLER, prop)
     return iterator, handed_out
 
 

@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 import traceback
+from types import ModuleType
 
 POLL_S = 0.01
 """How often a child is checked on where the system has no pidfd (macOS)."""
@@ -42,7 +43,7 @@ def serve(fd: int) -> None:
         return  # the parent went away (closed the socket or was interrupted): stop quietly
 
 
-def _answer_runs(channel: socket.socket, worker: object) -> None:
+def _answer_runs(channel: socket.socket, worker: ModuleType) -> None:
     """Fork one child per job received; tell the parent its pid, then its exit code. A child
     nobody waits for any more (the parent went away) is killed with its process group."""
     while True:
@@ -74,7 +75,7 @@ def _wait(channel: socket.socket, pid: int) -> int:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 return status
-            watched = [channel] if pidfd is None else [channel, pidfd]
+            watched: list[socket.socket | int] = [channel] if pidfd is None else [channel, pidfd]
             readable, _, _ = select.select(watched, [], [], POLL_S if pidfd is None else None)
             if channel in readable and not channel.recv(1, socket.MSG_PEEK):
                 _kill_group(pid)
@@ -93,7 +94,7 @@ def _kill_group(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-def _run_child(worker: object, job_path: str, fds: list[int]) -> None:
+def _run_child(worker: ModuleType, job_path: str, fds: list[int]) -> None:
     """In the forked child: own process group, output to the run's pipes, run, exit."""
     code = 1
     try:

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Protocol
+from typing import IO, Protocol
 
 NVIDIA_BLOCKING = {"CUDA_LAUNCH_BLOCKING": "1"}
 ROCM_BLOCKING = {"HIP_LAUNCH_BLOCKING": "1", "AMD_SERIALIZE_KERNEL": "3"}
@@ -56,10 +56,36 @@ def blocking_settings(blocking: bool = True) -> BlockingSettings:
     )
 
 
+class ChildProcess(Protocol):
+    """What the runner uses of a started worker: a Popen, or a child of the fork server."""
+
+    @property
+    def pid(self) -> int:
+        """The process id (also its process group's)."""
+
+    @property
+    def stdout(self) -> IO[bytes] | None:
+        """The read end of the child's standard output."""
+
+    @property
+    def stderr(self) -> IO[bytes] | None:
+        """The read end of the child's standard error."""
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once known (negative: killed by that signal)."""
+
+    def poll(self) -> int | None:
+        """Return the exit status if the child has exited, else None."""
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Return the exit status; raises subprocess.TimeoutExpired after `timeout`."""
+
+
 class Launcher(Protocol):
     """Starts the worker for a job file in a fresh process with the given environment."""
 
-    def start(self, job_path: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(self, job_path: str, env: dict[str, str]) -> ChildProcess:
         """Return the running process (`pid`, `stdout`, `stderr`, `returncode`, `poll()`,
         `wait(timeout)` as Popen has them); its stdout/stderr are pipes, which the caller
         closes, and it is in its own process group (so a timeout or an interrupt can kill

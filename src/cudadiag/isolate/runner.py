@@ -258,7 +258,7 @@ class _Pump:
                                           or now - exited_at > DRAIN_AFTER_EXIT_S):
                 return
             for key, _ in selector.select(timeout=0.05):
-                data = os.read(key.fileobj.fileno(), 65536)
+                data = os.read(key.fd, 65536)
                 if data:
                     self.output.take(key.data, data)
                     last_data = time.monotonic()

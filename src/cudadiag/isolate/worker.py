@@ -175,7 +175,8 @@ def _print_traceback(exc: BaseException) -> None:
         sys.stderr.flush()
 
 
-_RUNNER_FILES = {__file__, runpy._run_code.__code__.co_filename}
+_RUNNER_FILES = {__file__, runpy.run_path.__code__.co_filename}
+"""Frames of the runner, not the user's: this module's and runpy's (`<frozen runpy>`)."""
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
 _DISPATCH_WRAPPERS = ("torch/_compile.py", "torch/_dynamo/")
 """Frames PyTorch puts between an operator and a dispatch mode's __torch_dispatch__."""
@@ -228,7 +229,7 @@ def _load_shipped(path: Path | None) -> dict[str, Any]:
     import cloudpickle
 
     with open(path, "rb") as f:
-        values = cloudpickle.load(f)
+        values: dict[str, Any] = cloudpickle.load(f)
     return values
 
 

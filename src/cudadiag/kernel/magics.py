@@ -304,7 +304,8 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
 
     if incident.run.mode != "kernel":
         return stored_inputs(incident, store)
-    from cudadiag.isolate.plan import PlanError, make_plan
+    from cudadiag.errors import PlanError
+    from cudadiag.isolate.plan import make_plan
 
     history = _history(shell)
     cell = incident.run.cells[0] if incident.run.cells else None
@@ -342,7 +343,8 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
                        target: int) -> IsolatedResult | None:
     """Plan and run cell `target` isolated, print the outcome; return the result (None for
     --dry-run). Raises UsageError for a bad option or plan."""
-    from cudadiag.isolate.plan import PlanError, make_plan
+    from cudadiag.errors import PlanError
+    from cudadiag.isolate.plan import make_plan
     from cudadiag.isolate.verdict import verdict_line
 
     ship = args.ship if args.ship in ("auto", "none") else [
@@ -386,7 +388,7 @@ def _original_incident(shell: Any, cell: int, source: str) -> Incident | None:
 
 
 def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, str],
-                  recorded: tuple[int, Any] | None) -> Any:
+                  recorded: tuple[int, Any] | None) -> IsolatedResult:
     from cudadiag.isolate.runner import run_isolated
 
     capture = capture_for(shell)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudadiag.errors import ExportError
 from cudadiag.incident import Incident, ReproInfo
 from cudadiag.isolate.cellfacts import analyse_cell
 from cudadiag.isolate.job import BATCH_FILE, RNG_FILE
@@ -20,7 +21,7 @@ from cudadiag.repro.minimize import MinimizeResult, Progress, minimize
 from cudadiag.repro.notebook import ExportResult, write_and_verify
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS, DEFAULT_TIMEOUT_S, SUFFIXES
 from cudadiag.repro.script import write_and_verify_script
-from cudadiag.repro.staging import ExportError, check_target
+from cudadiag.repro.staging import check_target
 from cudadiag.store import IncidentStore
 
 SCRIPT_CELL = 1

@@ -17,7 +17,7 @@ import pickle
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from cudadiag.repro.dependencies import Unit
 
@@ -89,7 +89,8 @@ def read_probe(path: str) -> tuple[Any, dict[str, Any]] | None:
     try:
         with open(path, "rb") as f:
             size = int.from_bytes(f.read(8), "little")
-            return pickle.loads(f.read(size))
+            probe: tuple[Any, dict[str, Any]] = pickle.loads(f.read(size))
+            return probe
     except (OSError, EOFError, pickle.UnpicklingError):
         return None
 
@@ -122,7 +123,7 @@ def cuts(site: LoopSite, value: Any) -> list[LoopCut]:
     start = ast.unparse(args[0]) if len(args) > 1 else None
     step_text = f", {ast.unparse(step)}" if step is not None else ""
     key = f"In[{site.unit.cell}] {site.target}={value}"
-    width = step.value if step is not None else 1
+    width = step.value if isinstance(step, ast.Constant) and isinstance(step.value, int) else 1
     alone = f"range({value}, {value + width}{step_text})"
     upto = f"range({start}, {value + 1}{step_text})" if start else f"range({value + 1})"
     restore = (f"{site.indent}restore_rng({key!r})  # the random states iteration {value} "
@@ -167,20 +168,22 @@ def _site_in(unit: Unit, line: int) -> LoopSite | None:
         tree = ast.parse(unit.source)
     except SyntaxError:
         return None
-    found = None
+    found: tuple[ast.For, ast.Name, ast.Call] | None = None
     for node in _outside_functions(tree):
         if (isinstance(node, ast.For) and isinstance(node.target, ast.Name)
                 and _is_range(node.iter) and node.body[0].lineno > node.lineno
                 and node.body[0].lineno <= line <= (node.end_lineno or 0)):
-            found = node  # walk order: an inner loop comes after the loop around it
+            # walk order: an inner loop comes after the loop around it
+            found = (node, node.target, node.iter)
     if found is None:
         return None
+    loop, target, range_call = found
     lines = unit.source.splitlines()
-    first = found.body[0]
-    return LoopSite(unit=unit, target=found.target.id, for_line=found.lineno,
-                    body_line=first.lineno, indent=lines[found.lineno - 1][:found.col_offset],
+    first = loop.body[0]
+    return LoopSite(unit=unit, target=target.id, for_line=loop.lineno,
+                    body_line=first.lineno, indent=lines[loop.lineno - 1][:loop.col_offset],
                     body_indent=lines[first.lineno - 1][:first.col_offset],
-                    range_call=found.iter)
+                    range_call=range_call)
 
 
 def _outside_functions(tree: ast.AST) -> list[ast.AST]:
@@ -195,7 +198,7 @@ def _outside_functions(tree: ast.AST) -> list[ast.AST]:
     return nodes
 
 
-def _is_range(node: ast.expr) -> bool:
+def _is_range(node: ast.expr) -> TypeGuard[ast.Call]:
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
             and node.func.id == "range" and 1 <= len(node.args) <= 3 and not node.keywords)
 

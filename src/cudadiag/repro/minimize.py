@@ -193,8 +193,9 @@ def minimize(
     MinimizeError when the program does not fail, or fails as another family.
     """
     started = time.monotonic()
-    owned = launcher is None
-    launcher = launcher or ForkServerLauncher(cwd=cwd)
+    server = None
+    if launcher is None:
+        launcher = server = ForkServerLauncher(cwd=cwd)
     units = statements(cells)
     site = loops.find_loop(units, list(failed_at))
     try:
@@ -239,8 +240,8 @@ def minimize(
                 incident=search.best_incident, loop=cut, loop_states=states,
             )
     finally:
-        if owned:
-            launcher.close()
+        if server is not None:
+            server.close()
 
 
 @dataclass
@@ -288,9 +289,10 @@ def _start(run: Runner, units: list[Unit], site: loops.LoopSite | None,
                          expected_family, trial_timeout)
         runs += 1
         probed = loops.read_probe(paths.probe)
-        alone = loops.cuts(site, probed[0])[:1] if probed else []
+        value, rng_states = probed if probed is not None else (None, {})
+        alone = loops.cuts(site, value)[:1] if probed is not None else []
         for cut in alone:
-            states = {cut.rng_key: probed[1]}
+            states = {cut.rng_key: rng_states} if cut.rng_key else {}
             Path(paths.loop_states).write_bytes(pickle.dumps(states))
             program = [site.unit.replaced(cut.source) if u is site.unit else u for u in units]
             outcome = _outcome(run, program, True)

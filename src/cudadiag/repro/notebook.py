@@ -48,7 +48,7 @@ def to_notebook(doc: ReproDocument, chdir: str | None = None) -> NotebookNode:
     import nbformat
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-    nb = new_notebook()
+    nb: NotebookNode = new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     moves = [f"import os\nos.chdir({chdir!r})"] if chdir else []
@@ -96,10 +96,11 @@ def write_and_verify(doc: ReproDocument, path: Path, signature: Any,
             staging.write(side.name, side.data)
         nb = to_notebook(doc)
         staging.write(path.name, nbformat.writes(nb).encode())
+        side_files = [path.parent / s.name for s in doc.side_files]
         result = ExportResult(path=path, reproduces=None, observed=Observed(),
-                              side_files=[path.parent / s.name for s in doc.side_files])
-        result.batch_file = next((f for f in result.side_files
-                                  if f.name.endswith(".batch.pt")), None)
+                              side_files=side_files)
+        result.batch_file = next((f for f in side_files if f.name.endswith(".batch.pt")),
+                                 None)
         if verify:
             result.reproduces, result.observed = verify_notebook(
                 to_notebook(doc, chdir=doc.chdir), staging.folder, signature, doc.env_vars)

@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.incident import BatchInfo, EnvInfo, Frame, FrameContext, Incident, TensorSummary
+from cudadiag.incident import (
+    BatchInfo,
+    EnvInfo,
+    Frame,
+    FrameContext,
+    Incident,
+    StepInfo,
+    TensorSummary,
+)
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
 from cudadiag.store import NewerRecord
 
@@ -142,7 +150,7 @@ def iteration_lines(incident: Incident) -> list[str]:
         lines.append(f"locals of {_frame_place(last)}: "
                      + cut_pairs(last.scalars.items(), SHORT_VALUES, last.scalars_omitted))
     if incident.step:
-        lines.append(_watch_line(incident))
+        lines.append(_watch_line(incident.step, incident.batch))
     return lines
 
 
@@ -158,16 +166,14 @@ def _frame_place(frame: FrameContext) -> str:
     return place if frame.function == "<module>" else f"{place} in {frame.function}"
 
 
-def _watch_line(incident: Incident) -> str:
-    s = incident.step
+def _watch_line(s: StepInfo, batch: BatchInfo | None) -> str:
     parts = [f"watch({s.loader or ''}): step {s.iteration}, last completed {s.last_completed}"]
     if s.last_incomplete:
         parts.append("last incomplete batch")
     if s.is_last:
         parts.append("the loader's last step")
-    indices = incident.batch.indices if incident.batch else None
-    if indices is not None:
-        parts.append(f"dataset indices {cut_list(indices, SHORT_INDICES)}")
+    if batch is not None and batch.indices is not None:
+        parts.append(f"dataset indices {cut_list(batch.indices, SHORT_INDICES)}")
     return "; ".join(parts)
 
 
