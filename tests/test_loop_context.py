@@ -259,8 +259,11 @@ def test_a_frame_without_source_keeps_its_location_only():
 
 
 def test_the_short_text_cuts_long_lists_and_says_how_many_more():
-    from cudadiag import classify
+    import torch
+
+    from cudadiag import classify, summarize
     from cudadiag.incident import (
+        BatchInfo,
         ErrorInfo,
         FrameContext,
         LoopContext,
@@ -275,7 +278,7 @@ def test_the_short_text_cuts_long_lists_and_says_how_many_more():
         diagnosis=classify("IndexError: index out of range in self"),
         run=RunInfo(mode="kernel"),
         step=StepInfo(iteration=5, last_completed=4, loader="train"),
-        batch={"indices": list(range(64))},
+        batch=BatchInfo(**vars(summarize(torch.zeros(64, 2))), indices=list(range(64))),
         loop=LoopContext([FrameContext(file="train.py", line=3, function="<module>", loops=[
             LoopInfo(kind="for", line=1, header="for v0, *rest in rows:", values=values)])]),
     )

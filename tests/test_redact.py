@@ -11,8 +11,7 @@ import nbformat
 import pytest
 
 from cudadiag import classify
-from cudadiag.incident import EnvInfo, ErrorInfo, Frame, Incident, RunInfo
-from cudadiag.repro.minimize import Signature
+from cudadiag.incident import EnvInfo, ErrorInfo, Frame, Incident, Observed, RunInfo, Signature
 from cudadiag.repro.notebook import export_notebook
 from cudadiag.repro.redact import Redactor, redact, secret_env_values
 from cudadiag.repro.report import render_report
@@ -226,9 +225,9 @@ def test_exported_notebook_metadata_and_cells_are_scrubbed(tmp_path, monkeypatch
     from cudadiag.repro import notebook
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_ENV["AWS_SECRET_ACCESS_KEY"])
-    observed = {"ename": "RuntimeError", "family": "device_assert",
-                "evalue": f"{USER}@{HOST} {HOME}/x.pt {SECRETS['hf']} "
-                          f"{SECRET_ENV['AWS_SECRET_ACCESS_KEY']}"}
+    observed = Observed(ename="RuntimeError", family="device_assert",
+                        evalue=f"{USER}@{HOST} {HOME}/x.pt {SECRETS['hf']} "
+                               f"{SECRET_ENV['AWS_SECRET_ACCESS_KEY']}")
     monkeypatch.setattr(notebook, "verify_notebook", lambda *args: (True, observed))
     incident = _incident("CUDA error: device-side assert triggered")
     cells = {1: f"pw = 'password={SECRETS['password']}'",
