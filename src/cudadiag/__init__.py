@@ -37,6 +37,7 @@ __all__ = [
     "GuardError",
     "Incident",
     "IncidentSchemaError",
+    "checkpoint",
     "classify",
     "collect_env",
     "incidents",
@@ -78,8 +79,8 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "testing":
-        return importlib.import_module("cudadiag.testing")
+    if name in ("testing", "checkpoint"):
+        return importlib.import_module(f"cudadiag.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'cudadiag' has no attribute {name!r}")

@@ -115,6 +115,17 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true",
                          help="print the diagnosis as JSON (family, sticky, rank, evidence...)")
     explain.set_defaults(handler=_cmd_explain)
+    checkpoints = sub.add_parser(
+        "checkpoints", help="list the checkpoints of a directory with their verdicts",
+        description="List the checkpoints of DIRECTORY, newest first, each trusted or rejected "
+                    "with its reason (no manifest, hash mismatch, non-finite tensor, written "
+                    "after the error). Exit status: 0 when one is trusted, 1 when none is, 2 "
+                    "for bad arguments.")
+    checkpoints.add_argument("directory", help="the checkpoint directory")
+    checkpoints.add_argument("--before", metavar="ID",
+                             help="trust only checkpoints written before this incident")
+    checkpoints.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    checkpoints.set_defaults(handler=_cmd_checkpoints)
     demo = sub.add_parser(
         "demo", help="run a simulated device-side assert in an IPython shell on the CPU",
         description="Run the guide's example (4 classes, targets [0, 2, 4]) on a simulated "
@@ -288,6 +299,25 @@ def _initialise_cuda_if_present(torch: object) -> None:
             torch.cuda.init()
     except Exception as exc:  # a broken driver is part of what this command reports
         print(f"cudadiag: CUDA could not be initialised: {exc}", file=sys.stderr)
+
+
+def _cmd_checkpoints(args: argparse.Namespace) -> int:
+    from cudadiag import checkpoint
+    from cudadiag.store import IncidentNotFound
+    from cudadiag.ui.render import render_checkpoints
+
+    try:
+        verdicts = checkpoint.review(args.directory, before=args.before)
+    except (NotADirectoryError, IncidentNotFound, ValueError) as exc:
+        print(f"cudadiag checkpoints: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([{"path": str(v.path), "trusted": v.trusted, "reason": v.reason,
+                           "step": v.step, "written_at": v.written_at} for v in verdicts],
+                         indent=2))
+    else:
+        print(render_checkpoints(args.directory, verdicts))
+    return 0 if any(v.trusted for v in verdicts) else 1
 
 
 def _cmd_incidents(args: argparse.Namespace) -> int:

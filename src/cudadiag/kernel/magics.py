@@ -55,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--wait", action="store_true",
                         help="minimize in the foreground even in a notebook (for nbconvert "
                              "or papermill runs, which end with the last cell)")
+    checkpoints = sub.add_parser("checkpoints", help="list the checkpoints of a directory with "
+                                                     "their verdicts (trusted or why not)")
+    checkpoints.add_argument("directory", nargs="?", default=".",
+                             help="the checkpoint directory (default: the current one)")
+    checkpoints.add_argument("--before", metavar="ID",
+                             help="trust only checkpoints written before this incident "
+                                  "(default: the first sticky incident of this kernel)")
     return parser
 
 
@@ -121,6 +128,9 @@ class CudadiagMagics(Magics):
         %cudadiag panel [ID]               the incident panel: browse, re-run, report
         %cudadiag report [ID]              a scrubbed Markdown report for an issue tracker
         %cudadiag export [ID] [PATH.ipynb] minimize, export and verify a repro notebook
+        %cudadiag checkpoints [DIR] [--before ID]
+                                           the checkpoints of DIR, newest first: trusted, or
+                                           why not (hash, NaN/Inf, written after the error)
         %cudadiag explain [--json] [FILE | TEXT]
                                            diagnose a log file, pasted text, or (with no
                                            argument) the last error of this kernel
@@ -152,6 +162,8 @@ class CudadiagMagics(Magics):
                 print(render_report(store.get(args.id)))
             except IncidentNotFound as exc:
                 raise UsageError(str(exc)) from None
+        elif args.command == "checkpoints":
+            _checkpoints(args)
         elif args.command == "panel":
             from IPython.display import display
 
@@ -265,6 +277,17 @@ def _explain(shell: Any, argument: str) -> None:
         print(json.dumps(explanation.to_dict(), indent=2, default=str))
     else:
         print(render.render_explanation(explanation, source))
+
+
+def _checkpoints(args: Any) -> None:
+    """`%cudadiag checkpoints`: each checkpoint of the directory with its verdict."""
+    from cudadiag import checkpoint
+
+    try:
+        verdicts = checkpoint.review(args.directory, before=args.before)
+    except (NotADirectoryError, IncidentNotFound, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    print(render.render_checkpoints(args.directory, verdicts))
 
 
 def capture_for(shell: Any) -> KernelCapture:
@@ -444,14 +467,21 @@ def _key_value(item: str) -> tuple[str, str]:
 
 def load(shell: Any) -> None:
     """Register the callbacks and magics on `shell`; ingest the error that just happened."""
+    from cudadiag import checkpoint
+
     capture = capture_for(shell)
     capture.register()
+    checkpoint.follow_incidents(capture)
     shell.register_magics(CudadiagMagics)
     capture.ingest_last_error()
 
 
 def unload(shell: Any) -> None:
     """Remove the callbacks and the sticky warnings from `shell`."""
+    from cudadiag import checkpoint
+
     capture = _captures.pop(id(shell), None)
     if capture is not None:
         capture.unregister()
+        if checkpoint.followed_incidents() is capture:
+            checkpoint.follow_incidents(None)

@@ -26,6 +26,7 @@ SHORT_INDICES = 8
 FULL_INDICES = 32
 
 if TYPE_CHECKING:
+    from cudadiag.checkpoint import Verdict
     from cudadiag.explain import Explanation
 
 LIST_SHOWN = 12
@@ -428,6 +429,20 @@ def render_export(minimized: Any, exported: Any) -> str:
         folder = exported.path.parent
         names = {f.relative_to(folder).parts[0] for f in exported.side_files}
         lines.append(f"  beside it: {', '.join(sorted(names))}")
+    return "\n".join(lines)
+
+
+def render_checkpoints(directory: str, verdicts: list[Verdict]) -> str:
+    """Return the checkpoints of `directory`, newest first, each with its verdict, and the
+    one to resume from."""
+    if not verdicts:
+        return f"no checkpoint in {directory} (files with a manifest or a .pt/.pth/.ckpt name)"
+    trusted = next((v for v in verdicts if v.trusted), None)
+    lines = [f"checkpoints in {directory}, newest first:"]
+    lines += ["  " + v.describe() for v in verdicts]
+    lines.append(f"resume from: {trusted.path}" if trusted else
+                 "no trusted checkpoint: none has a matching hash, finite tensors and a time "
+                 "before the error")
     return "\n".join(lines)
 
 
