@@ -51,7 +51,15 @@ def _parser() -> argparse.ArgumentParser:
     env = sub.add_parser("env", help="print the environment (versions, backend, device)",
                          description="Print versions, backend and device of this machine.")
     env.add_argument("--json", action="store_true", help="print JSON instead of text")
-    env.set_defaults(handler=_cmd_env)
+    env.add_argument("--check", action="store_true",
+                     help="check that the build runs here: device capability vs the build's "
+                          "arch list, driver vs the build's CUDA, ROCm gfx targets, "
+                          "torchvision / torchaudio / triton and compiled extensions vs torch "
+                          "(exit status 1 when a check fails)")
+    env.add_argument("--capability", metavar="X.Y",
+                     help="with --check: the capability of the GPU the program will run on "
+                          "(8.6, sm_86, or a ROCm gfx target), instead of the GPUs found here")
+    env.set_defaults(handler=_cmd_env, parser=env)
     incidents = sub.add_parser("incidents", help="list recorded incidents, oldest first",
                                description="List the incidents of the log, oldest first.")
     incidents.add_argument("--family", help="only incidents of this family (e.g. oom)")
@@ -278,8 +286,13 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
     from cudadiag.env import collect_env
 
+    if args.capability is not None and not args.check:
+        args.parser.error("--capability goes with --check: cudadiag env --check --capability X.Y")
     _initialise_cuda_if_present(torch)
+    if args.check:
+        return _check_env(collect_env(), args)
     info = dataclasses.asdict(collect_env())
+    info.pop("compat")
     if args.json:
         print(json.dumps(info, indent=2))
     else:
@@ -287,6 +300,23 @@ def _cmd_env(args: argparse.Namespace) -> int:
         for key, value in info.items():
             print(f"{key + ':':{width + 1}} {value}")
     return 0
+
+
+def _check_env(env: Any, args: argparse.Namespace) -> int:
+    """`cudadiag env --check`: print each check; 1 when one fails, 2 for a bad capability."""
+    from cudadiag import compat
+    from cudadiag.ui.render import compat_lines
+
+    try:
+        checks = compat.run_checks(compat.gather_facts(env), capability=args.capability)
+    except ValueError as exc:
+        print(f"cudadiag env: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([dataclasses.asdict(c) for c in checks], indent=2))
+    else:
+        print("\n".join(compat_lines(checks)))
+    return 1 if compat.failed(checks) else 0
 
 
 def _initialise_cuda_if_present(torch: object) -> None:

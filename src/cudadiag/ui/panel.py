@@ -21,7 +21,7 @@ TABS = (
     ("First error", ("error", "loop")),
     ("Batch", ("batch",)),
     ("Next checks", ("checks", "avoid")),
-    ("Environment", ("env",)),
+    ("Environment", ("compat", "env")),
     ("Later errors", ("later",)),
 )
 ALL_FAMILIES = "all families"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.incident import Frame, FrameContext, Incident
+from cudadiag.incident import CompatCheck, Frame, FrameContext, Incident
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
 from cudadiag.store import NewerRecord
 
@@ -95,7 +95,8 @@ class Section:
     """One part of an incident report, independent of the output format."""
 
     key: str
-    """Stable name: `restart`, `error`, `batch`, `checks`, `avoid`, `env`, `later`."""
+    """Stable name: `restart`, `error`, `batch`, `checks`, `avoid`, `compat`, `env`,
+    `later`."""
     title: str
     lines: list[str] = field(default_factory=list)
     bullets: bool = False
@@ -232,6 +233,9 @@ def sections(incident: Incident) -> list[Section]:
         parts.append(_batch_section(incident))
     parts.append(Section("checks", "Check first", list(d.first_checks), bullets=True))
     parts.append(Section("avoid", "Do not conclude", list(d.avoid), bullets=True))
+    if incident.env and incident.env.compat:
+        parts.append(Section("compat", "Compatibility (cudadiag env --check)",
+                             compat_lines(incident.env.compat)))
     if incident.env:
         parts.append(Section("env", "Environment", _env_lines(incident)))
     if e.later:
@@ -444,6 +448,17 @@ def render_checkpoints(directory: str, verdicts: list[Verdict]) -> str:
                  "no trusted checkpoint: none has a matching hash, finite tensors and a time "
                  "before the error")
     return "\n".join(lines)
+
+
+def compat_lines(checks: Iterable[CompatCheck]) -> list[str]:
+    """Return one line per compatibility check (`FAIL  name: reason`), each failure or
+    warning followed by what to install."""
+    lines = []
+    for check in checks:
+        lines.append(f"{check.status.upper():4}  {check.name}: {check.reason}")
+        if check.fix and check.status in ("fail", "warn"):
+            lines.append(f"      fix: {check.fix}")
+    return lines
 
 
 def render_table(incidents: Iterable[Incident], newer: Iterable[NewerRecord] = ()) -> str:
