@@ -28,6 +28,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from cudadiag.errors import CudadiagError
 from cudadiag.incident import Incident
 
 MANIFEST_SUFFIX = ".manifest.json"
@@ -44,6 +45,10 @@ _INCIDENT_TIME_RESOLUTION = timedelta(seconds=1)
 ordered by the incident id its manifest recorded."""
 
 
+class CheckpointError(CudadiagError, ValueError):
+    """No trusted checkpoint where one was asked for; the message says why."""
+
+
 class IncidentSource(Protocol):
     """What the kernel capture offers: its latest incident and the sticky one, if any."""
 
@@ -52,6 +57,8 @@ class IncidentSource(Protocol):
 
 
 _followed: IncidentSource | None = None
+_saved_to: list[Path] = []
+"""The directories `save()` wrote to in this process, the latest last."""
 
 
 def follow_incidents(source: IncidentSource | None) -> None:
@@ -130,6 +137,10 @@ def save(obj: Any, path: str | os.PathLike[str], *, step: int,
     manifest.update(file=target.name, sha256=_sha256(target), bytes=target.stat().st_size)
     with _atomic_file(manifest_path(target)) as handle:
         handle.write(json.dumps(manifest, indent=1).encode())
+    folder = target.parent.resolve()
+    if folder in _saved_to:
+        _saved_to.remove(folder)
+    _saved_to.append(folder)
     verdict = verify(target)
     if not verdict.trusted:
         print(f"cudadiag: saved {target}, but it cannot be trusted: {verdict.reason}",
@@ -173,6 +184,48 @@ def latest_valid(directory: str | os.PathLike[str], *,
         if not verdict.trusted:
             print(f"cudadiag: {verdict.path} rejected: {verdict.reason}", file=sys.stderr)
     return next((v for v in verdicts if v.trusted), None)
+
+
+def resolve(spec: str) -> Verdict:
+    """Return the trusted checkpoint `spec` names: a file, a directory (its newest trusted
+    checkpoint), or `latest` (the newest trusted one of the directory this process last
+    saved to). Raises CheckpointError when there is none, or the file is not trusted."""
+    if spec == "latest":
+        if not _saved_to:
+            raise CheckpointError("no checkpoint was saved with cudadiag.checkpoint.save in "
+                                  "this process: give the checkpoint file or its directory")
+        spec = str(_saved_to[-1])
+    target = Path(spec).expanduser()
+    if target.is_dir():
+        chosen = latest_valid(target)
+        if chosen is None:
+            raise CheckpointError(f"no trusted checkpoint in {target} (%cudadiag checkpoints "
+                                  f"{spec} says why each is rejected)")
+        return chosen
+    if not target.is_file():
+        raise CheckpointError(f"no checkpoint file or directory at {target}")
+    verdict = verify(target)
+    if not verdict.trusted:
+        raise CheckpointError(f"{target} cannot be trusted: {verdict.reason}")
+    return verdict
+
+
+def restore_code(path: Path, assignments: list[tuple[str, str]]) -> str:
+    """Return Python that loads the checkpoint at `path` as `ckpt` and restores each
+    (name, expression): into the object already bound to the name when it has
+    `load_state_dict` and the value is a state dict, else by binding the name."""
+    lines = [
+        "def __cudadiag_restore(name, value):",
+        "    target = globals().get(name)",
+        "    if hasattr(target, 'load_state_dict') and isinstance(value, dict):",
+        "        target.load_state_dict(value)",
+        "    else:",
+        "        globals()[name] = value",
+        f"ckpt = __import__('torch').load({str(path)!r}, weights_only=False)",
+        *(f"__cudadiag_restore({name!r}, {expression})" for name, expression in assignments),
+        "del __cudadiag_restore",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def manifest_path(path: str | os.PathLike[str]) -> Path:

@@ -179,6 +179,16 @@ class CudadiagMagics(Magics):
               help="execution count of the cell to re-run (default: the cell of the latest "
                    "incident of this kernel)")
     @_isolation_options
+    @argument("--from-checkpoint", metavar="PATH|DIR|latest",
+              help="load this checkpoint (a file, the newest trusted one of a directory, or "
+                   "`latest`: of the directory this kernel last saved to with "
+                   "cudadiag.checkpoint.save) as `ckpt` instead of replaying the cells that "
+                   "trained the restored objects; it must be trusted (see %%cudadiag "
+                   "checkpoints)")
+    @argument("--restore", action="append", default=[], metavar="NAME=EXPR",
+              help="with --from-checkpoint: what to restore before the cell runs, e.g. "
+                   "model=ckpt['model'] (load_state_dict into the object when it has one, "
+                   "else bind the name); repeatable")
     @line_magic
     def cuda_isolate(self, line: str) -> None:
         """Re-run a suspect cell in a fresh process with blocking launches.
@@ -383,13 +393,16 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
 
     ship = args.ship if args.ship in ("auto", "none") else [
         n.strip() for n in args.ship.split(",") if n.strip()]
+    restore = _restore_assignments(args)
     try:
         cells = [int(n) for n in args.cells.split(",")] if args.cells else None
         env = dict(_key_value(item) for item in args.env)
         plan = make_plan(history, target, shell.user_ns, ship=ship, cells=cells,
-                         allow_side_effects=args.allow_side_effects)
+                         allow_side_effects=args.allow_side_effects,
+                         restore=[name for name, _ in restore])
     except (PlanError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    restore_cell = _restore_cell(args.from_checkpoint, restore) if restore else None
     print(plan.describe(), flush=True)
     if args.dry_run:
         return None
@@ -398,7 +411,7 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
     recorded = _recorded_batch(args.batch) if args.batch else None
     original = _original_incident(shell, target, history[target])
     try:
-        result = _isolated_run(shell, plan, target, args, env, recorded)
+        result = _isolated_run(shell, plan, target, args, env, recorded, restore_cell)
     except (OSError, ValueError) as exc:  # Windows, no interpreter
         raise UsageError(f"cannot run isolated: {exc}") from None
     ended = not (result.timed_out or result.interrupted)
@@ -421,14 +434,51 @@ def _original_incident(shell: Any, cell: int, source: str) -> Incident | None:
     return None
 
 
+def _restore_assignments(args: Any) -> list[tuple[str, str]]:
+    """The (name, expression) pairs of --restore; UsageError unless they come with
+    --from-checkpoint and read as Python."""
+    from_checkpoint = getattr(args, "from_checkpoint", None)
+    pairs = getattr(args, "restore", None) or []
+    if bool(from_checkpoint) != bool(pairs):
+        raise UsageError("--from-checkpoint and --restore go together: %cuda_isolate "
+                         "--from-checkpoint latest --restore model=ckpt['model']")
+    assignments = []
+    for item in pairs:
+        name, sep, expression = (part.strip() for part in item.partition("="))
+        if not sep or not name.isidentifier() or not expression:
+            raise UsageError(f"--restore takes NAME=EXPR, e.g. model=ckpt['model'], not {item!r}")
+        try:
+            compile(expression, "--restore", "eval")
+        except SyntaxError as exc:
+            raise UsageError(f"--restore {item}: {exc.msg}") from None
+        assignments.append((name, expression))
+    return assignments
+
+
+def _restore_cell(spec: str, assignments: list[tuple[str, str]]) -> tuple[int, str]:
+    """The replayed step that restores the checkpoint (as cell 0, just before the target).
+    The kernel only reads the checkpoint's manifest and hash: loading is the child's."""
+    from cudadiag import checkpoint
+
+    try:
+        chosen = checkpoint.resolve(spec)
+    except checkpoint.CheckpointError as exc:
+        raise UsageError(f"--from-checkpoint {spec}: {exc}") from None
+    print(f"checkpoint: {chosen.path} (step {chosen.step}, written {chosen.written_at}), "
+          "trusted", flush=True)
+    return 0, checkpoint.restore_code(chosen.path.resolve(), assignments)
+
+
 def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, str],
-                  recorded: tuple[int, Any] | None) -> Any:
+                  recorded: tuple[int, Any] | None,
+                  restore_cell: tuple[int, str] | None = None) -> Any:
     from cudadiag.isolate.runner import run_isolated
 
     capture = capture_for(shell)
     return run_isolated(
         plan.sources[target],
-        cells=[(n, plan.sources[n]) for n in plan.replay if n != target],
+        cells=[(n, plan.sources[n]) for n in plan.replay if n != target]
+        + ([restore_cell] if restore_cell else []),
         target_cell=target,
         ship={name: shell.user_ns[name] for name in plan.ship},
         rng_states=capture.rng_states_including_running(target),
