@@ -23,7 +23,7 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Protocol
@@ -84,7 +84,7 @@ class Verdict:
     the error, no manifest...), with the particulars."""
     step: int | None = None
     written_at: str | None = None
-    manifest: dict[str, Any] | None = None
+    manifest: dict[str, Any] | None = field(default=None, repr=False)
 
     def describe(self) -> str:
         """Return one line: the file, its step and time, and the verdict with its reason."""

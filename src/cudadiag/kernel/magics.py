@@ -443,7 +443,9 @@ def _restore_assignments(args: Any) -> list[tuple[str, str]]:
         raise UsageError("--from-checkpoint and --restore go together: %cuda_isolate "
                          "--from-checkpoint latest --restore model=ckpt['model']")
     assignments = []
-    for item in pairs:
+    for quoted in pairs:
+        # IPython's magic parser keeps the quotes around a spaced argument
+        item = quoted[1:-1] if len(quoted) > 1 and quoted[0] == quoted[-1] in "'\"" else quoted
         name, sep, expression = (part.strip() for part in item.partition("="))
         if not sep or not name.isidentifier() or not expression:
             raise UsageError(f"--restore takes NAME=EXPR, e.g. model=ckpt['model'], not {item!r}")
