@@ -10,7 +10,7 @@ import pytest
 
 from cudadiag import Incident, classify, incidents
 from cudadiag.incident import ErrorInfo, RunInfo
-from cudadiag.kernel.store import IncidentNotFound, IncidentStore
+from cudadiag.store import IncidentNotFound, IncidentStore
 
 
 def make_incident(message: str = "CUDA error: device-side assert triggered") -> Incident:
@@ -75,7 +75,7 @@ WRITER = """
 import sys
 from cudadiag import classify
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
-from cudadiag.kernel.store import IncidentStore
+from cudadiag.store import IncidentStore
 store = IncidentStore(sys.argv[1])
 for _ in range(int(sys.argv[2])):
     text = "CUDA error: device-side assert triggered"

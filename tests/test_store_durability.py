@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from cudadiag import classify
+from cudadiag import store as store_module
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
-from cudadiag.kernel import store as store_module
-from cudadiag.kernel.store import IncidentNotSaved, IncidentStore
+from cudadiag.store import IncidentNotSaved, IncidentStore
 from scenarios import MODEL, SETUP, run
 
 ASSERT = "CUDA error: device-side assert triggered"

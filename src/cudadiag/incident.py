@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from cudadiag.errors import IncidentSchemaError
+
 SCHEMA = 1
-
-
-class IncidentSchemaError(ValueError):
-    """An incident record this version of cudadiag cannot read."""
 
 
 @dataclass
@@ -224,6 +222,21 @@ class LoopContext:
 
 
 @dataclass
+class CompatCheck:
+    """One compatibility check of `cudadiag env --check`: what was compared, the verdict."""
+
+    name: str
+    """What was checked, e.g. `capability 8.6 (NVIDIA A10)`, `driver`, `torchvision`."""
+    status: str
+    """`pass`, `warn` (runs, with a limit), `fail` or `skip` (cannot be told here)."""
+    reason: str
+    fix: str = ""
+    """What to install or change when it fails."""
+    source: str = ""
+    """Where the rule comes from."""
+
+
+@dataclass
 class EnvInfo:
     """The environment that produced an incident. Unknown fields say `unavailable: <why>`."""
 
@@ -243,6 +256,8 @@ class EnvInfo:
     code_dirty: bool | None = None
     extensions: dict[str, str] = field(default_factory=dict)
     cuda_initialized: bool = False
+    compat: list[CompatCheck] = field(default_factory=list)
+    """The compatibility checks, run for errors whose cause can be a mismatched build."""
 
 
 @dataclass

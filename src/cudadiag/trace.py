@@ -16,6 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudadiag import contracts
+from cudadiag.errors import CudadiagError
 from cudadiag.incident import OpCall, OpInfo, TensorArg
 from cudadiag.shortlist import cut_list
 
@@ -27,7 +28,7 @@ LIST_ITEMS_SHOWN = 16
 _active: list[OpTracer] = []
 
 
-class PrecheckError(IndexError):
+class PrecheckError(CudadiagError, IndexError):
     """An index argument outside its operator's range, found before the kernel ran."""
 
     def __init__(self, violation: contracts.Violation, device: str) -> None:

@@ -13,15 +13,15 @@ from typing import Any
 import ipywidgets as widgets
 
 from cudadiag.incident import Incident
-from cudadiag.kernel.store import IncidentStore
 from cudadiag.repro.report import render_report
+from cudadiag.store import IncidentStore
 from cudadiag.ui import render
 
 TABS = (
     ("First error", ("error", "loop")),
     ("Batch", ("batch",)),
     ("Next checks", ("checks", "avoid")),
-    ("Environment", ("env",)),
+    ("Environment", ("compat", "env")),
     ("Later errors", ("later",)),
 )
 ALL_FAMILIES = "all families"

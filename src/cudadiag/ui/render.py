@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.incident import Frame, FrameContext, Incident
-from cudadiag.kernel.store import NewerRecord
+from cudadiag.incident import CompatCheck, Frame, FrameContext, Incident
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
+from cudadiag.store import NewerRecord
 
 SHORT_VALUES = 8
 """Loop variables and locals shown per frame in the lines under the cell."""
@@ -26,6 +26,7 @@ SHORT_INDICES = 8
 FULL_INDICES = 32
 
 if TYPE_CHECKING:
+    from cudadiag.checkpoint import Verdict
     from cudadiag.explain import Explanation
 
 LIST_SHOWN = 12
@@ -94,7 +95,8 @@ class Section:
     """One part of an incident report, independent of the output format."""
 
     key: str
-    """Stable name: `restart`, `error`, `batch`, `checks`, `avoid`, `env`, `later`."""
+    """Stable name: `restart`, `error`, `batch`, `checks`, `avoid`, `compat`, `env`,
+    `later`."""
     title: str
     lines: list[str] = field(default_factory=list)
     bullets: bool = False
@@ -231,6 +233,9 @@ def sections(incident: Incident) -> list[Section]:
         parts.append(_batch_section(incident))
     parts.append(Section("checks", "Check first", list(d.first_checks), bullets=True))
     parts.append(Section("avoid", "Do not conclude", list(d.avoid), bullets=True))
+    if incident.env and incident.env.compat:
+        parts.append(Section("compat", "Compatibility (cudadiag env --check)",
+                             compat_lines(incident.env.compat)))
     if incident.env:
         parts.append(Section("env", "Environment", _env_lines(incident)))
     if e.later:
@@ -429,6 +434,31 @@ def render_export(minimized: Any, exported: Any) -> str:
         names = {f.relative_to(folder).parts[0] for f in exported.side_files}
         lines.append(f"  beside it: {', '.join(sorted(names))}")
     return "\n".join(lines)
+
+
+def render_checkpoints(directory: str, verdicts: list[Verdict]) -> str:
+    """Return the checkpoints of `directory`, newest first, each with its verdict, and the
+    one to resume from."""
+    if not verdicts:
+        return f"no checkpoint in {directory} (files with a manifest or a .pt/.pth/.ckpt name)"
+    trusted = next((v for v in verdicts if v.trusted), None)
+    lines = [f"checkpoints in {directory}, newest first:"]
+    lines += ["  " + v.describe() for v in verdicts]
+    lines.append(f"resume from: {trusted.path}" if trusted else
+                 "no trusted checkpoint: none has a matching hash, finite tensors and a time "
+                 "before the error")
+    return "\n".join(lines)
+
+
+def compat_lines(checks: Iterable[CompatCheck]) -> list[str]:
+    """Return one line per compatibility check (`FAIL  name: reason`), each failure or
+    warning followed by what to install."""
+    lines = []
+    for check in checks:
+        lines.append(f"{check.status.upper():4}  {check.name}: {check.reason}")
+        if check.fix and check.status in ("fail", "warn"):
+            lines.append(f"      fix: {check.fix}")
+    return lines
 
 
 def render_table(incidents: Iterable[Incident], newer: Iterable[NewerRecord] = ()) -> str:

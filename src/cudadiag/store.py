@@ -26,7 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudadiag.incident import SCHEMA, Incident, IncidentSchemaError
+from cudadiag.errors import (
+    IncidentFromNewerVersion,
+    IncidentNotFound,
+    IncidentNotSaved,
+    IncidentSchemaError,
+)
+from cudadiag.incident import SCHEMA, Incident
 
 try:
     import fcntl
@@ -51,19 +57,6 @@ SHIPPED_KEPT_MAX_BYTES = 256 * 2**20
 """Shipped values larger than this are not kept with the incident (export then says so)."""
 SHIPPED_TOTAL_MAX_BYTES = 1 * 2**30
 """The kept shipped values of all incidents together; the least recently used go first."""
-
-
-class IncidentNotFound(LookupError):
-    """No incident, or more than one, matches the id given."""
-
-
-class IncidentFromNewerVersion(IncidentNotFound):
-    """The id names a record that a newer cudadiag wrote and this version cannot read."""
-
-
-class IncidentNotSaved(OSError):
-    """An incident could not be written to the log; it is kept in memory and retried with
-    the next write and at exit. Its message says what failed, where, and that."""
 
 
 @dataclass(frozen=True)
