@@ -76,7 +76,7 @@ def test_the_index_lists_each_incident_with_what_a_listing_shows():
 def test_listing_and_finding_read_the_index_and_one_record(monkeypatch, capsys):
     from cudadiag import cli
 
-    store, made = _filled(6)
+    _, made = _filled(6)
     parsed = []
     real = Incident.from_dict.__func__
     monkeypatch.setattr(Incident, "from_dict",
