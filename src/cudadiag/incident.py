@@ -8,6 +8,7 @@ version of that layout.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import traceback as tb_module
@@ -142,10 +143,14 @@ class TensorArg:
 
 @dataclass
 class OpCall:
-    """One operator call recorded by the tracer."""
+    """One operator call recorded by the tracer before the one that raised."""
 
     name: str
-    args: list[TensorArg] = field(default_factory=list)
+    tensors: list[int] = field(default_factory=list)
+    """Its tensor arguments, as positions in OpInfo.recent_tensors."""
+    scalars: list[str] = field(default_factory=list)
+    """`name=value` of its other arguments (integers, dims, flags), kept for the calls
+    nearest the failure."""
 
 
 @dataclass
@@ -157,6 +162,8 @@ class OpInfo:
     recent: list[OpCall] = field(default_factory=list)
     precheck: str | None = None
     """The precise contract violation found before the kernel ran, when one was found."""
+    recent_tensors: list[str] = field(default_factory=list)
+    """Each distinct tensor argument of the recent calls once: `float32[8, 16]@cuda:0`."""
 
 
 @dataclass
@@ -389,7 +396,14 @@ def _build(tp: Any, data: Any) -> Any:
         (item,) = typing.get_args(tp)
         return [_build(item, v) for v in data]
     if dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
-        known = {f.name for f in dataclasses.fields(tp)}
-        return tp(**{k: _build(hints[k], v) for k, v in data.items() if k in known})
+        types_of = _field_types(tp)
+        return tp(**{k: _build(types_of[k], v) for k, v in data.items() if k in types_of})
     return data
+
+
+@functools.cache
+def _field_types(tp: type) -> dict[str, Any]:
+    """The type of each field of dataclass `tp`, resolved once per class (resolving them
+    costs far more than building a record)."""
+    hints = typing.get_type_hints(tp)
+    return {f.name: hints[f.name] for f in dataclasses.fields(tp)}

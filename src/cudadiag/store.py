@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -186,8 +188,7 @@ class IncidentStore:
         Raises IncidentNotSaved when the log cannot be written: the record is kept in memory
         and written with the next append (or at exit).
         """
-        record = (json.dumps(incident.to_dict(), default=str, separators=(",", ":"))
-                  + "\n").encode()
+        record = record_line(incident)
         unsaved = _unsaved.setdefault(self._key, {})
         unsaved.pop(incident.id, None)
         unsaved[incident.id] = (record, entry_for_incident(incident))
@@ -770,6 +771,44 @@ def _keep_in_file(log_file: LogFile, kept: list[IndexEntry], is_current: bool,
     for entry in moved:
         state.add(entry._replace(segment=inode))
     state.cover(inode, offset)
+
+
+def record_line(incident: Incident) -> bytes:
+    """The log line of `incident`: its JSON without the fields that hold their default
+    (reading the record gives them back), its schema always named."""
+    data = _without_defaults(incident)
+    data["schema"] = incident.schema
+    return (json.dumps(data, default=str, separators=(",", ":")) + "\n").encode()
+
+
+def _without_defaults(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _without_defaults(v) for name, default in _defaults(type(value))
+                if (v := getattr(value, name)) is not default and (
+                    default is _NO_DEFAULT or v != default)}
+    if isinstance(value, (list, tuple)):
+        return [_without_defaults(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _without_defaults(v) for k, v in value.items()}
+    return value
+
+
+_NO_DEFAULT = object()
+
+
+@functools.cache
+def _defaults(cls: type) -> tuple[tuple[str, Any], ...]:
+    """(field name, default) of each field of a dataclass; _NO_DEFAULT for a field that has
+    none or one made fresh for each instance (an id, a time), which is always written."""
+    found = []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            found.append((f.name, f.default))
+        elif f.default_factory in (list, dict):
+            found.append((f.name, f.default_factory()))
+        else:
+            found.append((f.name, _NO_DEFAULT))
+    return tuple(found)
 
 
 def _read_record(raw: bytes) -> Incident | NewerRecord | None:
