@@ -31,8 +31,8 @@ from cudadiag.incident import SCHEMA, Incident
 
 INDEX_NAME = "incidents.index"
 HEADER = b'{"cudadiag incident index": 1}\n'
-SUMMARY_MAX = 200
-"""Summaries longer than this are cut in the index (a listing shows 90 characters)."""
+SUMMARY_MAX = 90
+"""Summaries longer than this are cut in the index (as a listing shows them)."""
 IN_MEMORY = 0
 """The `segment` of a record that only this process holds (it could not be written yet)."""
 _ENTRY_FIELDS = 13
@@ -269,23 +269,22 @@ def parse_index(data: bytes) -> IndexState | None:
         return None
     state = IndexState(torn_at=torn_at)
     entries, covered = state.entries, state.covered
-    for row in rows:
-        if not isinstance(row, list):
-            return None
-        if len(row) == _ENTRY_FIELDS + 1:
-            entry = IndexEntry._make(row[:_ENTRY_FIELDS])
-            if not (isinstance(entry.id, str) and isinstance(entry.created_at, str)
-                    and type(entry.segment) is int and type(entry.offset) is int
-                    and type(entry.length) is int):
+    make = tuple.__new__  # IndexEntry._make without its checks: rows are checked here
+    try:
+        for row in rows:
+            if len(row) == _ENTRY_FIELDS + 1:
+                entries.append(make(IndexEntry, row[:_ENTRY_FIELDS]))
+                segment, end = row[10], row[11] + row[12]
+            elif len(row) == 3:
+                segment, end = row[0], row[1]
+            else:
                 return None
-            segment, end = entry.segment, entry.offset + entry.length
-            entries.append(entry)
-        elif len(row) == 3 and all(type(x) is int for x in row):
-            segment, end = row[0], row[1]
-        else:
-            return None
-        if covered.get(segment, -1) < end:
-            covered[segment] = end
+            if covered.get(segment, -1) < end:
+                covered[segment] = end
+    except TypeError:  # a line that is not a list, or places that are not numbers
+        return None
+    if not all(type(s) is int and type(e) is int for s, e in covered.items()):
+        return None
     state.count = rows[-1][-1] if rows and type(rows[-1][-1]) is int else len(entries)
     return state
 

@@ -443,7 +443,7 @@ def render_table(entries: Iterable[IndexEntry], empty: str = "no incidents recor
                         f"{e.describe_newer()}; upgrade cudadiag to read it")
         else:
             rows.append(f"{e.id:12}  {e.created_at:25}  {e.family:19}  {e.where():10}  "
-                        f"{_clip(e.summary, 90)}{' [simulated]' if e.simulated else ''}")
+                        f"{e.summary}{' [simulated]' if e.simulated else ''}")
     if not rows:
         return empty
     header = f"{'id':12}  {'time':25}  {'family':19}  {'where':10}  summary"
@@ -543,10 +543,6 @@ def _cell_label(incident: Incident) -> str:
 
 def _simulated_tag(incident: Incident) -> str:
     return " [simulated]" if incident.run.simulated else ""
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def render_explanation(explanation: Explanation, source: str) -> str:
