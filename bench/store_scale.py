@@ -75,7 +75,7 @@ for cell in ("%load_ext cudadiag",
              "model = torch.nn.Linear(8, 4)\\nx = torch.randn(3, 8)\\n"
              "target = torch.tensor([0, 2, 4])\\nloss = F.cross_entropy(model(x), target)",
              "print('loss', loss.item())",
-             "%cuda_isolate"):
+             "%cuda_isolate 3"):
     shell.run_cell(cell, store_history=True)
 """
 

@@ -48,7 +48,7 @@ def test_the_retention_comes_from_config_json_with_defaults(cudadiag_home):
     (cudadiag_home / "config.json").write_text('{"retention": {"incidents": 500}}')
     retention = load_retention(cudadiag_home)
     assert (retention.incidents, retention.days) == (500, 180.0)
-    assert retention.source == str(cudadiag_home / "config.json")
+    assert retention.source == f"set in {cudadiag_home / 'config.json'}"
 
 
 @pytest.mark.parametrize("text, says", [

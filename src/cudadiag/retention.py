@@ -35,7 +35,7 @@ class Retention:
     incidents: int = DEFAULT_INCIDENTS
     days: float = DEFAULT_DAYS
     source: str = "defaults"
-    """Where the values come from (`defaults`, or the config file's path)."""
+    """Where the values come from: `defaults`, `set in PATH` (the config file)..."""
 
     def __post_init__(self) -> None:
         if isinstance(self.incidents, bool) or not isinstance(self.incidents, int) \
@@ -111,6 +111,6 @@ def load_retention(home: Path) -> Retention:
             '{"retention": {"incidents": 10000, "days": 180}}')
     try:
         return Retention(incidents=settings.get("incidents", DEFAULT_INCIDENTS),
-                         days=settings.get("days", DEFAULT_DAYS), source=str(path))
+                         days=settings.get("days", DEFAULT_DAYS), source=f"set in {path}")
     except RetentionConfigError as exc:
         raise RetentionConfigError(f"{path}: {exc}") from None

@@ -469,10 +469,8 @@ def render_stats(stats: LogStats) -> str:
     if stats.retention is None:
         lines.append(f"retention: cannot be read, nothing is pruned: {stats.retention_error}")
         return "\n".join(lines)
-    where = ("defaults" if stats.retention.source == "defaults"
-             else f"set in {stats.retention.source}")
-    lines.append(f"retention: {stats.retention.describe()} ({where}); pruned as the log "
-                 "grows, with their isolated runs' files")
+    lines.append(f"retention: {stats.retention.describe()} ({stats.retention.source}); "
+                 "pruned as the log grows, with their isolated runs' files")
     if stats.beyond_retention:
         lines.append(f"  {stats.beyond_retention:,} incident(s) beyond it now, pruned at a "
                      "later append or by `cudadiag incidents --prune`")
