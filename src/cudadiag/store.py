@@ -302,6 +302,7 @@ class IncidentStore:
         retention = retention or self.retention()
         self.home.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
         with self._locked():
+            self._set_aside_torn_tail()  # a fragment is kept aside, never dropped in a rewrite
             return self._prune_locked(retention, now)
 
     def run_files(self, incident_id: str) -> Path:
