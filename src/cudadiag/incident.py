@@ -386,24 +386,30 @@ def _frame_from_summary(
 
 def _build(tp: Any, data: Any) -> Any:
     """Build a value of type `tp` (a dataclass, list, dict or plain type) from JSON data."""
-    if data is None:
-        return None
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _build(inner[0], data) if len(inner) == 1 else data
-    if origin is list:
-        (item,) = typing.get_args(tp)
-        return [_build(item, v) for v in data]
-    if dataclasses.is_dataclass(tp):
-        types_of = _field_types(tp)
-        return tp(**{k: _build(types_of[k], v) for k, v in data.items() if k in types_of})
-    return data
+    return _builder(tp)(data)
 
 
 @functools.cache
-def _field_types(tp: type) -> dict[str, Any]:
-    """The type of each field of dataclass `tp`, resolved once per class (resolving them
-    costs far more than building a record)."""
-    hints = typing.get_type_hints(tp)
-    return {f.name: hints[f.name] for f in dataclasses.fields(tp)}
+def _builder(tp: Any) -> Callable[[Any], Any]:
+    """The function that builds a value of type `tp` from JSON data, made once per type:
+    reading a record then costs its JSON parse and the objects, no type introspection."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _builder(inner[0]) if len(inner) == 1 else _as_is
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        build_item = _builder(item)
+        if build_item is _as_is:
+            return _as_is
+        return lambda data: None if data is None else [build_item(v) for v in data]
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        fields = {f.name: _builder(hints[f.name]) for f in dataclasses.fields(tp)}
+        return lambda data: None if data is None else tp(
+            **{k: fields[k](v) for k, v in data.items() if k in fields})
+    return _as_is
+
+
+def _as_is(data: Any) -> Any:
+    return data
