@@ -19,9 +19,11 @@ is caught up from the synced log.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -35,9 +37,11 @@ SUMMARY_MAX = 90
 """Summaries longer than this are cut in the index (as a listing shows them)."""
 IN_MEMORY = 0
 """The `segment` of a record that only this process holds (it could not be written yet)."""
-_ENTRY_FIELDS = 13
+_ENTRY_FIELDS = 14
+"""Items of an entry's line: the fields of IndexEntry."""
 _TAIL_CHUNK = 64 * 2**10
 
+by_id = itemgetter(0)
 by_creation = itemgetter(1)
 """Sort key of entries: their creation time."""
 
@@ -63,6 +67,8 @@ class IndexEntry(NamedTuple):
     offset: int
     length: int
     """Bytes of the record's line, its newline included."""
+    number: int = 0
+    """How many entries the index held up to this one (its line's last item)."""
 
     @property
     def newer(self) -> bool:
@@ -107,7 +113,7 @@ class IndexState:
 
     def latest(self) -> list[IndexEntry]:
         """Return one entry per incident (its last record), oldest first by creation."""
-        latest = {e.id: e for e in self.entries}
+        latest = dict(zip(map(by_id, self.entries), self.entries, strict=True))
         return sorted(latest.values(), key=by_creation)
 
 
@@ -152,7 +158,7 @@ def entry_for_newer(record_id: str, created_at: str, schema: Any, family: str | 
 
 def entry_line(entry: IndexEntry, count: int) -> bytes:
     """The index line of `entry`, the `count`-th entry of the index."""
-    return _line([*entry, count])
+    return _line([*entry[:-1], count])
 
 
 def cover_line(segment: int, end: int, count: int) -> bytes:
@@ -216,7 +222,7 @@ class IncidentIndex:
                 row = json.loads(f.readline() or b"null")
         except (OSError, ValueError):
             return None
-        if isinstance(row, list) and len(row) == _ENTRY_FIELDS + 1 and isinstance(row[1], str):
+        if isinstance(row, list) and len(row) == _ENTRY_FIELDS and isinstance(row[1], str):
             return row[1]
         return None
 
@@ -256,6 +262,18 @@ class IncidentIndex:
 def parse_index(data: bytes) -> IndexState | None:
     """Return the state an index file's bytes describe, None when they are not an index of
     this format or a whole line is not one of its lines. A torn last line is left out."""
+    # Parsing makes a container per line and no cycle: the cyclic collector, run again and
+    # again over the growing result, would take as long as the parse itself.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse_index(data)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _parse_index(data: bytes) -> IndexState | None:
     if not data.startswith(HEADER):
         return None
     whole = data.rfind(b"\n") + 1
@@ -267,31 +285,27 @@ def parse_index(data: bytes) -> IndexState | None:
         rows = json.loads(b"[" + body[:-1].replace(b"\n", b",") + b"]")
     except ValueError:
         return None
-    state = IndexState(torn_at=torn_at)
-    entries, covered = state.entries, state.covered
-    make = tuple.__new__  # IndexEntry._make without its checks: rows are checked here
-    try:
-        for row in rows:
-            if len(row) == _ENTRY_FIELDS + 1:
-                entries.append(make(IndexEntry, row[:_ENTRY_FIELDS]))
-                segment, end = row[10], row[11] + row[12]
-            elif len(row) == 3:
-                segment, end = row[0], row[1]
-            else:
-                return None
-            if covered.get(segment, -1) < end:
-                covered[segment] = end
-    except TypeError:  # a line that is not a list, or places that are not numbers
+    try:  # C-level passes: a long index is read in a blink
+        entries = list(map(tuple.__new__, repeat(IndexEntry),
+                           [row for row in rows if len(row) == _ENTRY_FIELDS]))
+        # lines of one log file cover it in order: the last one reaches furthest
+        covered = {(row[10] if len(row) == _ENTRY_FIELDS else row[0]):
+                   (row[11] + row[12] if len(row) == _ENTRY_FIELDS else row[1])
+                   for row in rows}
+    except (TypeError, KeyError, IndexError):  # a line that is not one of the index's
         return None
-    if not all(type(s) is int and type(e) is int for s, e in covered.items()):
+    markers = sum(len(row) == 3 for row in rows)
+    if len(entries) + markers != len(rows) or not all(
+            type(s) is int and type(e) is int for s, e in covered.items()):
         return None
+    state = IndexState(entries=entries, covered=covered, torn_at=torn_at)
     state.count = rows[-1][-1] if rows and type(rows[-1][-1]) is int else len(entries)
     return state
 
 
 def row_coverage(row: list[Any]) -> tuple[int, int] | None:
     """The (log file, end) a line of the index covers, None if it is not an index line."""
-    if len(row) == _ENTRY_FIELDS + 1 and type(row[10]) is int and type(row[11]) is int \
+    if len(row) == _ENTRY_FIELDS and type(row[10]) is int and type(row[11]) is int \
             and type(row[12]) is int:
         return row[10], row[11] + row[12]
     if len(row) == 3 and all(type(x) is int for x in row):

@@ -58,6 +58,7 @@ from cudadiag.incident_index import (
     IndexEntry,
     IndexState,
     by_creation,
+    by_id,
     cover_line,
     entry_for_incident,
     entry_for_newer,
@@ -232,7 +233,8 @@ class IncidentStore:
         """Return one index entry per incident (its latest record), oldest first, with the
         records still unsaved in this process and those of a newer cudadiag (`newer`).
         Reads the index only, caught up with the log or rebuilt from it first when needed."""
-        latest = {e.id: e for e in self._index_state().entries}
+        entries = self._index_state().entries
+        latest = dict(zip(map(by_id, entries), entries, strict=True))
         for _record, entry in _unsaved.get(self._key, {}).values():
             latest[entry.id] = entry
         return sorted(latest.values(), key=by_creation)

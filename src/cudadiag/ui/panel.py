@@ -8,13 +8,14 @@ displayed object's mime bundle still carries `text/html` and `text/plain` render
 from __future__ import annotations
 
 from html import escape
+from operator import itemgetter
 from typing import Any
 
 import ipywidgets as widgets
 
 from cudadiag.errors import IncidentNotFound
 from cudadiag.incident import Incident
-from cudadiag.incident_index import IndexEntry, entry_for_incident
+from cudadiag.incident_index import IndexEntry, by_id, entry_for_incident
 from cudadiag.repro.report import render_report
 from cudadiag.store import IncidentStore
 from cudadiag.ui import render
@@ -29,6 +30,7 @@ TABS = (
     ("Later errors", ("later",)),
 )
 ALL_FAMILIES = "all families"
+by_family = itemgetter(2)
 
 
 class Panel(widgets.VBox):
@@ -138,7 +140,7 @@ class Panel(widgets.VBox):
         if shown is not None and all(e.id != shown.id for e in entries):
             entries.append(entry_for_incident(shown))
         self.entries = entries[::-1]
-        self._by_id = {e.id: e for e in self.entries}
+        self._by_id = dict(zip(map(by_id, self.entries), self.entries, strict=True))
 
     def _pick(self, incident: Incident | str | None) -> Incident | None:
         if isinstance(incident, Incident):
@@ -149,7 +151,7 @@ class Panel(widgets.VBox):
         return self.store.read(newest) if newest is not None else None
 
     def _families(self) -> list[str]:
-        return [ALL_FAMILIES, *sorted({e.family for e in self.entries if e.family})]
+        return [ALL_FAMILIES, *sorted(set(map(by_family, self.entries)) - {None})]
 
     def _shown(self) -> list[IndexEntry]:
         """The entries the family filter lets through, newest first."""

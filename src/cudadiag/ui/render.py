@@ -436,14 +436,10 @@ def render_table(entries: Iterable[IndexEntry], empty: str = "no incidents recor
     """Return one line per index entry, in the order given: id, time, family, where (cell,
     script or mode), summary; records of a newer cudadiag get their id, time and `recorded
     by a newer cudadiag`. `empty` when there is no entry."""
-    rows = []
-    for e in entries:
-        if e.newer:
-            rows.append(f"{e.id:12}  {e.created_at:25}  {e.family or '?':19}  {'?':10}  "
-                        f"{e.describe_newer()}; upgrade cudadiag to read it")
-        else:
-            rows.append(f"{e.id:12}  {e.created_at:25}  {e.family:19}  {e.where():10}  "
-                        f"{e.summary}{' [simulated]' if e.simulated else ''}")
+    rows = [f"{e.id:12}  {e.created_at:25}  {e.family or '?':19}  {'?':10}  "
+            f"{e.describe_newer()}; upgrade cudadiag to read it" if e.newer else
+            f"{e.id:12}  {e.created_at:25}  {e.family:19}  {e.where():10}  "
+            f"{e.summary}{' [simulated]' if e.simulated else ''}" for e in entries]
     if not rows:
         return empty
     header = f"{'id':12}  {'time':25}  {'family':19}  {'where':10}  summary"
