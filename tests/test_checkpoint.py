@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import torch
@@ -93,12 +94,13 @@ def test_the_newest_trusted_checkpoint_wins_by_the_time_it_was_written(tmp_path)
 def test_a_checkpoint_written_after_the_given_incident_is_rejected(tmp_path, capsys):
     checkpoint.save(_state(), tmp_path / "before.pt", step=1)
     incident = _incident()
-    incident.created_at = "2000-01-01T00:00:00+00:00"
+    # an hour ago: inside the log's retention (180 days), before every file
+    incident.created_at = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat(
+        timespec="seconds")
     time.sleep(0.01)
     checkpoint.save(_state(), tmp_path / "after.pt", step=2)
     IncidentStore().append(incident)
 
-    # every file is newer than an incident of the year 2000
     assert checkpoint.latest_valid(tmp_path, before=incident) is None
     verdict = checkpoint.verify(tmp_path / "after.pt", before=incident.id[:6])
     assert verdict.reason.startswith("written after the error: saved at ")

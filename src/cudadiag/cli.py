@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.argtypes import positive_seconds
+from cudadiag.errors import CudadiagError
+from cudadiag.listing_options import add_listing_options
 from cudadiag.repro.options import add_export_options
 
 DEMO_CELLS = (
@@ -60,9 +62,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="with --check: the capability of the GPU the program will run on "
                           "(8.6, sm_86, or a ROCm gfx target), instead of the GPUs found here")
     env.set_defaults(handler=_cmd_env, parser=env)
-    incidents = sub.add_parser("incidents", help="list recorded incidents, oldest first",
-                               description="List the incidents of the log, oldest first.")
-    incidents.add_argument("--family", help="only incidents of this family (e.g. oom)")
+    incidents = sub.add_parser(
+        "incidents", help="list recorded incidents, oldest first; --stats, --prune",
+        description="List the incidents of the log, oldest first (filters combine), show "
+                    "what the log holds and its retention (--stats), or prune what the "
+                    "retention no longer keeps (--prune).")
+    add_listing_options(incidents)
     incidents.set_defaults(handler=_cmd_incidents)
     show = sub.add_parser("show", help="print one incident in full",
                           description="Print one incident in full.")
@@ -351,15 +356,13 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def _cmd_incidents(args: argparse.Namespace) -> int:
-    from cudadiag.store import IncidentStore
-    from cudadiag.ui.render import render_table
+    from cudadiag.listing import run_listing
 
-    contents = IncidentStore().contents()
-    incidents, newer = contents.incidents, contents.newer
-    if args.family:
-        incidents = [i for i in incidents if i.diagnosis.family == args.family]
-        newer = [r for r in newer if r.family == args.family]
-    print(render_table(incidents, newer))
+    try:
+        print(run_listing(args))
+    except CudadiagError as exc:
+        print(f"cudadiag incidents: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

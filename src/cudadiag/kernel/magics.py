@@ -12,8 +12,9 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from cudadiag.argtypes import positive_seconds
-from cudadiag.errors import IsolatedRunFailed
+from cudadiag.errors import CudadiagError, IsolatedRunFailed
 from cudadiag.kernel.hooks import KernelCapture
+from cudadiag.listing_options import add_listing_options
 from cudadiag.repro.options import add_export_options
 from cudadiag.store import IncidentNotFound, IncidentStore
 from cudadiag.ui import render
@@ -38,8 +39,9 @@ class _MagicParser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _MagicParser(prog="%cudadiag", description="Browse cudadiag's incident log.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_MagicParser)
-    listing = sub.add_parser("incidents", help="list recorded incidents, oldest first")
-    listing.add_argument("--family", help="only incidents of this family (e.g. device_assert)")
+    listing = sub.add_parser("incidents", help="list recorded incidents, oldest first; "
+                                               "--stats, --prune")
+    add_listing_options(listing)
     show = sub.add_parser("show", help="print one incident in full (default: the newest)")
     show.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
     panel = sub.add_parser("panel", help="show the incident panel (default: the newest)")
@@ -123,7 +125,10 @@ class CudadiagMagics(Magics):
     def cudadiag(self, line: str) -> None:
         """Browse the incident log.
 
-        %cudadiag incidents [--family F]   list incidents (id, time, family, cell, summary)
+        %cudadiag incidents [--family F] [--since WHEN] [--mode M] [--cell N]
+                                           list incidents (id, time, family, cell, summary)
+        %cudadiag incidents --stats | --prune [--keep N] [--keep-days D]
+                                           the log's size and retention; prune it now
         %cudadiag show [ID]                print one incident in full (default: the newest)
         %cudadiag panel [ID]               the incident panel: browse, re-run, report
         %cudadiag report [ID]              a scrubbed Markdown report for an issue tracker
@@ -142,12 +147,12 @@ class CudadiagMagics(Magics):
         args = _parser().parse_args(_split(line))
         store = capture_for(self.shell).store
         if args.command == "incidents":
-            contents = store.contents()
-            incidents, newer = contents.incidents, contents.newer
-            if args.family:
-                incidents = [i for i in incidents if i.diagnosis.family == args.family]
-                newer = [r for r in newer if r.family == args.family]
-            print(render.render_table(incidents, newer))
+            from cudadiag.listing import run_listing
+
+            try:
+                print(run_listing(args, store))
+            except CudadiagError as exc:
+                raise UsageError(str(exc)) from None
         elif args.command == "show":
             try:
                 print(render.render_text(store.get(args.id)))
@@ -423,14 +428,15 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
 def _original_incident(shell: Any, cell: int, source: str) -> Incident | None:
     """The kernel's latest incident for cell `cell` (filed with this very source, so a cell
     of another kernel with the same number does not count), if there is one."""
+    store = capture_for(shell).store
     try:
-        found = capture_for(shell).store.load()
-    except OSError:
+        listed = [e for e in store.entries() if e.mode == "kernel" and e.cell == cell]
+        for entry in reversed(listed):
+            incident = store.read(entry)
+            if incident.run.cells == [cell] and incident.run.sources.get(str(cell)) == source:
+                return incident
+    except (OSError, IncidentNotFound):
         return None
-    for incident in reversed(found):
-        if (incident.run.mode == "kernel" and incident.run.cells == [cell]
-                and incident.run.sources.get(str(cell)) == source):
-            return incident
     return None
 
 
