@@ -57,13 +57,16 @@ def test_an_earlier_log_reads_whole_and_typed(log, tmp_path):
         "device_assert", "cudadiag.trace.PrecheckError", "aten::nll_loss_forward",
         *((4, (0, 4)) if isolated.repro.signature.value is not None else ()))
     assert isolated.op.name == "aten::nll_loss_forward" and isolated.op.precheck
+    assert isolated.op.recent[-1].tensors  # the release kept each call's arguments in full
+    assert "float32[3, 4]@cpu" in isolated.op.recent_tensors
     assert script.run.command[0].endswith("train.py") and script.op.name == "aten::embedding"
 
 
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: p.stem)
 def test_every_view_of_an_earlier_incident_renders(log, tmp_path):
-    found = _store_with(log, tmp_path / "home").load()
-    assert len(render_table(found).splitlines()) == 4
+    store = _store_with(log, tmp_path / "home")
+    found = store.load()
+    assert len(render_table(store.entries()).splitlines()) == 4
     for incident in found:
         text = render_text(incident)
         assert incident.diagnosis.summary.splitlines()[0][:40] in text

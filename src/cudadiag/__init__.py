@@ -58,6 +58,7 @@ __all__ = [  # the lazy names of _LAZY included, as literals for the linters
     "check_index_range",
     "check_label_mapping",
     "check_same_device",
+    "checkpoint",
     "classify",
     "collect_env",
     "guard",
@@ -96,8 +97,8 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "testing":
-        return importlib.import_module("cudadiag.testing")
+    if name in ("testing", "checkpoint"):
+        return importlib.import_module(f"cudadiag.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'cudadiag' has no attribute {name!r}")

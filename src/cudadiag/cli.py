@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING
 
 from cudadiag.argtypes import positive_seconds
 from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
+from cudadiag.listing_options import add_listing_options
 from cudadiag.repro.options import add_export_options
 
 if TYPE_CHECKING:
     from types import ModuleType
 
+    from cudadiag.incident import EnvInfo
     from cudadiag.isolate.runner import IsolatedResult
     from cudadiag.store import IncidentStore
 
@@ -59,10 +61,21 @@ def _parser() -> argparse.ArgumentParser:
     env = sub.add_parser("env", help="print the environment (versions, backend, device)",
                          description="Print versions, backend and device of this machine.")
     env.add_argument("--json", action="store_true", help="print JSON instead of text")
-    env.set_defaults(handler=_cmd_env)
-    incidents = sub.add_parser("incidents", help="list recorded incidents, oldest first",
-                               description="List the incidents of the log, oldest first.")
-    incidents.add_argument("--family", help="only incidents of this family (e.g. oom)")
+    env.add_argument("--check", action="store_true",
+                     help="check that the build runs here: device capability vs the build's "
+                          "arch list, driver vs the build's CUDA, ROCm gfx targets, "
+                          "torchvision / torchaudio / triton and compiled extensions vs torch "
+                          "(exit status 1 when a check fails)")
+    env.add_argument("--capability", metavar="X.Y",
+                     help="with --check: the capability of the GPU the program will run on "
+                          "(8.6, sm_86, or a ROCm gfx target), instead of the GPUs found here")
+    env.set_defaults(handler=_cmd_env, parser=env)
+    incidents = sub.add_parser(
+        "incidents", help="list recorded incidents, oldest first; --stats, --prune",
+        description="List the incidents of the log, oldest first (filters combine), show "
+                    "what the log holds and its retention (--stats), or prune what the "
+                    "retention no longer keeps (--prune).")
+    add_listing_options(incidents)
     incidents.set_defaults(handler=_cmd_incidents)
     show = sub.add_parser("show", help="print one incident in full",
                           description="Print one incident in full.")
@@ -123,6 +136,17 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true",
                          help="print the diagnosis as JSON (family, sticky, rank, evidence...)")
     explain.set_defaults(handler=_cmd_explain)
+    checkpoints = sub.add_parser(
+        "checkpoints", help="list the checkpoints of a directory with their verdicts",
+        description="List the checkpoints of DIRECTORY, newest first, each trusted or rejected "
+                    "with its reason (no manifest, hash mismatch, non-finite tensor, written "
+                    "after the error). Exit status: 0 when one is trusted, 1 when none is, 2 "
+                    "for bad arguments.")
+    checkpoints.add_argument("directory", help="the checkpoint directory")
+    checkpoints.add_argument("--before", metavar="ID",
+                             help="trust only checkpoints written before this incident")
+    checkpoints.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    checkpoints.set_defaults(handler=_cmd_checkpoints)
     demo = sub.add_parser(
         "demo", help="run a simulated device-side assert in an IPython shell on the CPU",
         description="Run the guide's example (4 classes, targets [0, 2, 4]) on a simulated "
@@ -264,11 +288,36 @@ def _cmd_env(args: argparse.Namespace) -> int:
     from cudadiag.env import collect_env
     from cudadiag.ui.render import environment_table
 
+    if args.capability is not None and not args.check:
+        args.parser.error("--capability goes with --check: cudadiag env --check --capability X.Y")
     _initialise_cuda_if_present(torch)
+    if args.check:
+        return _check_env(collect_env(), args)
     env = collect_env()
-    print(json.dumps(dataclasses.asdict(env), indent=2) if args.json
-          else environment_table(env))
+    if args.json:
+        info = dataclasses.asdict(env)
+        info.pop("compat")  # `cudadiag env --check` reports it
+        print(json.dumps(info, indent=2))
+    else:
+        print(environment_table(env))
     return 0
+
+
+def _check_env(env: EnvInfo, args: argparse.Namespace) -> int:
+    """`cudadiag env --check`: print each check; 1 when one fails, 2 for a bad capability."""
+    from cudadiag import compat
+    from cudadiag.ui.render import compat_lines
+
+    try:
+        checks = compat.run_checks(compat.gather_facts(env), capability=args.capability)
+    except ValueError as exc:
+        print(f"cudadiag env: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([dataclasses.asdict(c) for c in checks], indent=2))
+    else:
+        print("\n".join(compat_lines(checks)))
+    return 1 if compat.failed(checks) else 0
 
 
 def _initialise_cuda_if_present(torch: ModuleType) -> None:
@@ -283,10 +332,33 @@ def _initialise_cuda_if_present(torch: ModuleType) -> None:
         print(f"cudadiag: CUDA could not be initialised: {exc}", file=sys.stderr)
 
 
-def _cmd_incidents(args: argparse.Namespace) -> int:
-    from cudadiag import commands
+def _cmd_checkpoints(args: argparse.Namespace) -> int:
+    from cudadiag import checkpoint
+    from cudadiag.errors import IncidentNotFound
+    from cudadiag.ui.render import render_checkpoints
 
-    print(commands.list_incidents(_store(), commands.ListOptions(family=args.family)))
+    try:
+        verdicts = checkpoint.review(args.directory, before=args.before)
+    except (NotADirectoryError, IncidentNotFound, ValueError) as exc:
+        print(f"cudadiag checkpoints: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([{"path": str(v.path), "trusted": v.trusted, "reason": v.reason,
+                           "step": v.step, "written_at": v.written_at} for v in verdicts],
+                         indent=2))
+    else:
+        print(render_checkpoints(args.directory, verdicts))
+    return 0 if any(v.trusted for v in verdicts) else 1
+
+
+def _cmd_incidents(args: argparse.Namespace) -> int:
+    from cudadiag.listing import run_listing
+
+    try:
+        print(run_listing(args))
+    except CudadiagError as exc:
+        print(f"cudadiag incidents: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

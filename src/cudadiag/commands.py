@@ -1,5 +1,5 @@
-"""The commands a user runs on the incident log, implemented once: `incidents`, `show`,
-`report`, `export` and `explain`.
+"""The commands a user runs on the incident log, implemented once: `show`, `report`,
+`export` and `explain` (`incidents`, with its filters, paging and retention, is listing.py's).
 
 `cudadiag COMMAND` (cli.py) and `%cudadiag COMMAND` (kernel/magics.py) are adapters: they
 parse their words into the typed options below, call these functions and print the text they
@@ -21,20 +21,13 @@ from cudadiag.errors import ExplainError
 from cudadiag.incident import Incident
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS, DEFAULT_TIMEOUT_S, SUFFIXES
 from cudadiag.store import IncidentStore
-from cudadiag.ui.render import render_explanation, render_table, render_text
+from cudadiag.ui.render import render_explanation, render_text
 
 if TYPE_CHECKING:
     from cudadiag.explain import Explanation
     from cudadiag.repro.export import ReproInputs
     from cudadiag.repro.minimize import MinimizeResult, Progress
     from cudadiag.repro.notebook import ExportResult
-
-
-@dataclass(frozen=True)
-class ListOptions:
-    """`incidents [--family F]`."""
-
-    family: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,17 +69,6 @@ class Explained:
         if as_json:
             return json.dumps(self.explanation.to_dict(), indent=2, default=str)
         return render_explanation(self.explanation, self.source)
-
-
-def list_incidents(store: IncidentStore, options: ListOptions) -> str:
-    """Return the table of the log's incidents, oldest first (records of a newer cudadiag
-    listed by what can be read of them). Raises OSError when the log cannot be read."""
-    contents = store.contents()
-    incidents, newer = contents.incidents, contents.newer
-    if options.family:
-        incidents = [i for i in incidents if i.diagnosis.family == options.family]
-        newer = [r for r in newer if r.family == options.family]
-    return render_table(incidents, newer)
 
 
 def show(store: IncidentStore, options: ShowOptions) -> str:

@@ -147,10 +147,14 @@ class TensorArg:
 
 @dataclass
 class OpCall:
-    """One operator call recorded by the tracer."""
+    """One operator call recorded by the tracer before the one that raised."""
 
     name: str
-    args: list[TensorArg] = field(default_factory=list)
+    tensors: list[int] = field(default_factory=list)
+    """Its tensor arguments, as positions in OpInfo.recent_tensors."""
+    scalars: list[str] = field(default_factory=list)
+    """`name=value` of its other arguments (integers, dims, flags), kept for the calls
+    nearest the failure."""
 
 
 @dataclass
@@ -162,6 +166,8 @@ class OpInfo:
     recent: list[OpCall] = field(default_factory=list)
     precheck: str | None = None
     """The precise contract violation found before the kernel ran, when one was found."""
+    recent_tensors: list[str] = field(default_factory=list)
+    """Each distinct tensor argument of the recent calls once: `float32[8, 16]@cuda:0`."""
 
 
 @dataclass
@@ -364,6 +370,21 @@ class ReproInfo:
 
 
 @dataclass
+class CompatCheck:
+    """One compatibility check of `cudadiag env --check`: what was compared, the verdict."""
+
+    name: str
+    """What was checked, e.g. `capability 8.6 (NVIDIA A10)`, `driver`, `torchvision`."""
+    status: str
+    """`pass`, `warn` (runs, with a limit), `fail` or `skip` (cannot be told here)."""
+    reason: str
+    fix: str = ""
+    """What to install or change when it fails."""
+    source: str = ""
+    """Where the rule comes from."""
+
+
+@dataclass
 class EnvInfo:
     """The environment that produced an incident. Unknown fields say `unavailable: <why>`."""
 
@@ -383,6 +404,8 @@ class EnvInfo:
     code_dirty: bool | None = None
     extensions: dict[str, str] = field(default_factory=dict)
     cuda_initialized: bool = False
+    compat: list[CompatCheck] = field(default_factory=list)
+    """The compatibility checks, run for errors whose cause can be a mismatched build."""
 
 
 @dataclass
@@ -472,12 +495,34 @@ class Incident:
 
 
 def _schema_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
-    """Schema 1 named the repro's file `notebook` (a script too)."""
+    """Schema 1 named the repro's file `notebook` (a script too), and the first release
+    kept every argument of each recent operator call (now: each distinct tensor once)."""
     repro = data.get("repro")
     if isinstance(repro, dict) and "notebook" in repro:
         data = {**data, "repro": {**{k: v for k, v in repro.items() if k != "notebook"},
                                   "path": repro["notebook"]}}
+    op = data.get("op")
+    if isinstance(op, dict) and any("args" in call for call in op.get("recent") or []):
+        data = {**data, "op": _compact_recent_calls(op)}
     return {**data, "schema": 2}
+
+
+def _compact_recent_calls(op: dict[str, Any]) -> dict[str, Any]:
+    """An OpInfo record whose recent calls list their arguments, as the tracer keeps them
+    now: tensors as positions in `recent_tensors`, other arguments as `name=value`."""
+    tensors: dict[str, int] = {}
+    recent = []
+    for call in op["recent"]:
+        positions, scalars = [], []
+        for arg in call.get("args") or []:
+            if arg.get("kind") == "tensor":
+                text = (f"{(arg.get('dtype') or '?').replace('torch.', '')}{arg.get('shape')}"
+                        f"@{arg.get('device')}")
+                positions.append(tensors.setdefault(text, len(tensors)))
+            else:
+                scalars.append(f"{arg.get('name')}={arg.get('value')}")
+        recent.append({"name": call.get("name"), "tensors": positions, "scalars": scalars})
+    return {**op, "recent": recent, "recent_tensors": list(tensors)}
 
 
 _UPGRADES: list[Callable[[dict[str, Any]], dict[str, Any]]] = [_schema_1_to_2]

@@ -32,6 +32,7 @@ _step_in_flight: InFlight = _nothing_in_flight
 _new_cell: Callable[[], None] = _no_cell_count
 _simulator_active: Callable[[], bool] = _no_simulator
 _simulator_in_use: Callable[[], bool] = _no_simulator
+_simulator_poisoned: Callable[[], bool] = _no_simulator
 
 
 def register_watches(in_flight: InFlight, new_cell: Callable[[], None]) -> None:
@@ -41,11 +42,13 @@ def register_watches(in_flight: InFlight, new_cell: Callable[[], None]) -> None:
     _step_in_flight, _new_cell = in_flight, new_cell
 
 
-def register_simulator(active: Callable[[], bool], in_use: Callable[[], bool]) -> None:
+def register_simulator(active: Callable[[], bool], in_use: Callable[[], bool],
+                       poisoned: Callable[[], bool]) -> None:
     """The simulated device's answers: is one entered now; is one entered or has one
-    faulted (whatever fails then is the simulator's doing, not a real GPU's)."""
-    global _simulator_active, _simulator_in_use
-    _simulator_active, _simulator_in_use = active, in_use
+    faulted (whatever fails then is the simulator's doing, not a real GPU's); has its
+    context been made unusable by a fault."""
+    global _simulator_active, _simulator_in_use, _simulator_poisoned
+    _simulator_active, _simulator_in_use, _simulator_poisoned = active, in_use, poisoned
 
 
 def step_in_flight() -> tuple[StepInfo, BatchInfo] | None:
@@ -61,6 +64,11 @@ def new_cell() -> None:
 def simulator_active() -> bool:
     """Return True while a simulated device is entered in this process."""
     return _simulator_active()
+
+
+def simulator_poisoned() -> bool:
+    """Return True when a simulated fault has made the simulated CUDA context unusable."""
+    return _simulator_poisoned()
 
 
 def simulator_in_use() -> bool:

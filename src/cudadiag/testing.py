@@ -141,7 +141,7 @@ def in_use() -> bool:
     return _STATE.active > 0 or _STATE.pending is not None or _STATE.poisoned is not None
 
 
-probes.register_simulator(is_active, in_use)
+probes.register_simulator(is_active, in_use, is_poisoned)
 
 
 def reset_simulated_device() -> None:

@@ -43,8 +43,11 @@ def render_report(incident: Incident, redactor: Redactor | None = None) -> str:
             f"- `{t.path}`: {t.dtype} {t.shape} on {t.device}, stride {t.stride}"
             + (f", values {t.min}..{t.max}" if t.min is not None else "")
             for t in incident.batch.tensors] + [""]
-    out += ["**Environment:**", ""] + [f"- {versions(line)}"
-                                       for line in environment_lines(incident.env)]
+    compat = incident.env.compat if incident.env else []
+    out += ["**Environment:**", ""] + [f"- {versions(line)}" for line in [
+        *environment_lines(incident.env),
+        *(f"compatibility check {c.status}: {c.name}: {c.reason}" for c in compat
+          if c.status in ("fail", "warn"))]]
     out += ["", f"**Run:** {incident.run.mode}, blocking launches "
             f"{'on' if incident.run.blocking else 'off'}"
             + (f", {' '.join(incident.run.command)}" if incident.run.command else ""), ""]
