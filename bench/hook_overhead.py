@@ -39,11 +39,17 @@ def main() -> None:
     shell.run_cell("import torch, numpy", store_history=True)  # RNG states to record
     shell.history_manager.enabled = False
     without, with_ext = [], []
-    for _ in range(args.rounds):
-        without.append(time_block(shell, args.cells))
-        shell.extension_manager.load_extension("cudadiag")
-        with_ext.append(time_block(shell, args.cells))
-        shell.extension_manager.unload_extension("cudadiag")
+    for round_number in range(args.rounds):  # odd rounds measure the extension first
+        if round_number % 2:
+            shell.extension_manager.load_extension("cudadiag")
+            with_ext.append(time_block(shell, args.cells))
+            shell.extension_manager.unload_extension("cudadiag")
+            without.append(time_block(shell, args.cells))
+        else:
+            without.append(time_block(shell, args.cells))
+            shell.extension_manager.load_extension("cudadiag")
+            with_ext.append(time_block(shell, args.cells))
+            shell.extension_manager.unload_extension("cudadiag")
     base, loaded = statistics.median(without), statistics.median(with_ext)
     print(f"cells per block: {args.cells}, rounds: {args.rounds}")
     print(f"median per cell without cudadiag: {base * 1e6:8.1f} us")

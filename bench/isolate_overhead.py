@@ -43,12 +43,17 @@ def main() -> None:
     cold, isolated, forked = [], [], []
     with ForkServerLauncher() as launcher:
         run_isolated("x = 1", launcher=launcher, stream=False, store=False)  # start it
-        for _ in range(args.runs):
-            cold.append(cold_import_torch())
-            isolated.append(blocking_launch(shell))
+        def forked_run() -> float:
             start = time.perf_counter()
             run_isolated("x = 1", launcher=launcher, stream=False, store=False)
-            forked.append(time.perf_counter() - start)
+            return time.perf_counter() - start
+
+        sides = [(cold, cold_import_torch), (isolated, lambda: blocking_launch(shell)),
+                 (forked, forked_run)]
+        for run_number in range(args.runs):  # each side leads in turn
+            shift = run_number % len(sides)
+            for times, measure in sides[shift:] + sides[:shift]:
+                times.append(measure())
     c, i, f = statistics.median(cold), statistics.median(isolated), statistics.median(forked)
     print(f"runs: {args.runs}")
     print(f"python -c 'import torch' (cold): median {c:.3f} s")

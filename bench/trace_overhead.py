@@ -46,11 +46,15 @@ def main() -> None:
     args = parser.parse_args()
     for name, loop in (("elementwise (x.mul)", elementwise_loop),
                        ("embedding (precheck applies)", indexed_loop)):
-        plain, traced, checked = [], [], []
-        for _ in range(args.rounds):
-            plain.append(per_op(loop, args.ops, nullcontext()))
-            traced.append(per_op(loop, args.ops, OpTracer(precheck=False)))
-            checked.append(per_op(loop, args.ops, OpTracer(precheck=True)))
+        plain: list[float] = []
+        traced: list[float] = []
+        checked: list[float] = []
+        sides = [(plain, nullcontext), (traced, lambda: OpTracer(precheck=False)),
+                 (checked, lambda: OpTracer(precheck=True))]
+        for round_number in range(args.rounds):  # each side leads in turn
+            shift = round_number % len(sides)
+            for times, mode in sides[shift:] + sides[:shift]:
+                times.append(per_op(loop, args.ops, mode()))
         base = statistics.median(plain)
         t, c = statistics.median(traced), statistics.median(checked)
         print(f"{name}: untraced {base * 1e6:.1f} us/op, traced {t * 1e6:.1f} us/op "

@@ -36,9 +36,13 @@ def main() -> None:
                          torch.ones(args.steps * batch, 12, dtype=torch.long))
     loader = DataLoader(data, batch_size=batch)
     bare, watched = [], []
-    for _ in range(args.rounds):
-        bare.append(per_step(loader, args.steps))
-        watched.append(per_step(watch(loader), args.steps))
+    for round_number in range(args.rounds):  # odd rounds run watch() first
+        if round_number % 2:
+            watched.append(per_step(watch(loader), args.steps))
+            bare.append(per_step(loader, args.steps))
+        else:
+            bare.append(per_step(loader, args.steps))
+            watched.append(per_step(watch(loader), args.steps))
     b, w = statistics.median(bare), statistics.median(watched)
     paired = statistics.median(x - y for x, y in zip(watched, bare, strict=True))
     print(f"DataLoader of 3 in-memory tensors, batch {batch}, {args.steps} steps x "

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils._pytree import keystr, tree_leaves_with_path, tree_map
+from torch.utils._pytree import keystr, tree_leaves, tree_leaves_with_path, tree_map
 
 from cudadiag.incident import BatchSummary, TensorSummary
 from cudadiag.own_work import outside_user_modes
@@ -123,8 +123,9 @@ def leaves_with_paths(obj: Any, root: str = "batch") -> Iterator[tuple[str, Any]
 
 
 def tensors_of(item: Any) -> list[torch.Tensor]:
-    """Return the tensors of a batch, in order."""
-    return [leaf for _, leaf in _leaves(item, "", 0) if isinstance(leaf, torch.Tensor)]
+    """Return the tensors of a batch, in order, without building paths (watch() calls this
+    every step)."""
+    return _tensors(item, 0)
 
 
 def map_tensors(item: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
@@ -135,7 +136,7 @@ def map_tensors(item: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
 
 
 def _is_none(value: Any) -> bool:
-    return value is None  # pytree reads None as an empty container; here it is a leaf
+    return value is None  # pytree reads None as an empty node; a summary lists it
 
 
 def _leaves(obj: Any, root: str, depth: int) -> Iterator[tuple[str, Any]]:
@@ -147,6 +148,16 @@ def _leaves(obj: Any, root: str, depth: int) -> Iterator[tuple[str, Any]]:
         else:
             for suffix, child in opened:
                 yield from _leaves(child, path + suffix, depth + 1)
+
+
+def _tensors(obj: Any, depth: int) -> list[torch.Tensor]:
+    found = []
+    for leaf in tree_leaves(obj):
+        if isinstance(leaf, torch.Tensor):
+            found.append(leaf)
+        elif depth < MAX_DEPTH and (opened := _opened(leaf)) is not None:
+            found += [t for _, child in opened for t in _tensors(child, depth + 1)]
+    return found
 
 
 def _opened(leaf: Any) -> list[tuple[str, Any]] | None:
@@ -174,4 +185,4 @@ def _map(item: Any, fn: Callable[[torch.Tensor], torch.Tensor], depth: int) -> A
                 for f in dataclasses.fields(value) if f.init})
         return value
 
-    return tree_map(leaf, item, is_leaf=_is_none)
+    return tree_map(leaf, item)  # None stays None (an empty node to pytree)
