@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cudadiag.incident import Frame, FrameContext, Incident
 from cudadiag.kernel.store import NewerRecord
+from cudadiag.repro.redact import Redactor
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
 
 SHORT_VALUES = 8
@@ -139,7 +140,8 @@ def iteration_lines(incident: Incident) -> list[str]:
     if frames and frames[-1].scalars:
         last = frames[-1]
         lines.append(f"locals of {_frame_place(last)}: "
-                     + cut_pairs(last.scalars.items(), SHORT_VALUES, last.scalars_omitted))
+                     + cut_pairs(_unsecret(last.scalars.items()), SHORT_VALUES,
+                                 last.scalars_omitted))
     if incident.step:
         lines.append(_watch_line(incident))
     return lines
@@ -148,8 +150,16 @@ def iteration_lines(incident: Incident) -> list[str]:
 def _loop_values(frame: FrameContext) -> str:
     pairs = [pair for loop in frame.loops for pair in loop.values.items()]
     if pairs:
-        return cut_pairs(pairs, SHORT_VALUES)
+        return cut_pairs(_unsecret(pairs), SHORT_VALUES)
     return "; ".join(loop.header.strip().rstrip(":") for loop in frame.loops)
+
+
+def _unsecret(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (name, value text) pairs of locals with the values the report's scrubber takes
+    for secrets masked (secret environment variables' values, tokens, URL credentials...)."""
+    redactor = Redactor()
+    return [(name, redactor.secrets_masked(value, context=f"{name}={value}"))
+            for name, value in pairs]
 
 
 def _frame_place(frame: FrameContext) -> str:
@@ -184,15 +194,16 @@ def loop_code(incident: Incident) -> list[str]:
             mark = "the call that failed"
         out += [f"# {frame.location()} in {frame.function}", *_frame_code(frame, mark)]
         if frame.scalars:
-            out.append("# locals: " + cut_pairs(frame.scalars.items(), len(frame.scalars),
-                                                frame.scalars_omitted))
+            out.append("# locals: " + cut_pairs(_unsecret(frame.scalars.items()),
+                                                len(frame.scalars), frame.scalars_omitted))
         out.append("")
     return out[:-1]
 
 
 def _frame_code(frame: FrameContext, mark: str) -> list[str]:
     parts = [(loop.line, loop.header.splitlines() or [""],
-              ", ".join(f"{k}={v}" for k, v in loop.values.items())) for loop in frame.loops]
+              ", ".join(f"{k}={v}" for k, v in _unsecret(loop.values.items())))
+             for loop in frame.loops]
     if frame.statement:
         parts.append((frame.statement_line, frame.statement.splitlines(), f"<- {mark}"))
     indent = min((len(line) - len(line.lstrip()) for _, block, _ in parts for line in block
