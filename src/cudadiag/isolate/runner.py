@@ -126,7 +126,8 @@ def run_script(
     launcher = SubprocessLauncher(python) if python else None
     return _execute([], script, blocking=blocking, timeout=timeout, env=env, ship=None,
                     trace=trace, precheck=precheck, rng_states=None, batch=None,
-                    launcher=launcher, output=ChildOutput(stream), store=store)
+                    launcher=launcher, output=ChildOutput(stream, shown_limit=None),
+                    store=store)
 
 
 def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
