@@ -129,6 +129,26 @@ def test_ctrl_c_kills_the_scripts_group_and_exits_130(tmp_path):
     assert not _alive(int(seen[0].split()[1]))
 
 
+@pytest.mark.parametrize("delay", [0.0, 0.1, 0.25, 0.5, 0.8, 1.2, 1.8])
+def test_ctrl_c_at_any_moment_of_a_run_says_interrupted_in_one_line_and_exits_130(
+        tmp_path, delay):
+    (tmp_path / "slow.py").write_text("import os, time\nprint('pid', os.getpid(), flush=True)"
+                                      "\ntime.sleep(60)\n")
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom cudadiag.cli import main\n"
+         "print('ready', flush=True)\nsys.exit(main(['run', 'slow.py']))"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "ready\n"
+    time.sleep(delay)  # from starting the run (importing torch) to streaming the script
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert err.startswith("cudadiag: interrupted")
+    if out:
+        assert not _alive(int(out.split()[1]))
+
+
 def _demo(tmp_path, *args):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
