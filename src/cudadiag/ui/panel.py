@@ -99,7 +99,8 @@ class Panel(widgets.VBox):
         self.tabs.titles = tuple(titles)
         self.rerun.disabled = not incident.run.cells or self.shell is None
         self.rerun.tooltip = ("needs the notebook's kernel" if self.shell is None else
-                              f"%cuda_isolate {incident.run.cells[0]}" if incident.run.cells
+                              f"%cuda_isolate {render.failing_cell(incident)}"
+                              if incident.run.cells
                               else "no cell to re-run")
         self.copy.disabled = False
         self.export.disabled = self.shell is None
@@ -149,7 +150,7 @@ class Panel(widgets.VBox):
         incident = self.incident
         if incident is None or not incident.run.cells or self.shell is None:
             return
-        cell = incident.run.cells[0]
+        cell = render.failing_cell(incident)
         self.rerun.disabled = True
         self.output.clear_output()
         with self.output:
@@ -184,6 +185,7 @@ class Panel(widgets.VBox):
 
 
 def _option_label(incident: Incident) -> str:
-    where = f"In[{incident.run.cells[0]}]" if incident.run.cells else incident.run.mode
+    where = (f"In[{render.failing_cell(incident)}]" if incident.run.cells
+             else incident.run.mode)
     return (f"{incident.created_at[:19].replace('T', ' ')}  {incident.diagnosis.family}  "
             f"{where}  {incident.run.mode}  {incident.id}")

@@ -42,6 +42,13 @@ def restart_reminder(incident: Incident) -> str:
     """Return the one-paragraph reminder shown after a sticky error."""
     cell = _cell_label(incident)
     simulated = " (simulated)" if incident.run.simulated else ""
+    if stopped_before_it_ran(incident):
+        return (
+            f"The precheck stopped {incident.op.name} in {cell} before it ran: the CUDA "
+            f"context{simulated} of that run stayed usable (run as it is, this kernel would "
+            "leave it unusable and the process would have to restart). A restart fixes no bad "
+            "target or index: check the data first."
+        )
     if incident.run.mode != "kernel":
         return (
             f"The CUDA context{simulated} was unusable from {cell} on: that process could only "
@@ -53,6 +60,12 @@ def restart_reminder(incident: Incident) -> str:
         "this process fails and existing GPU tensors are lost. Restart the kernel. A restart "
         "fixes no bad target or index: check the data first."
     )
+
+
+def stopped_before_it_ran(incident: Incident) -> bool:
+    """Return True when the precheck stopped the failing operator before it ran (an
+    isolated or script run): its kernel never ran, so the context was never made unusable."""
+    return bool(incident.op and incident.op.precheck)
 
 
 def sticky_warning_line(incident: Incident) -> str:
@@ -221,7 +234,9 @@ def sections(incident: Incident) -> list[Section]:
     """Return the report of `incident` as format-independent sections, in reading order."""
     d, e = incident.diagnosis, incident.error
     parts = []
-    if d.sticky:
+    if d.sticky and stopped_before_it_ran(incident):
+        parts.append(Section("restart", "Stopped before it ran", [restart_reminder(incident)]))
+    elif d.sticky:
         parts.append(Section("restart", "Restart required",
                              [restart_reminder(incident), RESTART_FRONTENDS]))
     error = [f"{e.type}: {e.message}"]
@@ -457,7 +472,7 @@ def render_table(incidents: Iterable[Incident], newer: Iterable[NewerRecord] = (
 
 
 def _where(incident: Incident) -> str:
-    return f"In[{_raising_cell(incident)}]" if incident.run.cells else incident.run.mode
+    return f"In[{failing_cell(incident)}]" if incident.run.cells else incident.run.mode
 
 
 def _wrap(text: str, bullet: str = "  ") -> str:
@@ -508,17 +523,23 @@ def death_line(incident: Incident) -> str | None:
             "(os._exit, or a library that ended the process)")
 
 
-def _raising_cell(incident: Incident) -> int:
-    """The cell a listing names: the kernel's failing cell; for an isolated run, the cell
-    that raised (else the suspect cell), never merely the first cell replayed."""
-    frame = incident.error.reported_at
-    if incident.run.mode != "kernel" and frame is not None and frame.cell is not None:
-        return frame.cell
-    return incident.run.cells[0] if incident.run.mode == "kernel" else incident.run.cells[-1]
+def failing_cell(incident: Incident) -> int | None:
+    """Return the cell that was running when the error was raised: the kernel's failing
+    cell; for an isolated run, the outermost cell of the traceback (In[6] when In[6] called
+    a function of In[4]), else its suspect cell — never merely the first cell replayed.
+    None when the incident ran no cell (a script)."""
+    run = incident.run
+    if not run.cells:
+        return None
+    if run.mode == "kernel":
+        return run.cells[0]
+    raised_in = [frame.cell for frame in incident.error.traceback if frame.cell is not None]
+    return raised_in[0] if raised_in else run.cells[-1]
 
 
 def _cell_label(incident: Incident) -> str:
-    return f"In[{incident.run.cells[0]}]" if incident.run.cells else "the failing call"
+    cell = failing_cell(incident)
+    return f"In[{cell}]" if cell is not None else "the failing call"
 
 
 def _simulated_tag(incident: Incident) -> str:
