@@ -38,10 +38,15 @@ DEMO_CELLS = (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the `cudadiag` command; returns its exit status (2 for bad arguments)."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    return args.handler(args)
+    """Run the `cudadiag` command; returns its exit status (2 for bad arguments, 130 when
+    interrupted)."""
+    try:
+        parser = _parser()
+        args = parser.parse_args(argv)
+        return args.handler(args)
+    except KeyboardInterrupt:  # a running script's group is killed by the runner already
+        print("cudadiag: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 def _parser() -> argparse.ArgumentParser:

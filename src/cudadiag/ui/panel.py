@@ -15,7 +15,7 @@ import ipywidgets as widgets
 
 from cudadiag.errors import IncidentNotFound
 from cudadiag.incident import Incident
-from cudadiag.incident_index import IndexEntry, by_id, entry_for_incident
+from cudadiag.incident_index import IndexEntry, by_id, entry_for_incident, failing_cell
 from cudadiag.repro.report import render_report
 from cudadiag.store import IncidentStore
 from cudadiag.ui import render
@@ -115,7 +115,8 @@ class Panel(widgets.VBox):
         self.tabs.titles = tuple(titles)
         self.rerun.disabled = not incident.run.cells or self.shell is None
         self.rerun.tooltip = ("needs the notebook's kernel" if self.shell is None else
-                              f"%cuda_isolate {incident.run.cells[0]}" if incident.run.cells
+                              f"%cuda_isolate {failing_cell(incident)}"
+                              if incident.run.cells
                               else "no cell to re-run")
         self.copy.disabled = False
         self.export.disabled = self.shell is None
@@ -206,7 +207,7 @@ class Panel(widgets.VBox):
         incident = self.incident
         if incident is None or not incident.run.cells or self.shell is None:
             return
-        cell = incident.run.cells[0]
+        cell = failing_cell(incident)
         self.rerun.disabled = True
         self.output.clear_output()
         with self.output:

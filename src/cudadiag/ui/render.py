@@ -17,7 +17,8 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from cudadiag.incident import CompatCheck, Frame, FrameContext, Incident
-from cudadiag.incident_index import IndexEntry
+from cudadiag.incident_index import IndexEntry, failing_cell
+from cudadiag.repro.redact import Redactor
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
 
 SHORT_VALUES = 8
@@ -43,6 +44,13 @@ def restart_reminder(incident: Incident) -> str:
     """Return the one-paragraph reminder shown after a sticky error."""
     cell = _cell_label(incident)
     simulated = " (simulated)" if incident.run.simulated else ""
+    if stopped_before_it_ran(incident):
+        return (
+            f"The precheck stopped {incident.op.name} in {cell} before it ran: the CUDA "
+            f"context{simulated} of that run stayed usable (run as it is, this kernel would "
+            "leave it unusable and the process would have to restart). A restart fixes no bad "
+            "target or index: check the data first."
+        )
     if incident.run.mode != "kernel":
         return (
             f"The CUDA context{simulated} was unusable from {cell} on: that process could only "
@@ -54,6 +62,12 @@ def restart_reminder(incident: Incident) -> str:
         "this process fails and existing GPU tensors are lost. Restart the kernel. A restart "
         "fixes no bad target or index: check the data first."
     )
+
+
+def stopped_before_it_ran(incident: Incident) -> bool:
+    """Return True when the precheck stopped the failing operator before it ran (an
+    isolated or script run): its kernel never ran, so the context was never made unusable."""
+    return bool(incident.op and incident.op.precheck)
 
 
 def sticky_warning_line(incident: Incident) -> str:
@@ -142,7 +156,8 @@ def iteration_lines(incident: Incident) -> list[str]:
     if frames and frames[-1].scalars:
         last = frames[-1]
         lines.append(f"locals of {_frame_place(last)}: "
-                     + cut_pairs(last.scalars.items(), SHORT_VALUES, last.scalars_omitted))
+                     + cut_pairs(_unsecret(last.scalars.items()), SHORT_VALUES,
+                                 last.scalars_omitted))
     if incident.step:
         lines.append(_watch_line(incident))
     return lines
@@ -151,8 +166,16 @@ def iteration_lines(incident: Incident) -> list[str]:
 def _loop_values(frame: FrameContext) -> str:
     pairs = [pair for loop in frame.loops for pair in loop.values.items()]
     if pairs:
-        return cut_pairs(pairs, SHORT_VALUES)
+        return cut_pairs(_unsecret(pairs), SHORT_VALUES)
     return "; ".join(loop.header.strip().rstrip(":") for loop in frame.loops)
+
+
+def _unsecret(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (name, value text) pairs of locals with the values the report's scrubber takes
+    for secrets masked (secret environment variables' values, tokens, URL credentials...)."""
+    redactor = Redactor()
+    return [(name, redactor.secrets_masked(value, context=f"{name}={value}"))
+            for name, value in pairs]
 
 
 def _frame_place(frame: FrameContext) -> str:
@@ -187,15 +210,16 @@ def loop_code(incident: Incident) -> list[str]:
             mark = "the call that failed"
         out += [f"# {frame.location()} in {frame.function}", *_frame_code(frame, mark)]
         if frame.scalars:
-            out.append("# locals: " + cut_pairs(frame.scalars.items(), len(frame.scalars),
-                                                frame.scalars_omitted))
+            out.append("# locals: " + cut_pairs(_unsecret(frame.scalars.items()),
+                                                len(frame.scalars), frame.scalars_omitted))
         out.append("")
     return out[:-1]
 
 
 def _frame_code(frame: FrameContext, mark: str) -> list[str]:
     parts = [(loop.line, loop.header.splitlines() or [""],
-              ", ".join(f"{k}={v}" for k, v in loop.values.items())) for loop in frame.loops]
+              ", ".join(f"{k}={v}" for k, v in _unsecret(loop.values.items())))
+             for loop in frame.loops]
     if frame.statement:
         parts.append((frame.statement_line, frame.statement.splitlines(), f"<- {mark}"))
     indent = min((len(line) - len(line.lstrip()) for _, block, _ in parts for line in block
@@ -213,7 +237,9 @@ def sections(incident: Incident) -> list[Section]:
     """Return the report of `incident` as format-independent sections, in reading order."""
     d, e = incident.diagnosis, incident.error
     parts = []
-    if d.sticky:
+    if d.sticky and stopped_before_it_ran(incident):
+        parts.append(Section("restart", "Stopped before it ran", [restart_reminder(incident)]))
+    elif d.sticky:
         parts.append(Section("restart", "Restart required",
                              [restart_reminder(incident), RESTART_FRONTENDS]))
     error = [f"{e.type}: {e.message}"]
@@ -562,7 +588,8 @@ def death_line(incident: Incident) -> str | None:
 
 
 def _cell_label(incident: Incident) -> str:
-    return f"In[{incident.run.cells[0]}]" if incident.run.cells else "the failing call"
+    cell = failing_cell(incident)
+    return f"In[{cell}]" if cell is not None else "the failing call"
 
 
 def _simulated_tag(incident: Incident) -> str:
