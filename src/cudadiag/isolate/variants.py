@@ -132,7 +132,7 @@ def finish(namespace: dict[str, Any]) -> None:
                                         folder / OUTPUTS_FILE)
         for hook in _FINISH_HOOKS:
             hook(_session, info)
-    except Exception as exc:  # noqa: BLE001 - reported in the row, never raised
+    except Exception as exc:  # reported in the row, never raised
         info["error"] = f"{type(exc).__name__}: {exc}"
     (folder / INFO_FILE).write_text(json.dumps(info, default=str))
 
@@ -171,7 +171,7 @@ def _save_outputs(namespace: dict[str, Any], names: list[str], path: Path) -> di
                     saved[name] = value.detach().to("cpu", copy=True)
                 elif isinstance(value, (int, float)) and not isinstance(value, bool):
                     saved[name] = torch.tensor(float(value), dtype=torch.float64)
-            except Exception as exc:  # noqa: BLE001 - a poisoned device: say so per name
+            except Exception as exc:  # a poisoned device: say so per name
                 unsaved[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
         torch.save(saved, path)
     return unsaved
@@ -201,7 +201,7 @@ def _apply_cpu(counts: Counter[str]) -> None:
     testing.switch_off()
 
     class OnTheCpu(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
             name = getattr(func, "__name__", "")
             if name == "cuda" and args:
@@ -235,7 +235,7 @@ def _apply_fp32(counts: Counter[str]) -> None:
         return value
 
     class InFloat32(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
             name = getattr(func, "__name__", "")
             if name in ("half", "bfloat16") and args and args[0].is_floating_point():
@@ -264,7 +264,7 @@ def _counting(counts: Counter[str], functions: dict[str, str]) -> None:
     from torch.overrides import TorchFunctionMode
 
     class Counting(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        def __torch_function__(self, func, types, args=(), kwargs=None):
             label = functions.get(getattr(func, "__name__", ""))
             if label:
                 counts[label] += 1
@@ -297,7 +297,7 @@ def _apply_contiguous(counts: Counter[str]) -> None:
         return value
 
     class Contiguous(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             name = getattr(func, "__name__", "")
             writes = name in _INPLACE_DUNDERS or (name.endswith("_") and not
