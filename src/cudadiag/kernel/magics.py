@@ -461,6 +461,9 @@ def load(shell: Any) -> None:
     capture = capture_for(shell)
     capture.register()
     shell.register_magics(CudadiagMagics)
+    from cudadiag.kernel.compare_magics import CompareMagics
+
+    shell.register_magics(CompareMagics)
     capture.ingest_last_error()
 
 
