@@ -232,7 +232,8 @@ def run_row(program: Program, variant: str | None, outputs: list[str],
         row.family = incident.diagnosis.family
         row.op = (incident.op.name if incident.op is not None
                   else incident.diagnosis.details.get("op"))
-        row.reason = incident.diagnosis.summary or incident.error.message
+        known = row.family != "unknown" and incident.diagnosis.summary
+        row.reason = known or f"{incident.error.type}: {incident.error.message}"
     else:
         row.outputs = values
     return row
