@@ -195,9 +195,11 @@ def _cpu_missing(name: str, reference: Row) -> str | None:
 
 
 def run_row(program: Program, variant: str | None, outputs: list[str],
-            timeout: float | None) -> Row:
+            timeout: float | None, on_folder: Callable[[Path], None] | None = None) -> Row:
     """Run `program` once in a fresh isolated process with `variant` applied (None: the
-    reference); return its Row, outputs loaded. Raises KeyboardInterrupt when interrupted."""
+    reference); return its Row, outputs loaded. `on_folder` gets the folder the child
+    writes its bookkeeping to, before it starts. Raises KeyboardInterrupt when
+    interrupted."""
     import torch
 
     from cudadiag.isolate.runner import run_isolated
@@ -206,6 +208,8 @@ def run_row(program: Program, variant: str | None, outputs: list[str],
     spec = VARIANTS[variant] if variant else None
     with tempfile.TemporaryDirectory(prefix="cudadiag-compare-") as folder:
         options = {**program.options, "variant": variant, "dir": folder, "outputs": outputs}
+        if on_folder is not None:
+            on_folder(Path(folder))
         setup, start, finish = program_cells(options)
         cells = [setup, *[c for c in program.cells if c[0] != program.target], start,
                  (program.target, program.code)]

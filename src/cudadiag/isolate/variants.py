@@ -9,7 +9,8 @@ Child side: a comparison run is the planned cells between three cells of cudadia
 earlier cell lands on the CPU, a `.half()` there stays fp32), `start()` sets the variant's
 flags again and starts the clock right before the compared cell, and `finish()` writes the
 wall time, the changes the variant actually made, the device the cells used and the values the
-compared cell assigned. Each change is counted: a variant that changed nothing says so.
+compared cell assigned. Each change is counted: a variant that changed nothing says so. With
+`validate` in the options, isolate.validation chooses the steps and records what they saw.
 """
 
 from __future__ import annotations
@@ -99,8 +100,10 @@ def setup(options_json: str) -> None:
     variant = options.get("variant")
     if variant:
         _APPLY[variant](counts)
-    for hook in _SETUP_HOOKS:
-        hook(options, _session)
+    if options.get("validate"):
+        from cudadiag.isolate import validation
+
+        validation.setup(options)
 
 
 def start() -> None:
@@ -109,8 +112,10 @@ def start() -> None:
     flags = _FLAGS.get(_session["options"].get("variant"))
     if flags is not None:
         flags()
-    for hook in _START_HOOKS:
-        hook(_session)
+    if _session["options"].get("validate"):
+        from cudadiag.isolate import validation
+
+        validation.start()
     _session["started"] = time.perf_counter()
 
 
@@ -130,17 +135,15 @@ def finish(namespace: dict[str, Any]) -> None:
         info["device"] = _device_used()
         info["unsaved"] = _save_outputs(namespace, _session["options"].get("outputs", []),
                                         folder / OUTPUTS_FILE)
-        for hook in _FINISH_HOOKS:
-            hook(_session, info)
+        if _session["options"].get("validate"):
+            from cudadiag.isolate import validation
+
+            validation.finish(info)
     except Exception as exc:  # reported in the row, never raised
         info["error"] = f"{type(exc).__name__}: {exc}"
     (folder / INFO_FILE).write_text(json.dumps(info, default=str))
 
 
-_SETUP_HOOKS: list[Callable[[dict[str, Any], dict[str, Any]], None]] = []
-_START_HOOKS: list[Callable[[dict[str, Any]], None]] = []
-_FINISH_HOOKS: list[Callable[[dict[str, Any], dict[str, Any]], None]] = []
-"""Validation registers its own steps here (isolate.validation)."""
 
 
 def _device_used() -> str:

@@ -61,7 +61,8 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
         history[target] = cell
     else:
         target = cell if cell is not None else _latest_incident_cell(shell)
-    program = _program(shell, history, target, ship, allow_side_effects, batch)
+    program = plan_program(shell, history, target, ship=ship,
+                           allow_side_effects=allow_side_effects, batch=batch)
     if not quiet:
         print(f"comparing In[{target}]: the cell as it is, then one change at a time, each "
               "in a fresh process", flush=True)
@@ -88,9 +89,11 @@ def _latest_incident_cell(shell: Any) -> int:
     return incident.run.cells[0]
 
 
-def _program(shell: Any, history: dict[int, str], target: int, ship: str,
-             allow_side_effects: bool, batch: str | None) -> Program:
-    """Plan cell `target` as an isolated run does; UsageError for a plan that cannot run."""
+def plan_program(shell: Any, history: dict[int, str], target: int, *, ship: str = "auto",
+                 allow_side_effects: bool = False, batch: str | None = None) -> Program:
+    """Return the Program of cell `target`, planned as an isolated run plans it (the cells
+    it needs, values shipped, RNG states, optionally one recorded batch); raises UsageError
+    for a plan that cannot run."""
     from cudadiag.isolate.plan import PlanError, make_plan
 
     shipping: str | list[str] = ship if ship in ("auto", "none") else [
