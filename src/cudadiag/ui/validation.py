@@ -10,6 +10,8 @@ from cudadiag.ui.render import Section, section_html
 from cudadiag.validate import Validation
 
 INDICES_SHOWN = 8
+DETAIL_SHOWN = 90
+"""Characters of a step's detail in the table (the notes above it give the full line)."""
 
 
 class ValidationView(Validation):
@@ -50,10 +52,14 @@ def validation_section(report: Validation) -> Section:
         step = f"{o.run}:{o.step}" if several_runs else str(o.step)
         table.append([step, ", ".join(o.why) or ("every step" if report.every_step else ""),
                       o.outcome, "" if o.size is None else str(o.size),
-                      _indices(o.indices), o.detail])
+                      _indices(o.indices), _clip(o.detail)])
     title = f"Validate In[{report.cell}] over {scope}" + (
         f" of watch {report.watch!r}" if report.watch else "")
     return Section("validate", title, lines, table=table)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= DETAIL_SHOWN else text[:DETAIL_SHOWN - 1] + "…"
 
 
 def _indices(indices: list[int] | None) -> str:
