@@ -68,17 +68,18 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
               "in a fresh process", flush=True)
     try:
         comparison = compare_program(program, variants, timeout=timeout,
-                                     progress=None if quiet else _print_row)
+                                     progress=None if quiet else print_row)
     except (CompareError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     _latest.setdefault(id(shell), {})[target] = comparison
     return viewable(comparison)
 
 
-def _print_row(row: Row) -> None:
-    wall = f" ({row.wall_s:.2f} s)" if row.wall_s is not None and row.outcome != NOT_APPLICABLE \
-        else ""
-    print(f"  {row.variant}: {outcome_text(row)}{wall}", flush=True)
+def print_row(row: Row, label: str | None = None) -> None:
+    """Print one line as a run ends: its label (default: the variant), outcome, wall time."""
+    shown = row.wall_s is not None and row.outcome != NOT_APPLICABLE
+    wall = f" ({row.wall_s:.2f} s)" if shown else ""
+    print(f"  {label or row.variant}: {outcome_text(row)}{wall}", flush=True)
 
 
 def _latest_incident_cell(shell: Any) -> int:
@@ -148,8 +149,12 @@ class CompareMagics(Magics):
               help="values sent to the runs instead of replaying the cells that made them")
     @argument("--allow-side-effects", action="store_true",
               help="replay cells that write files, start processes or reach the network")
+    @argument("--before", metavar="ID",
+              help="fix check: the recorded failing case of incident ID with the old code, "
+                   "then with the cell's current version (N, this cell's body, or the "
+                   "newest cell most like the failing one)")
     @line_cell_magic
-    def cuda_compare(self, line: str, cell: str | None = None) -> ComparisonView:
+    def cuda_compare(self, line: str, cell: str | None = None) -> Any:
         """Run a cell once as it is and once per variant, one change at a time.
 
         Each run is a fresh process with the same plan, RNG states and batch. The table
@@ -159,6 +164,11 @@ class CompareMagics(Magics):
         time, and what the variant actually changed. A variant that means nothing on this
         machine is shown as "not applicable". CPU success is a clue, not a CUDA validation.
         Returns the comparison (it displays as the table). The kernel's state is untouched.
+
+        With --before ID, a fix check instead: the recorded failing case of incident ID (its
+        cells, RNG states and batch) with the old code, then with the current version of
+        the cell (only the failing watch() step of its data); "failed before, passes now"
+        only when the old code fails, the new one passes and its outputs are finite.
         """
         try:
             args = parse_argstring(self.cuda_compare, line)
@@ -166,6 +176,11 @@ class CompareMagics(Magics):
             raise UsageError(f"{exc} in: {line}") from None
         if cell is not None and args.cell is not None:
             raise UsageError("%%cuda_compare compares its own body: drop the cell number")
+        if args.before:
+            from cudadiag.kernel.fixchecking import check_in_shell
+
+            return check_in_shell(self.shell, args.before,
+                                  cell if cell is not None else args.cell, timeout=args.timeout)
         return compare_in_shell(
             self.shell, cell if cell is not None else args.cell, variants=args.variants,
             timeout=args.timeout, batch=args.batch, ship=args.ship,

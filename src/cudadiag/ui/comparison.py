@@ -82,16 +82,22 @@ def _rel(value: float | None) -> str:
 def render_comparison_text(comparison: Comparison) -> str:
     """Return the comparison as plain text: the title, aligned columns, the warnings."""
     part = comparison_section(comparison)
-    table = part.table or []
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = [part.title, ""]
-    for number, row in enumerate(table):
-        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-        if number == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    lines.append("")
+    lines = [part.title, "", *text_table(part.table or []), ""]
     lines += [f"- {warning}" for warning in part.lines]
     return "\n".join(lines)
+
+
+def text_table(table: list[list[str]]) -> list[str]:
+    """Return a table (header first) as aligned plain-text lines, a rule under the header."""
+    if not table:
+        return []
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = []
+    for number, row in enumerate(table):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if number == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
 
 
 def render_comparison_html(comparison: Comparison) -> str:

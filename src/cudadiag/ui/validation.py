@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from cudadiag.shortlist import cut_list
+from cudadiag.ui.comparison import text_table
 from cudadiag.ui.render import Section, section_html
 from cudadiag.validate import Validation
 
@@ -73,14 +74,8 @@ def _indices(indices: list[int] | None) -> str:
 def render_validation_text(report: Validation) -> str:
     """Return the report as plain text: title, verdict and notes, aligned step table."""
     part = validation_section(report)
-    table = part.table or []
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines = [part.title, *[f"  {line}" for line in part.lines], ""]
-    for number, row in enumerate(table):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-        if number == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join([*lines, *text_table(part.table or [])])
 
 
 def render_validation_html(report: Validation) -> str:
