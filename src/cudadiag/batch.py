@@ -24,6 +24,7 @@ from cudadiag.shortlist import cut_join
 
 SUMMARY_MAX_NUMEL = 10_000_000
 DISTINCT_MAX_NUMEL = 1_000_000
+COUNTS_MAX_DISTINCT = 64
 LENGTHS_SHOWN = 64
 DEFAULT_MAX_BYTES = 64 * 2**20
 
@@ -47,6 +48,9 @@ class TensorSummary:
     inf: int | None = None
     values_skipped: str | None = None
     """Why values were not read (on a GPU, above the size budget)."""
+    counts: list[list[int]] | None = None
+    """[value, count] pairs of an integer tensor with few distinct values (the picture of
+    targets against their valid range)."""
 
 
 @dataclass
@@ -164,7 +168,11 @@ def _fill_values(summary: TensorSummary, t: torch.Tensor) -> None:
         summary.min, summary.max = int(t.min()), int(t.max())
         summary.negatives = int((t < 0).sum())
         if t.numel() <= DISTINCT_MAX_NUMEL:
-            summary.distinct = int(torch.unique(t).numel())
+            values, counts = torch.unique(t, return_counts=True)
+            summary.distinct = int(values.numel())
+            if summary.distinct <= COUNTS_MAX_DISTINCT:
+                summary.counts = [[v, c] for v, c in zip(values.tolist(), counts.tolist(),
+                                                               strict=True)]
 
 
 def _describe_other(value: Any) -> str:
