@@ -17,7 +17,7 @@ from typing import Any
 from cudadiag.incident import Incident
 
 WIDTH, HEIGHT = 600, 210
-LEFT, RIGHT, TOP, BOTTOM = 40, 20, 52, 170
+LEFT, RIGHT, TOP, BOTTOM = 40, 20, 58, 170
 """The plot area inside the picture."""
 IN_RANGE, OUT_OF_RANGE = "#4c78a8", "#d62728"
 TICKS_ALL_UP_TO = 24
@@ -115,7 +115,7 @@ def _band(scale: _Scale, low: int, high: int) -> list[str]:
     left, right = scale.x(low - 0.5), scale.x(high - 0.5)
     return [f'<rect class="cd-valid-range" x="{left:.1f}" y="{TOP}" width="{right - left:.1f}" '
             f'height="{BOTTOM - TOP}" fill="currentColor" fill-opacity="0.08"/>',
-            _text((left + right) / 2, TOP + 14, f"valid [{low}, {high})", anchor="middle")]
+            _text(right, TOP - 4, f"valid [{low}, {high})", anchor="end")]
 
 
 def _histogram(title: str, caption: str, counts: list[tuple[int, int]], low: int,
@@ -157,13 +157,14 @@ def _number_line(title: str, caption: str, span: tuple[int, int], low: int, high
     for part in ((span[0], min(span[1], low - 1)), (max(span[0], high), span[1])):
         if part[0] <= part[1]:
             body.append(_segment(scale, part, y, OUT_OF_RANGE))
-    for tick in sorted({scale.first, low, high - 1, *span}):
+    marked = {value} if isinstance(value, int) else set()
+    for tick in sorted({scale.first, low, high - 1, *span, *marked}):
         bad = not low <= tick < high
         body.append(_text(scale.x(tick), BOTTOM + 16, str(tick), anchor="middle",
                           fill=OUT_OF_RANGE if bad else "currentColor"))
     if isinstance(value, int):
-        body.append(f'<circle cx="{scale.x(value):.1f}" cy="{y:.1f}" r="5" '
-                    f'fill="{OUT_OF_RANGE}"/>')
+        body.append(f'<circle cx="{scale.x(value):.1f}" cy="{y:.1f}" r="6" fill="none" '
+                    'stroke="currentColor" stroke-width="2"/>')
     body.append(_text(WIDTH - RIGHT, BOTTOM + 34, "values of the tensor (min..max)",
                       anchor="end"))
     return _frame(title, caption, body, f"{title}. {caption}")
