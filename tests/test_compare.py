@@ -10,6 +10,7 @@ from IPython.core.error import UsageError
 from cudadiag.isolate.compare import CompareError, output_diff, parse_variants
 from cudadiag.own_work import outside_user_modes
 from cudadiag.ui.comparison import render_comparison_html
+from cudadiag.ui.panel import Panel
 
 SETUP = ("import torch\nimport torch.nn.functional as F\nimport cudadiag\n"
          "from cudadiag.testing import simulated_cuda\nsim = simulated_cuda().start()")
@@ -67,6 +68,10 @@ def test_failing_cell_rows_name_the_failure_and_the_cpu_warning(shell):
     assert "failed: device_assert at aten::nll_loss_forward" in text
     assert "not applicable: this PyTorch build has no cuDNN" in text
     assert "no baseline" in text
+    panel = Panel(shell=shell)  # the newest incident: the failing In[4]
+    assert panel.tabs.titles[-1] == "Compare"
+    assert "failed: device_assert at aten::nll_loss_forward" in panel.tabs.children[-1].value
+    assert "Compare In[4]: one change at a time" in panel._repr_mimebundle_()["text/html"]
     with outside_user_modes():  # the test's own reads, not the (poisoned) simulated device's
         assert torch.equal(torch.get_rng_state(), rng_before)  # the kernel's RNG is untouched
         assert shell.user_ns["y"].tolist() == [0, 1, 2, 4, 1, 0]

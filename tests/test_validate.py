@@ -9,6 +9,7 @@ import torch
 from IPython.core.error import UsageError
 
 from cudadiag.steps import StepProfile, choose_steps, profile_of
+from cudadiag.ui.panel import Panel
 
 SETUP = ("import torch\nimport torch.nn.functional as F\n"
          "from torch.utils.data import DataLoader, TensorDataset\nimport cudadiag\n"
@@ -76,6 +77,9 @@ def test_before_the_fix_validate_reports_the_failing_step(shell):
     assert steps[3].outcome == "failed" and steps[3].indices == list(range(24, 30))
     assert "failing step" in steps[3].why and "neighbour of the failing step" in steps[2].why
     assert report.processed == 24 and report.expected == 30
+    panel = Panel(shell=shell)
+    assert panel.tabs.titles[-1] == "Validate" and "fails at step 3" in \
+        panel.tabs.children[-1].value
     assert str(report).splitlines()[1].strip().startswith(
         "fails at step 3: device_assert at aten::nll_loss_forward; 24 of 30 samples")
 

@@ -21,22 +21,14 @@ from cudadiag.argtypes import positive_seconds
 from cudadiag.isolate.compare import (
     NOT_APPLICABLE,
     CompareError,
-    Comparison,
     Program,
     Row,
     compare_program,
     parse_variants,
 )
 from cudadiag.kernel.magics import _history, capture_for
+from cudadiag.ui import results
 from cudadiag.ui.comparison import ComparisonView, outcome_text, viewable
-
-_latest: dict[int, dict[int, Comparison]] = {}
-"""Per shell, the latest comparison of each cell (the panel shows it as a section)."""
-
-
-def latest_comparison(shell: Any, cell: int) -> Comparison | None:
-    """Return the latest comparison of cell `cell` made in `shell`, if any."""
-    return _latest.get(id(shell), {}).get(cell)
 
 
 def compare_in_shell(shell: Any, cell: int | str | None = None, *,
@@ -71,7 +63,7 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
                                      progress=None if quiet else print_row)
     except (CompareError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    _latest.setdefault(id(shell), {})[target] = comparison
+    results.remember(shell, comparison)
     return viewable(comparison)
 
 

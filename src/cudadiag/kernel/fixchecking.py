@@ -14,6 +14,7 @@ from cudadiag.isolate.fixcheck import check_fix
 from cudadiag.kernel.compare_magics import plan_program, print_row
 from cudadiag.kernel.magics import _history, capture_for
 from cudadiag.kernel.store import IncidentNotFound, IncidentStore
+from cudadiag.ui import results
 from cudadiag.ui.fixcheck import FixCheckView, viewable
 
 SIMILAR_ENOUGH = 0.5
@@ -53,6 +54,7 @@ def check_in_shell(shell: Any, incident_id: str, cell: int | str | None, *,
                           progress=lambda label, row: print_row(row, label))
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot run isolated: {exc}") from None
+    results.remember(shell, check)
     return viewable(check)
 
 

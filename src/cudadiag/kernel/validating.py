@@ -13,6 +13,7 @@ from cudadiag.argtypes import positive_seconds
 from cudadiag.kernel.compare_magics import plan_program
 from cudadiag.kernel.magics import _history, _MagicParser, _split
 from cudadiag.steps import cell_of, choose_steps, profiles, watched_in
+from cudadiag.ui import results
 from cudadiag.ui.validation import ValidationView, viewable
 from cudadiag.validate import validate_program
 
@@ -68,6 +69,7 @@ def validate_in_shell(shell: Any, line: str) -> ValidationView:
         raise UsageError(f"cannot run isolated: {exc}") from None
     if progress is not None:
         print(file=sys.stdout, flush=True)
+    results.remember(shell, report)
     return viewable(report)
 
 
