@@ -123,3 +123,17 @@ def test_bad_variant_in_magic_is_a_usage_error(shell):
 def test_no_incident_and_no_cell_says_what_to_type(shell):
     with pytest.raises(UsageError, match=r"name the cell to compare, e\.g\. %cuda_compare 12"):
         shell.run_line_magic("cuda_compare", "")
+
+
+@pytest.mark.slow
+def test_cpu_twin_marks_cpu_not_applicable_and_names_the_cpu_error(shell):
+    run(shell, "import torch\nimport torch.nn.functional as F")  # no simulated device
+    run(shell, DATA)
+    run(shell, "loss = F.cross_entropy(model(x), y)")  # In[3]: Target 4 is out of bounds
+    table = run(shell, "%cuda_compare --variants cpu,deterministic").result
+    reference, cpu, deterministic = table.rows
+    assert (reference.outcome, reference.family) == ("failed", "index_out_of_bounds")
+    assert cpu.outcome == "not applicable"
+    assert cpu.reason == "the cell used no CUDA device: it ran on the CPU already"
+    assert deterministic.outcome == "failed"
+    assert not any("CPU success" in w for w in table.warnings)

@@ -110,3 +110,13 @@ def test_after_the_fix_every_step_passes_and_the_counts_match(shell):
     assert all(s.outcome == "ok" for s in report.steps)
     assert report.verdict == "every chosen step passes: 30 of 30 samples processed"
     assert not report.swallowed and not report.rejected
+
+
+@pytest.mark.slow
+def test_cpu_twin_validate_reports_the_failing_step(shell):
+    run(shell, SETUP.replace("sim = simulated_cuda().start()", ""))  # plain CPU tensors
+    run(shell, DATA.format(bad=4))
+    run(shell, LOOP)
+    report = run(shell, "%cudadiag validate").result
+    assert report.failing_step == 3 and report.failure.startswith("index_out_of_bounds")
+    assert (report.processed, report.expected) == (24, 30)

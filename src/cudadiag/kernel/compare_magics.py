@@ -171,6 +171,10 @@ class CompareMagics(Magics):
         if args.before:
             from cudadiag.kernel.fixchecking import check_in_shell
 
+            if args.variants or args.batch:
+                raise UsageError("--before runs the failing case with the old and the new "
+                                 "code only: drop --variants and --batch")
+
             return check_in_shell(self.shell, args.before,
                                   cell if cell is not None else args.cell, timeout=args.timeout)
         return compare_in_shell(
