@@ -23,6 +23,23 @@ def run(shell, source):
     return result
 
 
+def test_child_copies_assigned_values_within_budget_and_names_the_rest(tmp_path, monkeypatch):
+    import json
+
+    from cudadiag.isolate import variants
+
+    monkeypatch.setattr(variants, "OUTPUT_MAX_BYTES", 1024)
+    variants.setup(json.dumps({"dir": str(tmp_path), "outputs": ["big", "small", "n", "m"]}))
+    variants.start()
+    variants.finish({"big": torch.zeros(1024), "small": torch.ones(3), "n": 2.5,
+                     "m": torch.nn.Linear(2, 2)})
+    info = json.loads((tmp_path / variants.INFO_FILE).read_text())
+    assert info["unsaved"] == {"big": "4,096 bytes, above the comparison's budget of 1,024"}
+    assert info["device"] == "cpu" and info["wall_s"] >= 0 and info["changes"] == {}
+    saved = torch.load(tmp_path / variants.OUTPUTS_FILE)
+    assert sorted(saved) == ["n", "small"] and saved["n"].item() == 2.5
+
+
 def test_unknown_variant_names_the_known_ones():
     with pytest.raises(CompareError, match="unknown variant fp8; choose among cpu, fp32"):
         parse_variants("cpu,fp8")

@@ -101,11 +101,13 @@ def test_swallowed_guard_error_names_the_rejected_sample_and_the_count_differs(s
 
 
 @pytest.mark.slow
-def test_after_the_fix_every_step_passes_and_the_counts_match(shell):
+def test_after_the_fix_every_step_passes_and_the_counts_match(shell, capsys):
     run(shell, SETUP)
     run(shell, DATA.format(bad=3))
     run(shell, GUARDED)
+    capsys.readouterr()
     report = run(shell, "%cudadiag validate --all").result
+    assert "\r[" + "#" * 30 + "] 4/4 steps" in capsys.readouterr().out  # the progress bar
     assert report.every_step and [s.step for s in report.steps] == [0, 1, 2, 3]
     assert all(s.outcome == "ok" for s in report.steps)
     assert report.verdict == "every chosen step passes: 30 of 30 samples processed"

@@ -104,22 +104,27 @@ def _run_with_progress(program: Program, timeout: float | None,
     stop = threading.Event()
     folder: list[Path] = []
 
+    shown = [-1]
+
+    def show() -> None:
+        for path in folder:
+            try:
+                done = int((path / PROGRESS_FILE).read_text() or 0)
+            except (OSError, ValueError):
+                continue
+            if done != shown[0]:
+                progress(done)
+                shown[0] = done
+
     def poll() -> None:
-        shown = -1
         while not stop.wait(0.25):
-            for path in folder:
-                try:
-                    done = int((path / PROGRESS_FILE).read_text() or 0)
-                except (OSError, ValueError):
-                    continue
-                if done != shown:
-                    progress(done)
-                    shown = done
+            show()
 
     watcher = threading.Thread(target=poll, daemon=True)
     watcher.start()
     try:
-        return run_row(program, None, [], timeout, on_folder=folder.append)
+        return run_row(program, None, [], timeout, on_folder=folder.append,
+                       before_cleanup=show)
     finally:
         stop.set()
         watcher.join()

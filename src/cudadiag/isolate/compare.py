@@ -180,7 +180,15 @@ def compare_program(program: Program, variants: Sequence[str] | None = None, *,
             if row.ok and row is not reference:
                 row.diffs = [output_diff(n, reference.outputs.get(n), row.outputs.get(n))
                              for n in outputs if n in reference.outputs or n in row.outputs]
+                row.diffs += _not_compared(reference, row)
     return Comparison(program.target, rows, baseline, outputs, _warnings(rows, baseline))
+
+
+def _not_compared(reference: Row, row: Row) -> list[OutputDiff]:
+    """The assigned values either run could not copy (too large, a poisoned device)."""
+    unsaved = {**reference.info.get("unsaved", {}), **row.info.get("unsaved", {})}
+    return [OutputDiff(name, [], "", note=f"not compared: {why}")
+            for name, why in sorted(unsaved.items())]
 
 
 def _report(progress: Callable[[Row], None] | None, row: Row) -> None:
@@ -195,11 +203,12 @@ def _cpu_missing(name: str, reference: Row) -> str | None:
 
 
 def run_row(program: Program, variant: str | None, outputs: list[str],
-            timeout: float | None, on_folder: Callable[[Path], None] | None = None) -> Row:
+            timeout: float | None, on_folder: Callable[[Path], None] | None = None,
+            before_cleanup: Callable[[], None] | None = None) -> Row:
     """Run `program` once in a fresh isolated process with `variant` applied (None: the
     reference); return its Row, outputs loaded. `on_folder` gets the folder the child
-    writes its bookkeeping to, before it starts. Raises KeyboardInterrupt when
-    interrupted."""
+    writes its bookkeeping to, before it starts; `before_cleanup` is called once the child
+    has ended, before that folder goes. Raises KeyboardInterrupt when interrupted."""
     import torch
 
     from cudadiag.isolate.runner import run_isolated
@@ -218,6 +227,8 @@ def run_row(program: Program, variant: str | None, outputs: list[str],
             finish[1], cells=cells, target_cell=finish[0], rng_states=program.rng_states,
             batch=program.batch, ship=program.ship, timeout=timeout,
             env={**program.env, **(spec.env if spec else {})}, stream=False, store=False)
+        if before_cleanup is not None:
+            before_cleanup()
         if result.interrupted:
             raise KeyboardInterrupt
         info_path, outputs_path = Path(folder, INFO_FILE), Path(folder, OUTPUTS_FILE)

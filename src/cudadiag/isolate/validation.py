@@ -106,6 +106,7 @@ def finish(info: dict[str, Any]) -> None:
     """Stop tracing; add what the steps saw to the run's info (`info["validation"]`)."""
     sys.settrace(None)
     state = _state[-1]
+    _progress(state, final=True)
     excluded = set(state.escaped)
     for exc_id in state.escaped:
         exc = state.raised.get(exc_id, (None,))[0]
@@ -140,9 +141,9 @@ def _select(record: Any, item: Any, done: bool) -> str:
     return YIELD
 
 
-def _progress(state: _State) -> None:
+def _progress(state: _State, final: bool = False) -> None:
     now = time.monotonic()
-    if now - state.last_progress >= PROGRESS_EVERY_S:
+    if final or now - state.last_progress >= PROGRESS_EVERY_S:
         state.last_progress = now
         done = sum(s.completed for s in state.seen)
         (state.folder / PROGRESS_FILE).write_text(str(done))

@@ -28,6 +28,8 @@ SETUP_CELL = 900_001
 START_CELL = 900_002
 FINISH_CELL = 900_003
 """Cell numbers of cudadiag's own cells in a comparison run (no notebook reaches them)."""
+OUTPUT_MAX_BYTES = 256 * 2**20
+"""An assigned tensor larger than this is not copied for comparison (named as unsaved)."""
 INFO_FILE = "info.json"
 OUTPUTS_FILE = "outputs.pt"
 
@@ -171,6 +173,11 @@ def _save_outputs(namespace: dict[str, Any], names: list[str], path: Path) -> di
             value = namespace.get(name)
             try:
                 if isinstance(value, torch.Tensor):
+                    size = value.numel() * value.element_size()
+                    if size > OUTPUT_MAX_BYTES:
+                        unsaved[name] = (f"{size:,} bytes, above the comparison's budget of "
+                                         f"{OUTPUT_MAX_BYTES:,}")
+                        continue
                     saved[name] = value.detach().to("cpu", copy=True)
                 elif isinstance(value, (int, float)) and not isinstance(value, bool):
                     saved[name] = torch.tensor(float(value), dtype=torch.float64)
