@@ -236,7 +236,7 @@ def run_scenario(name: str, cells: list[str]) -> list[dict]:
     started = time.perf_counter()
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True).execute()
     seconds = time.perf_counter() - started
-    from cudadiag.kernel.store import IncidentStore
+    from cudadiag.store import IncidentStore
 
     rows = []
     for incident in IncidentStore(home).load():

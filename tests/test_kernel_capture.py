@@ -111,7 +111,7 @@ def test_incidents_and_show_magics(shell, capsys):
     out = capsys.readouterr().out
     assert incident.id in out and "device_assert" in out and "[simulated]" in out
     run(shell, "%cudadiag incidents --family oom")
-    assert "no incidents recorded" in capsys.readouterr().out
+    assert "no incident matches --family oom (1 in the log)" in capsys.readouterr().out
     run(shell, f"%cudadiag show {incident.id[:6]}")
     out = capsys.readouterr().out
     assert "RESTART REQUIRED" in out and "Kernel > Restart Kernel" in out

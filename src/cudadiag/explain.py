@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from cudadiag import knowledge
 from cudadiag.classify import classify, first_error_line, mentions_sticky_error
+from cudadiag.errors import ExplainError
 from cudadiag.incident import Diagnosis
 
 BLOCK_BYTES = 4 * 2**20
@@ -47,10 +48,6 @@ _GLOG_TIME = re.compile(
     rb"\b[EWIF](?P<month>[01]\d)(?P<day>[0-3]\d) (?P<time>\d{2}:\d{2}:\d{2}(?:\.\d+)?)")
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception)\b:")
 _SEQ_NUM = re.compile(r"SeqNum=(\d+)")
-
-
-class ExplainError(ValueError):
-    """The input cannot be read as a log (no such file, a directory, unreadable)."""
 
 
 class _Readable(Protocol):

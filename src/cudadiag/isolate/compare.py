@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudadiag.errors import CudadiagError
 from cudadiag.incident import Incident
 from cudadiag.isolate.cellfacts import analyse_cell
 from cudadiag.isolate.variants import INFO_FILE, OUTPUTS_FILE, VARIANTS, program_cells
@@ -36,7 +37,7 @@ TIMING_NOTE = ("Wall times are the compared cell alone, in a diagnostic run (blo
                "launches, op tracer): compare rows with each other, not with training runs.")
 
 
-class CompareError(ValueError):
+class CompareError(CudadiagError, ValueError):
     """A comparison that cannot run as asked (an unknown variant, nothing to compare)."""
 
 

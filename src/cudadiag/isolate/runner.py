@@ -6,7 +6,6 @@ The kernel never touches CUDA on this path: everything CUDA happens in the child
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import selectors
@@ -22,6 +21,7 @@ from typing import Any
 
 from cudadiag.classify import classify, first_error_line
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.isolate.job import Job, JobCell, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import (
     NVIDIA_BLOCKING,
     ROCM_BLOCKING,
@@ -33,6 +33,7 @@ from cudadiag.isolate.launcher import (
 )
 from cudadiag.isolate.output import ChildOutput
 from cudadiag.isolate.procgroup import describe, group_members, kill_group
+from cudadiag.store import IncidentStore
 
 KILL_GRACE_S = 2.0
 """After SIGTERM, how long the child may take to exit before its group gets SIGKILL."""
@@ -122,14 +123,14 @@ def run_script(
     Returns an IsolatedResult whose returncode is the script's; the incident, if any, has
     `run.mode = "cli"`. Raises ValueError for a timeout that is not a positive finite number,
     OSError when the interpreter cannot be started."""
-    script = {"target": target, "argv": list(argv), "module": module}
+    script = ScriptTarget(target, list(argv), module)
     launcher = SubprocessLauncher(python) if python else None
     return _execute([], script, blocking=blocking, timeout=timeout, env=env, ship=None,
                     trace=trace, precheck=precheck, rng_states=None, batch=None,
                     launcher=launcher, output=ChildOutput(stream), store=store)
 
 
-def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
+def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
              blocking: bool, timeout: float | None, env: dict[str, str] | None,
              ship: dict[str, Any] | Path | None, trace: bool, precheck: bool,
              rng_states: dict[int, dict[str, Any]] | None, batch: tuple[int, Any] | None,
@@ -147,21 +148,17 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
             if name not in (env or {}):
                 child_env.pop(name, None)
     with tempfile.TemporaryDirectory(prefix="cudadiag-isolate-") as workdir:
-        job = _write_job(Path(workdir), numbered, ship, rng_states, settings, blocking,
-                         trace and blocking, precheck and blocking, extra)
-        if batch is not None:
-            _write_batch(Path(workdir), job, batch)
-        if script is not None:
-            job["script"] = script
-            Path(job["path"]).write_text(json.dumps(job))
+        job = Job(Path(workdir), [JobCell(n, s) for n, s in numbered], blocking=blocking,
+                  trace=trace and blocking, precheck=precheck and blocking,
+                  backend=settings.backend, env_vars=extra, script=script)
+        _fill_job(job, ship, rng_states, batch)
         started = time.perf_counter()
-        process = (launcher or SubprocessLauncher()).start(str(job["path"]), child_env)
+        process = (launcher or SubprocessLauncher()).start(str(job.path), child_env)
         what = "the script" if script is not None else "the isolated run"
         pump = _Pump(process, timeout, output, what)
         pump.run()
         wall = time.perf_counter() - started
-        result_path = Path(job["result"])
-        child_result = json.loads(result_path.read_text()) if result_path.exists() else None
+        child_result = JobResult.read(job.result_path)
         result = IsolatedResult(
             incident=None, returncode=process.returncode, stdout=output.text("stdout"),
             stderr=output.text("stderr"), wall_s=wall, settings=settings,
@@ -179,7 +176,7 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
 
 
 def _complete(incident: Incident, output: ChildOutput, wall: float, returncode: int | None,
-              numbered: list[tuple[int, str]], script: dict[str, Any] | None) -> None:
+              numbered: list[tuple[int, str]], script: ScriptTarget | None) -> None:
     if output.device_lines:
         _add_device_lines(incident, "\n".join(output.device_lines))
     incident.run.wall_s = wall
@@ -187,8 +184,7 @@ def _complete(incident: Incident, output: ChildOutput, wall: float, returncode: 
     incident.run.sources = {str(n): source for n, source in numbered}
     if script is not None:
         incident.run.mode = "cli"
-        incident.run.command = (["-m"] if script["module"] else []) + [
-            script["target"], *script["argv"]]
+        incident.run.command = script.command()
 
 
 def _numbered(cells: Sequence[Any], code: str, target: int | None) -> list[tuple[int, str]]:
@@ -197,48 +193,20 @@ def _numbered(cells: Sequence[Any], code: str, target: int | None) -> list[tuple
     return [*[(int(n), s) for n, s in pairs if n != target], (target, code)]
 
 
-def _write_job(workdir: Path, cells: list[tuple[int, str]],
-               ship: dict[str, Any] | Path | None,
-               rng_states: dict[int, dict[str, Any]] | None, settings: BlockingSettings,
-               blocking: bool, trace: bool, precheck: bool,
-               env_vars: dict[str, str]) -> dict[str, Any]:
-    job: dict[str, Any] = {
-        "path": str(workdir / "job.json"),
-        "result": str(workdir / "result.json"),
-        "cells": [{"number": n, "source": s} for n, s in cells],
-        "blocking": blocking,
-        "trace": trace,
-        "precheck": precheck,
-        "backend": settings.backend,
-        "env_vars": env_vars,
-        "ship": None,
-        "rng": None,
-    }
+def _fill_job(job: Job, ship: dict[str, Any] | Path | None,
+              rng_states: dict[int, dict[str, Any]] | None,
+              batch: tuple[int, Any] | None) -> None:
+    """Put the shipped values, RNG states and replayed batch in the job's folder (a Path
+    `ship` is a file of values already pickled), then write the job file."""
     if isinstance(ship, Path):
-        job["ship"] = str(ship)
+        job.ship = ship
     elif ship:
-        import cloudpickle
-
-        job["ship"] = str(workdir / "ship.pkl")
-        with open(job["ship"], "wb") as f:
-            cloudpickle.dump(ship, f)
-    wanted = {n: rng_states[n] for n, _ in cells if rng_states and n in rng_states}
-    if wanted:
-        import torch
-
-        job["rng"] = str(workdir / "rng.pt")
-        torch.save(wanted, job["rng"])
-    Path(job["path"]).write_text(json.dumps(job))
-    return job
-
-
-def _write_batch(workdir: Path, job: dict[str, Any], batch: tuple[int, Any]) -> None:
-    import torch
-
-    step, data = batch
-    job["batch"] = {"step": step, "file": str(workdir / "batch.pt")}
-    torch.save(data, job["batch"]["file"])
-    Path(job["path"]).write_text(json.dumps(job))
+        job.ship_values(ship)
+    if rng_states:
+        job.save_rng_states(rng_states)
+    if batch is not None:
+        job.save_batch(*batch)
+    job.write()
 
 
 class _Pump:
@@ -314,11 +282,10 @@ class _Pump:
               f"{describe(left)}", file=sys.stderr, flush=True)
 
 
-def _incident_of(result: IsolatedResult, child: dict[str, Any] | None, blocking: bool,
+def _incident_of(result: IsolatedResult, child: JobResult | None, blocking: bool,
                  env_vars: dict[str, str]) -> Incident | None:
     if child is not None:
-        data = child.get("incident")
-        return Incident.from_dict(data) if data else None
+        return child.incident
     if result.timed_out or result.interrupted or result.returncode == 0:
         return None
     return _crash_incident(result, blocking, env_vars)
@@ -368,18 +335,15 @@ def _message(result: IsolatedResult, timeout: float | None, what: str) -> str:
     return ""
 
 
-def _store(incident: Incident, job: dict[str, Any]) -> None:
+def _store(incident: Incident, job: Job) -> None:
     """Append the incident to the log and keep the run's RNG states, recorded batch and
     shipped values beside it, so a later export can replay the same run."""
-    from cudadiag.kernel.store import IncidentStore
-
     store = IncidentStore()
     try:
         store.append(incident)
-        kept = [job["rng"], (job.get("batch") or {}).get("file")]
-        for path in map(Path, filter(None, kept)):
+        for path in job.kept_files():
             store.keep_run_file(incident.id, path)
-        not_kept = store.keep_shipped(incident.id, Path(job["ship"])) if job["ship"] else None
+        not_kept = store.keep_shipped(incident.id, job.ship) if job.ship else None
     except OSError as exc:
         print(f"cudadiag: could not write the incident log: {exc}", file=sys.stderr)
         return

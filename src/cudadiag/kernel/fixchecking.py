@@ -8,12 +8,13 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from cudadiag.errors import IncidentNotFound
 from cudadiag.incident import Incident
 from cudadiag.isolate.compare import Program
 from cudadiag.isolate.fixcheck import check_fix
 from cudadiag.kernel.compare_magics import plan_program, print_row
 from cudadiag.kernel.magics import _history, capture_for
-from cudadiag.kernel.store import IncidentNotFound, IncidentStore
+from cudadiag.store import IncidentStore
 from cudadiag.ui import results
 from cudadiag.ui.fixcheck import FixCheckView, viewable
 

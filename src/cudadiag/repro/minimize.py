@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudadiag.errors import MinimizeError, MinimizeInterrupted
 from cudadiag.incident import Incident
 from cudadiag.isolate.launcher import ForkServerLauncher, Launcher
 from cudadiag.isolate.runner import run_isolated
@@ -34,14 +35,6 @@ Progress = Callable[[int, int, str], None]
 
 SETUP_CELL = 0
 """The number of the setup cell (a script's command line): run first, never removed."""
-
-
-class MinimizeError(RuntimeError):
-    """The program to minimize does not fail the way the incident says."""
-
-
-class MinimizeInterrupted(MinimizeError):
-    """Ctrl-C before the full program's run finished: there is nothing to keep."""
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.incident import Frame, FrameContext, Incident
-from cudadiag.kernel.store import NewerRecord
+from cudadiag.incident import CompatCheck, Frame, FrameContext, Incident
+from cudadiag.incident_index import IndexEntry
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
 from cudadiag.ui.pictures import values_picture
 
@@ -27,7 +27,9 @@ SHORT_INDICES = 8
 FULL_INDICES = 32
 
 if TYPE_CHECKING:
+    from cudadiag.checkpoint import Verdict
     from cudadiag.explain import Explanation
+    from cudadiag.listing import LogStats
 
 LIST_SHOWN = 12
 """Items of a list shown before "… and N more"."""
@@ -95,7 +97,8 @@ class Section:
     """One part of an incident report, independent of the output format."""
 
     key: str
-    """Stable name: `restart`, `error`, `batch`, `checks`, `avoid`, `env`, `later`."""
+    """Stable name: `restart`, `error`, `batch`, `checks`, `avoid`, `compat`, `env`,
+    `later`."""
     title: str
     lines: list[str] = field(default_factory=list)
     bullets: bool = False
@@ -234,6 +237,9 @@ def sections(incident: Incident) -> list[Section]:
         parts.append(_batch_section(incident))
     parts.append(Section("checks", "Check first", list(d.first_checks), bullets=True))
     parts.append(Section("avoid", "Do not conclude", list(d.avoid), bullets=True))
+    if incident.env and incident.env.compat:
+        parts.append(Section("compat", "Compatibility (cudadiag env --check)",
+                             compat_lines(incident.env.compat)))
     if incident.env:
         parts.append(Section("env", "Environment", _env_lines(incident)))
     if e.later:
@@ -440,22 +446,80 @@ def render_export(minimized: Any, exported: Any) -> str:
     return "\n".join(lines)
 
 
-def render_table(incidents: Iterable[Incident], newer: Iterable[NewerRecord] = ()) -> str:
-    """Return one line per incident, oldest first: id, time, family, where, summary; records
-    of a newer cudadiag get their id, time and `recorded by a newer cudadiag`."""
-    rows = [(i.created_at, f"{i.id:12}  {i.created_at:25}  {i.diagnosis.family:19}  "
-                           f"{_where(i):10}  {_clip(i.diagnosis.summary, 90)}"
-                           f"{_simulated_tag(i)}") for i in incidents]
-    rows += [(r.created_at, f"{r.id:12}  {r.created_at:25}  {r.family or '?':19}  {'?':10}  "
-                            f"{r.describe()}; upgrade cudadiag to read it") for r in newer]
+def render_checkpoints(directory: str, verdicts: list[Verdict]) -> str:
+    """Return the checkpoints of `directory`, newest first, each with its verdict, and the
+    one to resume from."""
+    if not verdicts:
+        return f"no checkpoint in {directory} (files with a manifest or a .pt/.pth/.ckpt name)"
+    trusted = next((v for v in verdicts if v.trusted), None)
+    lines = [f"checkpoints in {directory}, newest first:"]
+    lines += ["  " + v.describe() for v in verdicts]
+    lines.append(f"resume from: {trusted.path}" if trusted else
+                 "no trusted checkpoint: none has a matching hash, finite tensors and a time "
+                 "before the error")
+    return "\n".join(lines)
+
+
+def compat_lines(checks: Iterable[CompatCheck]) -> list[str]:
+    """Return one line per compatibility check (`FAIL  name: reason`), each failure or
+    warning followed by what to install."""
+    lines = []
+    for check in checks:
+        lines.append(f"{check.status.upper():4}  {check.name}: {check.reason}")
+        if check.fix and check.status in ("fail", "warn"):
+            lines.append(f"      fix: {check.fix}")
+    return lines
+
+
+def render_table(entries: Iterable[IndexEntry], empty: str = "no incidents recorded") -> str:
+    """Return one line per index entry, in the order given: id, time, family, where (cell,
+    script or mode), summary; records of a newer cudadiag get their id, time and `recorded
+    by a newer cudadiag`. `empty` when there is no entry."""
+    rows = [f"{e.id:12}  {e.created_at:25}  {e.family or '?':19}  {'?':10}  "
+            f"{e.describe_newer()}; upgrade cudadiag to read it" if e.newer else
+            f"{e.id:12}  {e.created_at:25}  {e.family:19}  {e.where():10}  "
+            f"{e.summary}{' [simulated]' if e.simulated else ''}" for e in entries]
     if not rows:
-        return "no incidents recorded"
+        return empty
     header = f"{'id':12}  {'time':25}  {'family':19}  {'where':10}  summary"
-    return "\n".join([header, *(row for _, row in sorted(rows, key=lambda r: r[0]))])
+    return "\n".join([header, *rows])
 
 
-def _where(incident: Incident) -> str:
-    return f"In[{_raising_cell(incident)}]" if incident.run.cells else incident.run.mode
+def render_stats(stats: LogStats) -> str:
+    """Return what `incidents --stats` prints: the log's files and sizes, the incidents by
+    family and mode, the isolated runs' files, and the retention with where it is set."""
+    lines = [f"incident log: {stats.home} ({stats.files} file{'s' if stats.files != 1 else ''}"
+             f", {_bytes(stats.log_bytes)}; index {_bytes(stats.index_bytes)})"]
+    span = (f", {stats.oldest[:16].replace('T', ' ')} .. {stats.newest[:16].replace('T', ' ')}"
+            if stats.oldest and stats.newest else "")
+    newer = f" ({stats.newer:,} recorded by a newer cudadiag)" if stats.newer else ""
+    lines.append(f"incidents: {stats.incidents:,}{newer}{span}")
+    if stats.families:
+        lines.append("families: " + ", ".join(f"{name} {n:,}"
+                                               for name, n in stats.families.most_common()))
+        lines.append("modes: " + ", ".join(f"{name} {n:,}"
+                                           for name, n in stats.modes.most_common()))
+    lines.append(f"isolated runs' files: {stats.run_folders:,} folders, "
+                 f"{_bytes(stats.run_bytes)}; shipped values {_bytes(stats.shipped_bytes)}")
+    if stats.retention is None:
+        lines.append(f"retention: cannot be read, nothing is pruned: {stats.retention_error}")
+        return "\n".join(lines)
+    lines.append(f"retention: {stats.retention.describe()} ({stats.retention.source}); "
+                 "pruned as the log grows, with their isolated runs' files")
+    if stats.beyond_retention:
+        lines.append(f"  {stats.beyond_retention:,} incident(s) beyond it now, pruned at a "
+                     "later append or by `cudadiag incidents --prune`")
+    if stats.retention.source == "defaults":
+        lines.append(f'  to change it, write {{"retention": {{"incidents": N, "days": D}}}} '
+                     f"to {stats.config}")
+    return "\n".join(lines)
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _wrap(text: str, bullet: str = "  ") -> str:
@@ -506,25 +570,12 @@ def death_line(incident: Incident) -> str | None:
             "(os._exit, or a library that ended the process)")
 
 
-def _raising_cell(incident: Incident) -> int:
-    """The cell a listing names: the kernel's failing cell; for an isolated run, the cell
-    that raised (else the suspect cell), never merely the first cell replayed."""
-    frame = incident.error.reported_at
-    if incident.run.mode != "kernel" and frame is not None and frame.cell is not None:
-        return frame.cell
-    return incident.run.cells[0] if incident.run.mode == "kernel" else incident.run.cells[-1]
-
-
 def _cell_label(incident: Incident) -> str:
     return f"In[{incident.run.cells[0]}]" if incident.run.cells else "the failing call"
 
 
 def _simulated_tag(incident: Incident) -> str:
     return " [simulated]" if incident.run.simulated else ""
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def render_explanation(explanation: Explanation, source: str) -> str:
