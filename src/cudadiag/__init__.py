@@ -29,6 +29,7 @@ _LAZY = {
     "keep_case": "cudadiag.cases",
     "load_cases": "cudadiag.cases",
     "Panel": "cudadiag.ui.panel",
+    "compare": "cudadiag.kernel.compare_magics",
 }
 __all__ = [
     "CudadiagError",

@@ -24,6 +24,7 @@ from cudadiag.shortlist import cut_join
 
 SUMMARY_MAX_NUMEL = 10_000_000
 DISTINCT_MAX_NUMEL = 1_000_000
+COUNTS_MAX_DISTINCT = 64
 LENGTHS_SHOWN = 64
 DEFAULT_MAX_BYTES = 64 * 2**20
 
@@ -47,6 +48,9 @@ class TensorSummary:
     inf: int | None = None
     values_skipped: str | None = None
     """Why values were not read (on a GPU, above the size budget)."""
+    counts: list[list[int]] | None = None
+    """[value, count] pairs of an integer tensor with few distinct values (the picture of
+    targets against their valid range)."""
 
 
 @dataclass
@@ -164,7 +168,11 @@ def _fill_values(summary: TensorSummary, t: torch.Tensor) -> None:
         summary.min, summary.max = int(t.min()), int(t.max())
         summary.negatives = int((t < 0).sum())
         if t.numel() <= DISTINCT_MAX_NUMEL:
-            summary.distinct = int(torch.unique(t).numel())
+            values, counts = torch.unique(t, return_counts=True)
+            summary.distinct = int(values.numel())
+            if summary.distinct <= COUNTS_MAX_DISTINCT:
+                summary.counts = [[v, c] for v, c in zip(values.tolist(), counts.tolist(),
+                                                               strict=True)]
 
 
 def _describe_other(value: Any) -> str:
@@ -300,6 +308,17 @@ _cell = 0
 """Counts cells (the kernel hook and the isolated worker call new_cell())."""
 _replay: dict[str, Any] = {}
 """Set in an isolated child for single-batch replay: {"step": n, "batch": data}."""
+YIELD, SKIP, STOP = "yield", "skip", "stop"
+_step_hooks: list[Callable[[WatchRecord, Any, bool], str | None]] = []
+"""Called with each recorded step before it is yielded (done=False: may answer SKIP or STOP,
+an isolated child's choice of steps) and after the loop body asked for the next one
+(done=True). `%cudadiag validate` records and selects steps through them."""
+
+
+def add_step_hook(hook: Callable[[WatchRecord, Any, bool], str | None]) -> None:
+    """Call `hook(record, item, done)` for every step of every later watch() (once)."""
+    if hook not in _step_hooks:
+        _step_hooks.append(hook)
 
 
 def watch(iterable: Iterable[Any], *, name: str | None = None, keep: int = 2,
@@ -371,7 +390,14 @@ def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
         iterator, pending = _iterate_recording_indices(iterable)
         for item in iterator:
             record.record(item, pending.popleft() if pending else None)
+            answers = [hook(record, item, False) for hook in _step_hooks]
+            if STOP in answers:
+                break
+            if SKIP in answers:
+                continue
             yield item
+            for hook in _step_hooks:
+                hook(record, item, True)
         record.exhausted = True
     finally:
         record.active = False

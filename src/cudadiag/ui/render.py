@@ -20,6 +20,7 @@ from cudadiag.incident import CompatCheck, Frame, FrameContext, Incident
 from cudadiag.incident_index import IndexEntry, failing_cell
 from cudadiag.repro.redact import Redactor
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
+from cudadiag.ui.pictures import values_picture
 
 SHORT_VALUES = 8
 """Loop variables and locals shown per frame in the lines under the cell."""
@@ -120,6 +121,8 @@ class Section:
     collapsed: bool = False
     preformatted: bool = False
     """Source code: laid out as written, never wrapped."""
+    svg: str | None = None
+    """An inline SVG picture made by cudadiag (ui.pictures), shown under the lines in HTML."""
 
 
 def header_lines(incident: Incident) -> list[str]:
@@ -316,6 +319,8 @@ def section_html(part: Section) -> str:
         body = "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in part.lines) + "</ul>"
     else:
         body = "".join(f"<div>{escape(line)}</div>" for line in part.lines)
+    if part.svg:
+        body += f'<div class="cd-picture">{part.svg}</div>'
     if part.table:
         header = "".join(f"<th>{escape(c)}</th>" for c in part.table[0])
         rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
@@ -356,7 +361,11 @@ def _batch_section(incident: Incident) -> Section:
     if batch.get("structure"):
         lines.append(f"structure {batch['structure']}")
     table = [list(_TENSOR_COLUMNS), *rows] if rows else None
-    return Section("batch", "Batch", lines, table=table)
+    picture = values_picture(incident)
+    if picture is not None:
+        lines.append(f"picture: {picture.text}")
+    return Section("batch", "Batch", lines, table=table,
+                   svg=picture.svg if picture is not None else None)
 
 
 _TENSOR_COLUMNS = ("path", "shape", "dtype", "device", "stride", "min", "max", "negatives",
