@@ -21,6 +21,7 @@ import torch
 from cudadiag.incident import StepInfo
 from cudadiag.own_work import outside_user_modes
 from cudadiag.shortlist import cut_join
+from cudadiag.step_hooks import SKIP, STOP, step_hooks
 
 SUMMARY_MAX_NUMEL = 10_000_000
 DISTINCT_MAX_NUMEL = 1_000_000
@@ -308,19 +309,6 @@ _cell = 0
 """Counts cells (the kernel hook and the isolated worker call new_cell())."""
 _replay: dict[str, Any] = {}
 """Set in an isolated child for single-batch replay: {"step": n, "batch": data}."""
-YIELD, SKIP, STOP = "yield", "skip", "stop"
-_step_hooks: list[Callable[[WatchRecord, Any, bool], str | None]] = []
-"""Called with each recorded step before it is yielded (done=False: may answer SKIP or STOP,
-an isolated child's choice of steps) and after the loop body asked for the next one
-(done=True). `%cudadiag validate` records and selects steps through them."""
-
-
-def add_step_hook(hook: Callable[[WatchRecord, Any, bool], str | None]) -> None:
-    """Call `hook(record, item, done)` for every step of every later watch() (once)."""
-    if hook not in _step_hooks:
-        _step_hooks.append(hook)
-
-
 def watch(iterable: Iterable[Any], *, name: str | None = None, keep: int = 2,
           max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[Any]:
     """Yield the items of `iterable` unchanged, recording the step, the batch in flight, the
@@ -390,13 +378,14 @@ def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
         iterator, pending = _iterate_recording_indices(iterable)
         for item in iterator:
             record.record(item, pending.popleft() if pending else None)
-            answers = [hook(record, item, False) for hook in _step_hooks]
+            hooks = step_hooks()
+            answers = [hook(record, item, False) for hook in hooks]
             if STOP in answers:
                 break
             if SKIP in answers:
                 continue
             yield item
-            for hook in _step_hooks:
+            for hook in hooks:
                 hook(record, item, True)
         record.exhausted = True
     finally:

@@ -14,9 +14,12 @@ import random
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cudadiag.batch import YIELD, WatchRecord, add_step_hook, tensors_of
+from cudadiag.step_hooks import YIELD, add_step_hook
+
+if TYPE_CHECKING:
+    from cudadiag.batch import WatchRecord
 
 RANGE_MAX_NUMEL = 1_000_000
 """Integer tensors above this size are not scanned for their range (the step's cost)."""
@@ -84,6 +87,7 @@ def _profile_step(record: WatchRecord, item: Any, done: bool) -> str:
 def profile_of(step: int, item: Any, size: int | None,
                indices: list[int] | None) -> StepProfile:
     """Return the StepProfile of one batch (CPU integer tensors are read, nothing else)."""
+    from cudadiag.batch import tensors_of
     from cudadiag.own_work import outside_user_modes
 
     tensors = tensors_of(item)

@@ -59,7 +59,7 @@ _state: list[_State] = []
 def setup(options: dict[str, Any]) -> None:
     """Choose the steps (before any cell runs): `options["steps"]` (a list, or None for all)
     of the watch named `options["watch"]` (None: every watch)."""
-    from cudadiag.batch import add_step_hook
+    from cudadiag.step_hooks import add_step_hook
 
     steps = options.get("steps")
     _state.append(_State(options.get("watch"), None if steps is None else set(steps),
@@ -123,7 +123,7 @@ def finish(info: dict[str, Any]) -> None:
 
 
 def _select(record: Any, item: Any, done: bool) -> str:
-    from cudadiag.batch import SKIP, STOP, YIELD
+    from cudadiag.step_hooks import SKIP, STOP, YIELD
 
     state = _state[-1]
     if state.watch is not None and record.name != state.watch:
