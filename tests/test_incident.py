@@ -61,7 +61,8 @@ def _every_field_set() -> Incident:
                     device="cuda:0", stride=[1], contiguous=True, value="0..4")
     tensor = TensorSummary(path="batch[1]", shape=[6], dtype="int64", device="cpu",
                            stride=[1], contiguous=True, numel=6, min=0, max=4, negatives=1,
-                           distinct=5, nan=2, inf=3, values_skipped="on cuda:0")
+                           distinct=5, nan=2, inf=3, values_skipped="on cuda:0",
+                           counts=[[0, 2], [4, 1]])
     return Incident(
         error=ErrorInfo(type="torch.AcceleratorError", message="m", text="t", traceback=[frame],
                         reported_at=frame,

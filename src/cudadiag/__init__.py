@@ -44,6 +44,7 @@ _LAZY = {
     "load_cases": "cudadiag.cases",
     "Panel": "cudadiag.ui.panel",
     "run_isolated": "cudadiag.isolate.runner",
+    "compare": "cudadiag.kernel.compare_magics",
 }
 __all__ = [  # the lazy names of _LAZY included, as literals for the linters
     "BatchSummary",

@@ -45,11 +45,26 @@ DEMO_CELLS = (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the `cudadiag` command; returns its exit status (2 for bad arguments)."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    status: int = args.handler(args)
-    return status
+    """Run the `cudadiag` command; returns its exit status (2 for bad arguments, 130 when
+    interrupted)."""
+    try:
+        parser = _parser()
+        args = parser.parse_args(argv)
+        status: int = args.handler(args)
+        return status
+    except KeyboardInterrupt:  # a running script's group is killed by the runner already
+        print("cudadiag: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except BrokenPipeError:  # `cudadiag show ID | head`: the reader left, as with any tool
+        _silence_stdout()
+        return 128 + signal.SIGPIPE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush of a closed pipe
+    prints no second error at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _parser() -> argparse.ArgumentParser:

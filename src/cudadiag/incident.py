@@ -252,6 +252,9 @@ class TensorSummary:
     inf: int | None = None
     values_skipped: str | None = None
     """Why values were not read (on a GPU, above the size budget)."""
+    counts: list[list[int]] | None = None
+    """[value, count] pairs of an integer tensor with few distinct values (the picture of
+    targets against their valid range)."""
 
     @property
     def is_integer(self) -> bool:

@@ -122,16 +122,18 @@ def is_newer_schema(schema: Any) -> bool:
     return schema is not None and (not isinstance(schema, int) or schema > SCHEMA)
 
 
-def listed_cell(incident: Incident) -> int | None:
-    """The cell a listing names: the kernel's failing cell; for an isolated run, the cell
-    that raised (else the suspect cell), never merely the first cell replayed; None when
-    the incident ran no cell."""
-    if not incident.run.cells:
+def failing_cell(incident: Incident) -> int | None:
+    """Return the cell that was running when the error was raised: the kernel's failing
+    cell; for an isolated run, the outermost cell of the traceback (In[6] when In[6] called
+    a function of In[4]), else its suspect cell — never merely the first cell replayed.
+    None when the incident ran no cell (a script)."""
+    run = incident.run
+    if not run.cells:
         return None
-    frame = incident.error.reported_at
-    if incident.run.mode != "kernel" and frame is not None and frame.cell is not None:
-        return frame.cell
-    return incident.run.cells[0] if incident.run.mode == "kernel" else incident.run.cells[-1]
+    if run.mode == "kernel":
+        return run.cells[0]
+    raised_in = [frame.cell for frame in incident.error.traceback if frame.cell is not None]
+    return raised_in[0] if raised_in else run.cells[-1]
 
 
 def entry_for_incident(incident: Incident, segment: int = IN_MEMORY, offset: int = 0,
@@ -145,7 +147,7 @@ def entry_for_incident(incident: Incident, segment: int = IN_MEMORY, offset: int
         summary = summary[: SUMMARY_MAX - 1] + "…"
     return IndexEntry(incident.id, incident.created_at, incident.diagnosis.family,
                       bool(incident.diagnosis.sticky), incident.run.mode,
-                      listed_cell(incident), script, summary, bool(incident.run.simulated),
+                      failing_cell(incident), script, summary, bool(incident.run.simulated),
                       incident.schema, segment, offset, length)
 
 

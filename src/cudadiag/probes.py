@@ -28,11 +28,17 @@ def _no_simulator() -> bool:
     return False
 
 
+def _no_entries() -> int:
+    return 0
+
+
 _step_in_flight: InFlight = _nothing_in_flight
 _new_cell: Callable[[], None] = _no_cell_count
 _simulator_active: Callable[[], bool] = _no_simulator
 _simulator_in_use: Callable[[], bool] = _no_simulator
 _simulator_poisoned: Callable[[], bool] = _no_simulator
+_simulator_skipped_entries: Callable[[], int] = _no_entries
+_simulator_off = {"off": False}
 
 
 def register_watches(in_flight: InFlight, new_cell: Callable[[], None]) -> None:
@@ -43,12 +49,14 @@ def register_watches(in_flight: InFlight, new_cell: Callable[[], None]) -> None:
 
 
 def register_simulator(active: Callable[[], bool], in_use: Callable[[], bool],
-                       poisoned: Callable[[], bool]) -> None:
+                       poisoned: Callable[[], bool], skipped_entries: Callable[[], int]) -> None:
     """The simulated device's answers: is one entered now; is one entered or has one
     faulted (whatever fails then is the simulator's doing, not a real GPU's); has its
-    context been made unusable by a fault."""
+    context been made unusable by a fault; how many entries a comparison switched off."""
     global _simulator_active, _simulator_in_use, _simulator_poisoned
+    global _simulator_skipped_entries
     _simulator_active, _simulator_in_use, _simulator_poisoned = active, in_use, poisoned
+    _simulator_skipped_entries = skipped_entries
 
 
 def step_in_flight() -> tuple[StepInfo, BatchInfo] | None:
@@ -69,6 +77,22 @@ def simulator_active() -> bool:
 def simulator_poisoned() -> bool:
     """Return True when a simulated fault has made the simulated CUDA context unusable."""
     return _simulator_poisoned()
+
+
+def switch_off_simulator() -> None:
+    """Make every later `simulated_cuda()` entry in this process a no-op, whether the
+    simulator is imported yet or not (the `cpu` variant of `%cuda_compare`)."""
+    _simulator_off["off"] = True
+
+
+def simulator_switched_off() -> bool:
+    """Return True once switch_off_simulator() was called in this process."""
+    return _simulator_off["off"]
+
+
+def simulator_skipped_entries() -> int:
+    """Return how many simulated_cuda() entries a comparison's variant switched off."""
+    return _simulator_skipped_entries()
 
 
 def simulator_in_use() -> bool:

@@ -123,6 +123,8 @@ class _DeviceState:
 
 
 _STATE = _DeviceState()
+_SWITCHED_OFF = {"skipped": 0}
+"""simulated_cuda() entries skipped since the simulator was switched off in this process."""
 
 
 def is_poisoned() -> bool:
@@ -141,7 +143,6 @@ def in_use() -> bool:
     return _STATE.active > 0 or _STATE.pending is not None or _STATE.poisoned is not None
 
 
-probes.register_simulator(is_active, in_use, is_poisoned)
 
 
 def reset_simulated_device() -> None:
@@ -150,6 +151,20 @@ def reset_simulated_device() -> None:
     active = _STATE.active
     _DeviceState.__init__(_STATE)
     _STATE.active = active
+
+
+def switch_off() -> None:
+    """Make every later `simulated_cuda()` entry in this process a no-op, so the same cells
+    run on the plain CPU (the `cpu` variant of `%cuda_compare`)."""
+    probes.switch_off_simulator()
+
+
+def skipped_entries() -> int:
+    """Return how many simulated_cuda() entries switch_off() has skipped in this process."""
+    return _SWITCHED_OFF["skipped"]
+
+
+probes.register_simulator(is_active, in_use, is_poisoned, skipped_entries)
 
 
 def blocking_from_env() -> bool:
@@ -166,6 +181,7 @@ class SimulatedCuda(TorchDispatchMode):
         self.memory_budget = memory_budget
         self.device_index = device_index
         self._patched: dict[str, Any] = {}
+        self._off = False
 
     def start(self) -> SimulatedCuda:
         """Enter the mode until `stop()` (for notebooks, where a `with` cannot span cells)."""
@@ -177,6 +193,10 @@ class SimulatedCuda(TorchDispatchMode):
         self.__exit__(None, None, None)
 
     def __enter__(self) -> SimulatedCuda:
+        self._off = probes.simulator_switched_off()
+        if self._off:
+            _SWITCHED_OFF["skipped"] += 1
+            return self
         super().__enter__()
         self._functions = _CudaFunctionPaths().__enter__()
         self._patch_host_reads()
@@ -184,6 +204,8 @@ class SimulatedCuda(TorchDispatchMode):
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        if self._off:
+            return
         _STATE.active -= 1
         self._restore_host_reads()
         self._functions.__exit__(*exc_info)

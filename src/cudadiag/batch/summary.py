@@ -23,6 +23,7 @@ from cudadiag.shortlist import cut_join
 
 SUMMARY_MAX_NUMEL = 10_000_000
 DISTINCT_MAX_NUMEL = 1_000_000
+COUNTS_MAX_DISTINCT = 64
 LENGTHS_SHOWN = 64
 MAX_DEPTH = 8
 """Containers opened below one another at most (a batch is not a deep structure)."""
@@ -98,7 +99,11 @@ def _fill_values(summary: TensorSummary, t: torch.Tensor) -> None:
         summary.min, summary.max = int(t.min()), int(t.max())
         summary.negatives = int((t < 0).sum())
         if t.numel() <= DISTINCT_MAX_NUMEL:
-            summary.distinct = int(torch.unique(t).numel())
+            values, counts = torch.unique(t, return_counts=True)
+            summary.distinct = int(values.numel())
+            if summary.distinct <= COUNTS_MAX_DISTINCT:
+                summary.counts = [[v, c] for v, c in zip(values.tolist(), counts.tolist(),
+                                                               strict=True)]
 
 
 def _describe_other(value: Any) -> str:

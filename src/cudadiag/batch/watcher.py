@@ -21,6 +21,7 @@ from cudadiag import probes
 from cudadiag.batch.summary import map_tensors, summarize, tensors_of
 from cudadiag.incident import BatchInfo, StepInfo
 from cudadiag.own_work import outside_user_modes
+from cudadiag.step_hooks import SKIP, STOP, step_hooks
 
 DEFAULT_MAX_BYTES = 64 * 2**20
 _INDEX_SAMPLER = "_index_sampler"
@@ -222,7 +223,15 @@ def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
         iterator, pending = _iterate_recording_indices(iterable)
         for item in iterator:
             record.record(item, pending.popleft() if pending else None)
+            hooks = step_hooks()
+            answers = [hook(record, item, False) for hook in hooks]
+            if STOP in answers:
+                break
+            if SKIP in answers:
+                continue
             yield item
+            for hook in hooks:
+                hook(record, item, True)
         record.exhausted = True
     finally:
         record.active = False

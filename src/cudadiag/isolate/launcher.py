@@ -8,13 +8,16 @@ pre-started interpreters that imported torch without initialising CUDA could tak
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import select
 import socket
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import IO, Protocol
+from pathlib import Path
+from typing import IO, Any, Protocol
 
 NVIDIA_BLOCKING = {"CUDA_LAUNCH_BLOCKING": "1"}
 ROCM_BLOCKING = {"HIP_LAUNCH_BLOCKING": "1", "AMD_SERIALIZE_KERNEL": "3"}
@@ -32,13 +35,13 @@ class BlockingSettings:
 def blocking_settings(blocking: bool = True) -> BlockingSettings:
     """Return the blocking-launch variables for this PyTorch build's backend.
 
-    Reads `torch.version` only: importing torch does not initialise CUDA.
+    Reads the build's versions only (see `torch_build`); never imports torch or initialises
+    CUDA.
     """
-    import torch
-
-    if getattr(torch.version, "hip", None):
+    build = torch_build()
+    if build.get("hip"):
         backend = "rocm"
-    elif torch.version.cuda:
+    elif build.get("cuda"):
         backend = "cuda"
     else:
         backend = "cpu"
@@ -54,6 +57,33 @@ def blocking_settings(blocking: bool = True) -> BlockingSettings:
         "CPU-only PyTorch: blocking launches have no meaning for real kernels here; "
         "CUDA_LAUNCH_BLOCKING=1 only makes cudadiag's simulated device raise at the faulty op",
     )
+
+
+def torch_build() -> dict[str, Any]:
+    """Return the installed PyTorch build's versions (`cuda`, `hip`, `__version__`...):
+    `torch.version` when torch is loaded, else the constants of its `version.py`, read without
+    importing torch (seconds that a `cudadiag run` would spend before starting the script).
+    Empty when torch is not installed."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return dict(vars(torch.version))
+    try:
+        spec = importlib.util.find_spec("torch")
+        origin = spec.origin if spec is not None else None
+        if origin is None:
+            return {}  # no torch
+        tree = ast.parse(Path(origin).with_name("version.py").read_text())
+    except (ValueError, ImportError, OSError, SyntaxError):
+        return {}  # a build without the generated version.py
+    constants = {}
+    for node in tree.body:
+        if not isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
+                constants[target.id] = node.value.value
+    return constants
 
 
 class ChildProcess(Protocol):

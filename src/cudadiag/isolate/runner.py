@@ -6,6 +6,7 @@ The kernel never touches CUDA on this path: everything CUDA happens in the child
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import selectors
@@ -13,8 +14,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,7 +129,8 @@ def run_script(
     launcher = SubprocessLauncher(python) if python else None
     return _execute([], script, blocking=blocking, timeout=timeout, env=env, ship=None,
                     trace=trace, precheck=precheck, rng_states=None, batch=None,
-                    launcher=launcher, output=ChildOutput(stream), store=store)
+                    launcher=launcher, output=ChildOutput(stream, shown_limit=None),
+                    store=store)
 
 
 def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
@@ -153,10 +156,11 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
                   backend=settings.backend, env_vars=extra, script=script)
         _fill_job(job, ship, rng_states, batch)
         started = time.perf_counter()
-        process = (launcher or SubprocessLauncher()).start(str(job.path), child_env)
         what = "the script" if script is not None else "the isolated run"
-        pump = _Pump(process, timeout, output, what)
-        pump.run()
+        with _interrupt_deferred() as interrupted:
+            process = (launcher or SubprocessLauncher()).start(str(job.path), child_env)
+            pump = _Pump(process, timeout, output, what)
+        pump.run(interrupted=bool(interrupted))
         wall = time.perf_counter() - started
         child_result = JobResult.read(job.result_path)
         result = IsolatedResult(
@@ -225,12 +229,15 @@ class _Pump:
         self.timed_out = False
         self.interrupted = False
 
-    def run(self) -> None:
-        """Pump until the run has ended; never raises KeyboardInterrupt (see `interrupted`)."""
+    def run(self, interrupted: bool = False) -> None:
+        """Pump until the run has ended; never raises KeyboardInterrupt (see `interrupted`).
+        `interrupted`: the user interrupted while the child was starting: end it at once."""
         selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ, "stdout")
-        selector.register(self.process.stderr, selectors.EVENT_READ, "stderr")
         try:
+            selector.register(self.process.stdout, selectors.EVENT_READ, "stdout")
+            selector.register(self.process.stderr, selectors.EVENT_READ, "stderr")
+            if interrupted:
+                raise KeyboardInterrupt
             self._read(selector)
             self.process.wait()
         except KeyboardInterrupt:
@@ -281,6 +288,23 @@ class _Pump:
         plural = "process" if len(left) == 1 else "processes"
         print(f"cudadiag: killed {len(left)} left-over {plural} of {self.what}: "
               f"{describe(left)}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _interrupt_deferred() -> Iterator[list[bool]]:
+    """Hold Ctrl-C (SIGINT) back while the child is started: an interrupt inside Popen
+    would leave a child in its own session that nobody kills. Yields a list that holds True
+    once an interrupt came. Off the main thread (where no signal arrives) it holds nothing
+    back."""
+    received: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: received.append(True))
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _incident_of(result: IsolatedResult, child: JobResult | None, blocking: bool,

@@ -131,7 +131,7 @@ class CudadiagMagics(Magics):
     """Magics registered by `%load_ext cudadiag`."""
 
     @line_magic
-    def cudadiag(self, line: str) -> None:
+    def cudadiag(self, line: str) -> Any:
         """Browse the incident log.
 
         %cudadiag incidents [--family F] [--since WHEN] [--mode M] [--cell N]
@@ -148,11 +148,17 @@ class CudadiagMagics(Magics):
         %cudadiag explain [--json] [FILE | TEXT]
                                            diagnose a log file, pasted text, or (with no
                                            argument) the last error of this kernel
+        %cudadiag validate [N] [--all]     re-run a loop's cell over the steps that matter
+                                           (or every step) in a fresh process; count samples
         """
         command, _, rest = line.strip().partition(" ")
         if command == "explain":
             print(_explain(self.shell, rest.strip()))
             return
+        if command == "validate":
+            from cudadiag.kernel.validating import validate_in_shell
+
+            return validate_in_shell(self.shell, rest)
         args = _parser().parse_args(_split(line))
         store = capture_for(self.shell).store
         try:
@@ -529,6 +535,13 @@ def load(shell: Any) -> None:
     capture.register()
     checkpoint.follow_incidents(capture)
     shell.register_magics(CudadiagMagics)
+    from cudadiag.kernel.compare_magics import CompareMagics
+    from cudadiag.steps import start_profiling
+
+    shell.register_magics(CompareMagics)
+    # the running cell is the last of the raw history (IPython 8 and 9 differ on when
+    # execution_count moves)
+    start_profiling(lambda: len(shell.history_manager.input_hist_raw) - 1)
     capture.ingest_last_error()
 
 

@@ -15,10 +15,10 @@ import ipywidgets as widgets
 
 from cudadiag.errors import IncidentNotFound
 from cudadiag.incident import Incident
-from cudadiag.incident_index import IndexEntry, by_id, entry_for_incident
+from cudadiag.incident_index import IndexEntry, by_id, entry_for_incident, failing_cell
 from cudadiag.repro.report import render_report
 from cudadiag.store import IncidentStore
-from cudadiag.ui import render
+from cudadiag.ui import render, results
 
 PAGE_SIZE = 50
 """Incidents per page of the selector (newest first)."""
@@ -111,11 +111,15 @@ class Panel(widgets.VBox):
             html = "".join(render.section_html(parts[k]) for k in keys if k in parts)
             tabs.append(widgets.HTML(html or "<i>nothing recorded</i>"))
             titles.append(title)
+        for title, part in results.sections_for(self.shell, incident):
+            tabs.append(widgets.HTML(render.section_html(part)))
+            titles.append(title)
         self.tabs.children = tabs
         self.tabs.titles = tuple(titles)
         self.rerun.disabled = not incident.run.cells or self.shell is None
         self.rerun.tooltip = ("needs the notebook's kernel" if self.shell is None else
-                              f"%cuda_isolate {incident.run.cells[0]}" if incident.run.cells
+                              f"%cuda_isolate {failing_cell(incident)}"
+                              if incident.run.cells
                               else "no cell to re-run")
         self.copy.disabled = False
         self.export.disabled = self.shell is None
@@ -124,7 +128,9 @@ class Panel(widgets.VBox):
         bundle = super()._repr_mimebundle_(**kwargs) or {}
         data = bundle[0] if isinstance(bundle, tuple) else bundle
         if self.incident is not None:
-            data["text/html"] = render.render_html(self.incident)
+            data["text/html"] = render.render_html(self.incident) + "".join(
+                render.section_html(part)
+                for _, part in results.sections_for(self.shell, self.incident))
             saved = self.store.is_saved(self.incident.id)
             data["text/plain"] = render.render_short(
                 self.incident, show=render.SHOW_IN_IPYTHON if saved else None)
@@ -206,7 +212,7 @@ class Panel(widgets.VBox):
         incident = self.incident
         if incident is None or not incident.run.cells or self.shell is None:
             return
-        cell = incident.run.cells[0]
+        cell = failing_cell(incident)
         self.rerun.disabled = True
         self.output.clear_output()
         with self.output:

@@ -27,8 +27,10 @@ from cudadiag.incident import (
     StepInfo,
     TensorSummary,
 )
-from cudadiag.incident_index import IndexEntry
+from cudadiag.incident_index import IndexEntry, failing_cell
+from cudadiag.repro.redact import Redactor
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
+from cudadiag.ui.pictures import values_picture
 
 SHORT_VALUES = 8
 """Loop variables and locals shown per frame in the lines under the cell."""
@@ -53,6 +55,13 @@ def restart_reminder(incident: Incident) -> str:
     """Return the one-paragraph reminder shown after a sticky error."""
     cell = _cell_label(incident)
     simulated = " (simulated)" if incident.run.simulated else ""
+    if incident.op is not None and stopped_before_it_ran(incident):
+        return (
+            f"The precheck stopped {incident.op.name} in {cell} before it ran: the CUDA "
+            f"context{simulated} of that run stayed usable (run as it is, this kernel would "
+            "leave it unusable and the process would have to restart). A restart fixes no bad "
+            "target or index: check the data first."
+        )
     if incident.run.mode != "kernel":
         return (
             f"The CUDA context{simulated} was unusable from {cell} on: that process could only "
@@ -64,6 +73,12 @@ def restart_reminder(incident: Incident) -> str:
         "this process fails and existing GPU tensors are lost. Restart the kernel. A restart "
         "fixes no bad target or index: check the data first."
     )
+
+
+def stopped_before_it_ran(incident: Incident) -> bool:
+    """Return True when the precheck stopped the failing operator before it ran (an
+    isolated or script run): its kernel never ran, so the context was never made unusable."""
+    return bool(incident.op and incident.op.precheck)
 
 
 def sticky_warning_line(incident: Incident) -> str:
@@ -116,6 +131,8 @@ class Section:
     collapsed: bool = False
     preformatted: bool = False
     """Source code: laid out as written, never wrapped."""
+    svg: str | None = None
+    """An inline SVG picture made by cudadiag (ui.pictures), shown under the lines in HTML."""
 
 
 def header_lines(incident: Incident) -> list[str]:
@@ -152,7 +169,8 @@ def iteration_lines(incident: Incident) -> list[str]:
     if frames and frames[-1].scalars:
         last = frames[-1]
         lines.append(f"locals of {_frame_place(last)}: "
-                     + cut_pairs(last.scalars.items(), SHORT_VALUES, last.scalars_omitted))
+                     + cut_pairs(_unsecret(last.scalars.items()), SHORT_VALUES,
+                                 last.scalars_omitted))
     if incident.step:
         lines.append(_watch_line(incident.step, incident.batch))
     return lines
@@ -161,8 +179,16 @@ def iteration_lines(incident: Incident) -> list[str]:
 def _loop_values(frame: FrameContext) -> str:
     pairs = [pair for loop in frame.loops for pair in loop.values.items()]
     if pairs:
-        return cut_pairs(pairs, SHORT_VALUES)
+        return cut_pairs(_unsecret(pairs), SHORT_VALUES)
     return "; ".join(loop.header.strip().rstrip(":") for loop in frame.loops)
+
+
+def _unsecret(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (name, value text) pairs of locals with the values the report's scrubber takes
+    for secrets masked (secret environment variables' values, tokens, URL credentials...)."""
+    redactor = Redactor()
+    return [(name, redactor.secrets_masked(value, context=f"{name}={value}"))
+            for name, value in pairs]
 
 
 def _frame_place(frame: FrameContext) -> str:
@@ -195,15 +221,16 @@ def loop_code(incident: Incident) -> list[str]:
             mark = "the call that failed"
         out += [f"# {frame.location()} in {frame.function}", *_frame_code(frame, mark)]
         if frame.scalars:
-            out.append("# locals: " + cut_pairs(frame.scalars.items(), len(frame.scalars),
-                                                frame.scalars_omitted))
+            out.append("# locals: " + cut_pairs(_unsecret(frame.scalars.items()),
+                                                len(frame.scalars), frame.scalars_omitted))
         out.append("")
     return out[:-1]
 
 
 def _frame_code(frame: FrameContext, mark: str) -> list[str]:
     parts = [(loop.line, loop.header.splitlines() or [""],
-              ", ".join(f"{k}={v}" for k, v in loop.values.items())) for loop in frame.loops]
+              ", ".join(f"{k}={v}" for k, v in _unsecret(loop.values.items())))
+             for loop in frame.loops]
     if frame.statement:
         parts.append((frame.statement_line, frame.statement.splitlines(), f"<- {mark}"))
     indent = min((len(line) - len(line.lstrip()) for _, block, _ in parts for line in block
@@ -221,7 +248,9 @@ def sections(incident: Incident) -> list[Section]:
     """Return the report of `incident` as format-independent sections, in reading order."""
     d, e = incident.diagnosis, incident.error
     parts = []
-    if d.sticky:
+    if d.sticky and stopped_before_it_ran(incident):
+        parts.append(Section("restart", "Stopped before it ran", [restart_reminder(incident)]))
+    elif d.sticky:
         parts.append(Section("restart", "Restart required",
                              [restart_reminder(incident), RESTART_FRONTENDS]))
     error = [f"{e.type}: {e.message}"]
@@ -298,6 +327,8 @@ def section_html(part: Section) -> str:
         body = "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in part.lines) + "</ul>"
     else:
         body = "".join(f"<div>{escape(line)}</div>" for line in part.lines)
+    if part.svg:
+        body += f'<div class="cd-picture">{part.svg}</div>'
     if part.table:
         header = "".join(f"<th>{escape(c)}</th>" for c in part.table[0])
         rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
@@ -333,7 +364,11 @@ def _batch_section(incident: Incident) -> Section:
     if batch is not None and batch.structure:
         lines.append(f"structure {batch.structure}")
     table = [list(_TENSOR_COLUMNS), *rows] if rows else None
-    return Section("batch", "Batch", lines, table=table)
+    picture = values_picture(incident)
+    if picture is not None:
+        lines.append(f"picture: {picture.text}")
+    return Section("batch", "Batch", lines, table=table,
+                   svg=picture.svg if picture is not None else None)
 
 
 _TENSOR_COLUMNS = ("path", "shape", "dtype", "device", "stride", "min", "max", "negatives",
@@ -592,7 +627,8 @@ def death_line(incident: Incident) -> str | None:
 
 
 def _cell_label(incident: Incident) -> str:
-    return f"In[{incident.run.cells[0]}]" if incident.run.cells else "the failing call"
+    cell = failing_cell(incident)
+    return f"In[{cell}]" if cell is not None else "the failing call"
 
 
 def _simulated_tag(incident: Incident) -> str:
