@@ -59,6 +59,9 @@ class IsolatedResult:
     """The child's pid, which is also its process group id."""
     message: str = ""
     """One line for the user when the run ended without an incident to show."""
+    start: str = ""
+    """How the process was made (warm or cold, and why cold) and whether the blocking
+    variables were in effect in it, as the child checked."""
 
 
 def run_isolated(
@@ -156,6 +159,8 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
             Path(job["path"]).write_text(json.dumps(job))
         started = time.perf_counter()
         process = (launcher or SubprocessLauncher()).start(str(job["path"]), child_env)
+        if output.stream and getattr(process, "fallback", None):
+            print(f"cudadiag: cold start: {process.fallback}", flush=True)
         what = "the script" if script is not None else "the isolated run"
         pump = _Pump(process, timeout, output, what)
         pump.run()
@@ -167,6 +172,8 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
             stderr=output.text("stderr"), wall_s=wall, settings=settings,
             timed_out=pump.timed_out, interrupted=pump.interrupted,
             cells=[n for n, _ in numbered], pid=process.pid,
+            start="; ".join(filter(None, [(child_result or {}).get("blocking_check"),
+                                          getattr(process, "how", "")])),
         )
         result.incident = _incident_of(result, child_result, blocking, extra)
         if result.incident is not None:

@@ -114,6 +114,9 @@ def _isolation_options(func: Any) -> Any:
         argument("--no-precheck", action="store_true",
                  help="let index-taking kernels run unchecked, to see the raw CUDA error"),
         argument("--no-trace", action="store_true", help="do not record aten operators"),
+        argument("--cold", action="store_true",
+                 help="start a new interpreter for the run instead of forking the kernel's "
+                      "warm one (no warm imports)"),
         argument("--batch", metavar="last|STEP",
                  help="replay one batch recorded by watch(): the child's watch() yields "
                       "only that batch, with its original step number"),
@@ -415,6 +418,7 @@ def _original_incident(shell: Any, cell: int, source: str) -> Incident | None:
 def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, str],
                   recorded: tuple[int, Any] | None) -> Any:
     from cudadiag.isolate.runner import run_isolated
+    from cudadiag.isolate.warm import WarmLauncher
 
     capture = capture_for(shell)
     return run_isolated(
@@ -430,6 +434,7 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
         precheck=not args.no_precheck,
         batch=recorded,
         show_replay=args.show_replay,
+        launcher=WarmLauncher(cold=args.cold),
     )
 
 
@@ -457,15 +462,23 @@ def _key_value(item: str) -> tuple[str, str]:
 
 
 def load(shell: Any) -> None:
-    """Register the callbacks and magics on `shell`; ingest the error that just happened."""
+    """Register the callbacks and magics on `shell`; ingest the error that just happened;
+    start the kernel's warm interpreter in the background."""
+    from cudadiag.isolate import warm
+
     capture = capture_for(shell)
     capture.register()
     shell.register_magics(CudadiagMagics)
     capture.ingest_last_error()
+    warm.start()
 
 
 def unload(shell: Any) -> None:
-    """Remove the callbacks and the sticky warnings from `shell`."""
+    """Remove the callbacks and the sticky warnings from `shell`; stop the kernel's warm
+    interpreter."""
+    from cudadiag.isolate import warm
+
     capture = _captures.pop(id(shell), None)
     if capture is not None:
         capture.unregister()
+    warm.stop()

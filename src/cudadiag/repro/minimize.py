@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.incident import Incident
+from cudadiag.isolate import warm
 from cudadiag.isolate.launcher import ForkServerLauncher, Launcher
 from cudadiag.isolate.runner import run_isolated
+from cudadiag.isolate.warm import WarmLauncher
 from cudadiag.repro import loops
 from cudadiag.repro.dependencies import Admissible, Unit, statements
 
@@ -238,8 +240,9 @@ def minimize(
     MinimizeError when the program does not fail, or fails as another family.
     """
     started = time.monotonic()
-    owned = launcher is None
-    launcher = launcher or ForkServerLauncher(cwd=cwd)
+    owned = launcher is None and warm.current() is None
+    if launcher is None:  # the kernel's warm interpreter when there is one, else our own
+        launcher = ForkServerLauncher(cwd=cwd) if owned else WarmLauncher(cwd=cwd, wait=None)
     units = statements(cells)
     site = loops.find_loop(units, list(failed_at))
     try:
