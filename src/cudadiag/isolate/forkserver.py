@@ -37,6 +37,11 @@ from typing import Any
 
 POLL_S = 0.01
 """How often children are checked on where the system has no pidfd."""
+WORKER_IMPORTS = ("ctypes", "cloudpickle", "cudadiag.advice", "cudadiag.batch",
+                  "cudadiag.classify", "cudadiag.env", "cudadiag.incident",
+                  "cudadiag.kernel.hooks", "cudadiag.knowledge", "cudadiag.loopvars",
+                  "cudadiag.isolate.cellfacts")
+"""What the worker imports as it runs and reports: imported once in the server instead."""
 
 
 def launch_file(job_path: str) -> Path:
@@ -52,6 +57,8 @@ def serve(fd: int) -> None:
     from cudadiag.isolate import worker
     from cudadiag.trace import OpTracer
 
+    for name in WORKER_IMPORTS:
+        importlib.import_module(name)
     with OpTracer():  # a dispatch mode's first use imports torch._dynamo: pay it once, here
         torch.ones(1).add(1)
 
@@ -268,16 +275,23 @@ def _become_the_run(job_path: str, worker: Any) -> None:
 
 
 def _unshadow(cwd: str) -> None:
-    """Forget imported top-level modules that a file or folder in `cwd` shadows, so the
-    run imports the user's one as a new interpreter would."""
-    for name in [n for n in sys.modules if "." not in n]:
-        if os.path.exists(os.path.join(cwd, f"{name}.py")) or os.path.isfile(
-                os.path.join(cwd, name, "__init__.py")):
-            module = sys.modules[name]
-            if not getattr(module, "__file__", "") or not str(module.__file__).startswith(cwd):
-                for loaded in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
-                    del sys.modules[loaded]
-
+    """Forget imported top-level modules that a file or package in `cwd` shadows, so the
+    run imports the user's one as a new interpreter would. Looks up the folder's entries in
+    sys.modules, not the other way round: walking every module after the fork would copy
+    the pages of all of them."""
+    try:
+        entries = os.listdir(cwd)
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.removesuffix(".py")
+        module = sys.modules.get(name)
+        if module is None or (name == entry and not os.path.isfile(
+                os.path.join(cwd, name, "__init__.py"))):
+            continue  # not imported, or a folder that is no package: it shadows nothing
+        if not str(getattr(module, "__file__", "") or "").startswith(cwd):
+            for loaded in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
+                del sys.modules[loaded]
 
 if __name__ == "__main__":
     serve(int(sys.argv[1]))
