@@ -157,6 +157,32 @@ def test_cuda_initialised_in_the_warm_interpreter_refuses_the_fork(shell, capsys
 
 
 @pytest.mark.slow
+def test_a_warm_import_that_initialises_cuda_is_refused_then_left_to_the_child(
+        shell, capsys, monkeypatch, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(  # as if importing sqlite3 initialised CUDA
+        "import sys, torch\n"
+        "torch.cuda.is_initialized = lambda: 'sqlite3' in sys.modules\n")
+    monkeypatch.setenv("PYTHONPATH", f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    warm.stop()
+    warm.start()
+    _server_pid()
+    run(shell, "import sqlite3")
+    run(shell, "%%blocking_launch\nprint(sqlite3.sqlite_version.count('.'))")
+    assert ("cudadiag: cold start: the warm interpreter refused the run (importing sqlite3 "
+            "initialised CUDA); restarting it") in capsys.readouterr().out
+    server = _server_pid()
+    run(shell, "%%blocking_launch\nimport os\n"
+               "print('parent', os.getppid(), sqlite3.sqlite_version.count('.'))")
+    out = capsys.readouterr().out
+    assert f"parent {server} 2" in out
+    assert "checked in the child before CUDA initialised" in out
+    with open(f"/proc/{server}/maps") as f:
+        assert "_sqlite3" not in f.read()  # the child imported it, not the server
+
+
+@pytest.mark.slow
 def test_warm_imports_preload_installed_unconditional_imports_never_user_files(
         shell, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)

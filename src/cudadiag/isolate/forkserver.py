@@ -6,7 +6,8 @@ The server's environment is neutral (no blocking variables): each child takes th
 environment and working directory from the `launch.json` beside its job, before anything in
 it can touch CUDA, so `CUDA_LAUNCH_BLOCKING` is in effect exactly as in a new process.
 Before each fork the server pre-imports the installed modules the job's cells import at
-their top level (see `warm_imports`), and refuses to fork once CUDA is initialised in it.
+their top level (installed ones only: `is_installed`), and refuses to fork once CUDA is
+initialised in it.
 
 Protocol. The control socket (SOCK_SEQPACKET) carries one message per run from the parent:
 `run JOB_PATH`, with the run's own socket and the child's stdout/stderr pipe ends attached
@@ -31,6 +32,7 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,31 +148,35 @@ class _Server:
         """Do the job's warm imports; return why forking would be unsafe, or None."""
         import torch
 
+        if torch.cuda.is_initialized():
+            return "CUDA was initialised in the warm interpreter"
         with contextlib.suppress(OSError, ValueError, KeyError):
             job = json.loads(Path(job_path).read_text())
             launch = json.loads(launch_file(job_path).read_text())
-            if launch.get("warm_imports", True):
-                self._warm_imports(job, launch["cwd"])
-        if torch.cuda.is_initialized():
-            return "CUDA was initialised in the warm interpreter"
+            for name in self._warm_imports(job, launch["cwd"], launch.get("skip", [])):
+                if torch.cuda.is_initialized():
+                    return f"importing {name} initialised CUDA"
         changed = [name for name, mtime in self.imported.items() if _mtime(name) != mtime]
         if changed:
             return f"installed module {changed[0]} changed on disk since it was imported"
         return None
 
-    def _warm_imports(self, job: dict[str, Any], cwd: str) -> None:
+    def _warm_imports(self, job: dict[str, Any], cwd: str, skip: list[str]) -> Iterator[str]:
+        """Import, one at a time, the installed modules the job's cells import at their top
+        level (not those in `skip`); yield each name once it is imported."""
         from cudadiag.isolate.cellfacts import unconditional_imports
 
         for cell in job.get("cells", []):
             for name in unconditional_imports(cell["source"]):
-                if name in sys.modules or not is_installed(name.partition(".")[0], cwd):
+                top = name.partition(".")[0]
+                if name in sys.modules or top in skip or not is_installed(top, cwd):
                     continue
                 try:
                     importlib.import_module(name)
                 except Exception:  # the child's own import will say what is wrong
                     continue
-                top = name.partition(".")[0]
                 self.imported.setdefault(top, _mtime(top))
+                yield name
 
     def _closed_in_child(self) -> list[int]:
         fds = [self.control.fileno()]

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -224,14 +225,15 @@ class ForkServer:
         return self._ready and self.alive
 
     def fork(self, job_path: str, env: dict[str, str], cwd: str,
-             warm_imports: bool = True) -> ForkedProcess:
-        """Fork a child for the job, to run in `env` and `cwd`; raises ForkRefused when the
+             skip_imports: Iterable[str] = ()) -> ForkedProcess:
+        """Fork a child for the job, to run in `env` and `cwd`, after the server's warm
+        imports (top-level modules in `skip_imports` left out); raises ForkRefused when the
         server refused (it stops), OSError when it cannot be reached."""
         from cudadiag.isolate.forkserver import launch_file
 
         launch = launch_file(job_path)
         with open(os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-            json.dump({"env": env, "cwd": cwd, "warm_imports": warm_imports}, f)
+            json.dump({"env": env, "cwd": cwd, "skip": sorted(skip_imports)}, f)
         ours, theirs = socket.socketpair()
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()

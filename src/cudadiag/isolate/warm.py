@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import sys
 import threading
 import time
@@ -32,6 +33,9 @@ _lock = threading.Lock()
 _server: ForkServer | None = None
 _stopped_by = "the extension is not loaded"
 """Why there is no server, when there is none."""
+_not_warm: set[str] = set()
+"""Top-level modules whose import initialised CUDA in a server: never imported there again."""
+REFUSED_IMPORT = re.compile(r"^importing ([\w.]+) initialised CUDA$")
 
 
 def unsupported() -> str | None:
@@ -103,8 +107,14 @@ class WarmLauncher:
         reason = _why_not_warm(env, self.wait)
         if reason is None:
             try:
-                return _server_or_raise().fork(job_path, env, self.cwd or os.getcwd())
+                process = _server_or_raise().fork(job_path, env, self.cwd or os.getcwd(),
+                                                  _not_warm)
+                process.how = "warm start (forked from the kernel's warm interpreter)"
+                return process
             except ForkRefused as exc:
+                refused_import = REFUSED_IMPORT.match(str(exc))
+                if refused_import:
+                    _not_warm.add(refused_import.group(1).partition(".")[0])
                 reason = f"the warm interpreter refused the run ({exc}); restarting it"
                 _restart(env)
             except OSError as exc:
