@@ -275,8 +275,12 @@ class ForkServer:
         return f"{how}: {lines[-1]}" if lines else how
 
     def close(self) -> None:
-        """Stop the server: it kills the children still running, then exits."""
+        """Stop the server: a ready one kills the children still running, then exits; one
+        still importing torch (it has no children) is killed at once, so that leaving a
+        kernel never waits for an import."""
         self._control.close()
+        if not self._ready:
+            kill_group(self.process.pid)
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
