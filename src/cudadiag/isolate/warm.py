@@ -161,14 +161,15 @@ def _server_or_raise() -> ForkServer:
 
 def _restart(env: dict[str, str]) -> None:
     """Replace the server by a new one started under `env`, in the background."""
-    global _server
+    global _server, _stopped_by
     with _lock:
         old, _server = _server, None
     if old is not None:
         threading.Thread(target=old.close, name="cudadiag warm stop", daemon=True).start()
     try:
         server = ForkServer(env)
-    except OSError:
+    except OSError as exc:
+        _stopped_by = f"the warm interpreter could not be restarted: {exc}"
         return
     with _lock:
         if _server is None:
