@@ -261,6 +261,8 @@ def test_the_minimizer_forks_from_the_kernels_warm_interpreter(shell, monkeypatc
     started = []
     monkeypatch.setattr(launchers, "ForkServer",
                         lambda *a, **k: started.append(a) or pytest.fail("a new fork server"))
+    monkeypatch.setattr(launchers.SubprocessLauncher, "start",
+                        lambda *a, **k: pytest.fail("a cold start"))
     result = minimize({1: "import torch\nunused = 1", 2: "x = torch.ones(2)",
                        3: "x[torch.tensor([5])]"}, expected_family="index_out_of_bounds")
     assert result.cells == {1: "import torch", 2: "x = torch.ones(2)", 3: "x[torch.tensor([5])]"}
