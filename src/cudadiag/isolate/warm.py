@@ -63,10 +63,12 @@ def start() -> None:
 
 
 def stop(reason: str = "stopped at %unload_ext cudadiag") -> None:
-    """Stop the kernel's warm interpreter (it kills the runs it still has), if one runs."""
+    """Stop the kernel's warm interpreter (it kills the runs it still has), if one runs, and
+    forget the modules it refused to import (the next `start()` begins afresh)."""
     global _server, _stopped_by
     with _lock:
         server, _server, _stopped_by = _server, None, reason
+        _not_warm.clear()
     atexit.unregister(stop)
     if server is not None:
         server.close()
