@@ -2,7 +2,8 @@
 and simulated device, both sides in one run, alternating which goes first: forking from the
 kernel's warm interpreter (as `%cudadiag export` does once `%load_ext cudadiag` has started
 it) and from a fork server of its own (as `cudadiag export` in a terminal). Medians of
-REPEATS runs each. Target (warm): 20 cells to <= 3 cells in <= 5 s.
+REPEATS runs each. Target (warm): 20 cells to <= 3 cells in <= 5 s. (The minimizer keeps a
+seed while it keeps statements that draw from its stream: here imports, seed, model, loss.)
 
     python bench/minimize.py
 """
@@ -61,8 +62,9 @@ def main() -> None:
                 met = len(result.cells) <= TARGET_CELLS and wall <= TARGET_S
                 verdict = (f"   target <= {TARGET_CELLS} cells in <= {TARGET_S:g} s: "
                            f"{'met' if met else 'NOT met'}")
+            kept = ", ".join(f"In[{n}]" for n in result.cells)
             print(f"{label:14} {side:16}: 20 cells -> plan of {len(plan.replay)} -> "
-                  f"{len(result.cells)} cells, {result.statements} statements; median "
+                  f"{len(result.cells)} cells ({kept}), {result.statements} statements; median "
                   f"{wall:.2f} s (min {min(walls[use_warm]):.2f}, max "
                   f"{max(walls[use_warm]):.2f}); trials "
                   f"{sorted({r.trials for r in results[use_warm]})}{verdict}")
