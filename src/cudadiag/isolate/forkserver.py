@@ -134,8 +134,7 @@ class _Server:
             _run_child(self.worker, job_path, fds[1:], self._closed_in_child())
         for received in fds[1:]:
             os.close(received)
-        pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
-        run = _Run(pid, channel, pidfd)
+        run = _Run(pid, channel, _pidfd(pid))
         self.runs.append(run)
         try:
             channel.sendall(f"started {pid}\n".encode())
@@ -222,6 +221,14 @@ def is_installed(top: str, cwd: str) -> bool:
     roots |= {*site.getsitepackages(), site.getusersitepackages()}
     path = os.path.realpath(where)
     return any(path.startswith(os.path.join(os.path.realpath(root), "")) for root in roots)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A file descriptor that turns readable when `pid` exits, where the system has them."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # macOS; Linux before 5.3
+        return None
 
 
 def _mtime(top: str) -> float:
