@@ -193,7 +193,12 @@ class CudadiagMagics(Magics):
         their values), starts each from the RNG states it had, and records which aten
         operator raised, with its arguments; index-taking operators are checked before they
         run. Only the suspect cell's output is printed live; each replayed cell's output is
-        folded into one line (--show-replay prints it). Works in a kernel whose CUDA context
+        folded into one line (--show-replay prints it). The fresh process is forked from the
+        kernel's warm interpreter (started in the background by %load_ext, torch imported,
+        CUDA never initialised; the blocking variables are set in the child before any CUDA
+        call), in a fraction of a second; when it cannot be (still starting, dead, no safe
+        fork here), the run is a cold start and one line says why; --cold asks for one.
+        Works in a kernel whose CUDA context
         is already unusable: the kernel itself never touches CUDA here, and its variables,
         devices and RNG are left untouched (the isolated run's variables are not brought
         back). The first line of the result says whether the run failed as the cell's
