@@ -332,3 +332,18 @@ def test_each_kernel_has_its_own_warm_interpreter_which_ends_with_it(tmp_path):
     finally:
         for kernel in kernels:
             kernel.kill()
+
+
+@pytest.mark.slow
+def test_cudadiag_run_stays_a_cold_process_beside_a_warm_interpreter(tmp_path, capsys):
+    from cudadiag import cli
+
+    warm.start()
+    try:
+        server = _server_pid()
+        (tmp_path / "script.py").write_text("import os\nprint('parent', os.getppid())\n")
+        code = cli.main(["run", str(tmp_path / "script.py")])
+        out = capsys.readouterr().out
+        assert code == 0 and f"parent {os.getpid()}" in out and f"parent {server}" not in out
+    finally:
+        warm.stop()
