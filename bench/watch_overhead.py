@@ -1,8 +1,10 @@
 """Per-step cost of watch() (default keep=2) over a DataLoader of in-memory tensors, side by
 side with the bare loader in one run, alternating which goes first each round; prints the load,
-medians, the added microseconds per step against the target (<= 20 us), the ratio.
+medians, the added microseconds per step against the target (<= 20 us), the ratio. Many short
+rounds: each pair runs close in time, so a loaded machine's drift (tens of microseconds per
+step from round to round) does not swamp an effect of a few microseconds.
 
-    python bench/watch_overhead.py [--rounds 15] [--steps 2000]
+    python bench/watch_overhead.py [--rounds 151] [--steps 200]
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ def per_step(iterable, steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=151)
+    parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
     batch = 32
     data = TensorDataset(torch.randn(args.steps * batch, 16),
