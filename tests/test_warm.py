@@ -347,3 +347,12 @@ def test_cudadiag_run_stays_a_cold_process_beside_a_warm_interpreter(tmp_path, c
         assert code == 0 and f"parent {os.getpid()}" in out and f"parent {server}" not in out
     finally:
         warm.stop()
+
+
+@pytest.mark.slow
+def test_a_cold_fallback_runs_in_the_folder_the_run_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "platform", "darwin")
+    result = run_isolated("import os\nprint(os.getcwd())", stream=False, store=False,
+                          launcher=warm.WarmLauncher(cwd=str(tmp_path)))
+    assert result.stdout.strip() == str(tmp_path) and tmp_path != os.getcwd()
+    assert "cold start: warm starts need Linux" in result.start

@@ -78,10 +78,12 @@ class Launcher(Protocol):
 
 
 class SubprocessLauncher:
-    """A new interpreter per run: `python -m cudadiag.isolate.worker JOB`."""
+    """A new interpreter per run: `python -m cudadiag.isolate.worker JOB`, in the working
+    directory `cwd` (default: this process's at each run)."""
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, cwd: str | None = None) -> None:
         self.python = python or sys.executable
+        self.cwd = cwd
 
     def start(self, job_path: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
         """Start the worker; raises OSError when the interpreter cannot be started."""
@@ -92,7 +94,7 @@ class SubprocessLauncher:
             stderr=subprocess.PIPE,
             env=env,
             start_new_session=True,
-            cwd=os.getcwd(),
+            cwd=self.cwd or os.getcwd(),
         )
         process.how = "cold start (a new interpreter)"  # type: ignore[attr-defined]
         process.fallback = None  # type: ignore[attr-defined]

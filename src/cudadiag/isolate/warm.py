@@ -103,7 +103,7 @@ class WarmLauncher:
         """Start the job's process, warm or cold (its `how` and `fallback` say which and
         why); raises OSError when no process can be started at all."""
         if self.cold:
-            process = SubprocessLauncher().start(job_path, env)
+            process = SubprocessLauncher(cwd=self.cwd).start(job_path, env)
             process.how = "cold start (--cold)"
             return process
         reason = _why_not_warm(env, self.wait)
@@ -122,7 +122,7 @@ class WarmLauncher:
             except OSError as exc:
                 reason = f"the warm interpreter failed ({exc}); restarting it"
                 _restart(env)
-        process = SubprocessLauncher().start(job_path, env)
+        process = SubprocessLauncher(cwd=self.cwd).start(job_path, env)
         process.how = f"cold start: {reason}"
         process.fallback = reason
         return process

@@ -240,8 +240,9 @@ def minimize(
     MinimizeError when the program does not fail, or fails as another family.
     """
     started = time.monotonic()
-    owned = launcher is None and warm.current() is None
-    if launcher is None:  # the kernel's warm interpreter when there is one, else our own
+    # the kernel's warm interpreter when there is one, else our own; cold without a safe fork
+    owned = launcher is None and warm.current() is None and warm.unsupported() is None
+    if launcher is None:
         launcher = ForkServerLauncher(cwd=cwd) if owned else WarmLauncher(cwd=cwd, wait=None)
     units = statements(cells)
     site = loops.find_loop(units, list(failed_at))
