@@ -213,6 +213,7 @@ def run_row(program: Program, variant: str | None, outputs: list[str],
     import torch
 
     from cudadiag.isolate.runner import run_isolated
+    from cudadiag.isolate.warm import WarmLauncher
     from cudadiag.own_work import outside_user_modes
 
     spec = VARIANTS[variant] if variant else None
@@ -227,7 +228,8 @@ def run_row(program: Program, variant: str | None, outputs: list[str],
         result = run_isolated(
             finish[1], cells=cells, target_cell=finish[0], rng_states=program.rng_states,
             batch=program.batch, ship=program.ship, timeout=timeout,
-            env={**program.env, **(spec.env if spec else {})}, stream=False, store=False)
+            env={**program.env, **(spec.env if spec else {})}, stream=False, store=False,
+            launcher=WarmLauncher())
         if before_cleanup is not None:
             before_cleanup()
         if result.interrupted:

@@ -139,12 +139,17 @@ class JobResult:
 
     incident: Incident | None
     exit_code: int
+    wall_s: float | None = None
+    """The worker's own time, from reading the job to writing this result."""
+    blocking_check: str = ""
+    """Whether the run's blocking variables were in effect in the child (one line)."""
 
     def write(self, path: Path) -> None:
         """Write the result as JSON (values that JSON cannot hold as text)."""
         incident = self.incident.to_dict() if self.incident is not None else None
-        path.write_text(json.dumps({"incident": incident, "exit_code": self.exit_code},
-                                   default=str))
+        path.write_text(json.dumps({"incident": incident, "exit_code": self.exit_code,
+                                    "wall_s": self.wall_s,
+                                    "blocking_check": self.blocking_check}, default=str))
 
     @classmethod
     def read(cls, path: Path) -> JobResult | None:
@@ -153,7 +158,8 @@ class JobResult:
             return None
         data = json.loads(path.read_text())
         incident = data["incident"]
-        return cls(Incident.from_dict(incident) if incident else None, data["exit_code"])
+        return cls(Incident.from_dict(incident) if incident else None, data["exit_code"],
+                   data.get("wall_s"), data.get("blocking_check", ""))
 
 
 def _torch_save(value: Any, path: Path) -> None:

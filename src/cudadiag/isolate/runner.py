@@ -62,6 +62,9 @@ class IsolatedResult:
     """The child's pid, which is also its process group id."""
     message: str = ""
     """One line for the user when the run ended without an incident to show."""
+    start: str = ""
+    """How the process was made (warm or cold, and why cold) and whether the blocking
+    variables were in effect in it, as the child checked."""
 
 
 def run_isolated(
@@ -160,6 +163,8 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
         with _interrupt_deferred() as interrupted:
             process = (launcher or SubprocessLauncher()).start(str(job.path), child_env)
             pump = _Pump(process, timeout, output, what)
+        if output.stream and getattr(process, "fallback", None):
+            print(f"cudadiag: cold start: {process.fallback}", flush=True)
         pump.run(interrupted=bool(interrupted))
         wall = time.perf_counter() - started
         child_result = JobResult.read(job.result_path)
@@ -168,6 +173,8 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
             stderr=output.text("stderr"), wall_s=wall, settings=settings,
             timed_out=pump.timed_out, interrupted=pump.interrupted,
             cells=[n for n, _ in numbered], pid=process.pid,
+            start="; ".join(filter(None, [child_result.blocking_check if child_result else "",
+                                          getattr(process, "how", "")])),
         )
         result.incident = _incident_of(result, child_result, blocking, extra)
         if result.incident is not None:

@@ -1,10 +1,12 @@
 """The isolated child: `python -m cudadiag.isolate.worker JOB.json`.
 
-Its environment (blocking launches) was fixed by the launcher before this interpreter
-started. It replays the planned cells in a fresh `__main__`, each from the RNG states recorded
-before it ran in the kernel, compiled under `<cudadiag In[N]>` so tracebacks point at notebook
-cells, with the op tracer active. The first exception becomes the incident; later ones are its
-consequences. The incident is written as JSON to the job's result path.
+Its environment (blocking launches) was fixed by the launcher before anything could initialise
+CUDA (before this interpreter started, or first thing after a fork server forked it); the
+worker checks it and says so in the run's result. It replays the planned cells in a fresh
+`__main__`, each from the RNG states recorded before it ran in the kernel, compiled under
+`<cudadiag In[N]>` so tracebacks point at notebook cells, with the op tracer active. The first
+exception becomes the incident; later ones are its consequences. The incident is written as
+JSON to the job's result path.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 import runpy
 import site
 import sys
+import time
 import types
 from contextlib import nullcontext
 from datetime import datetime, timezone
@@ -24,7 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.isolate.job import Job, JobResult, ScriptTarget
+from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
 from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
+
+BLOCKING_VARIABLES = (*NVIDIA_BLOCKING, *ROCM_BLOCKING)
 
 CELL_FILENAME = "<cudadiag In[{}]>"
 _CELL_FILENAME_RE = re.compile(r"^<cudadiag In\[(\d+)\]>$")
@@ -44,13 +50,40 @@ def main(argv: list[str]) -> int:
     ones when the process aborts.
     """
     job = Job.read(Path(argv[1]))
+    started = time.perf_counter()
+    check = blocking_check(job)
     try:
         result = run_job(job)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+    result.wall_s = time.perf_counter() - started
+    result.blocking_check = check
     result.write(job.result_path)
     return result.exit_code
+
+
+def blocking_check(job: Job) -> str:
+    """Return one line saying whether the run's blocking variables are in effect: set in the
+    process's C environment (what the CUDA and HIP runtimes read when they initialise) with
+    the run's values, CUDA not yet initialised. Reads only; call it before any CUDA work."""
+    import ctypes
+
+    import torch
+
+    getenv = ctypes.CDLL(None).getenv
+    getenv.argtypes, getenv.restype = [ctypes.c_char_p], ctypes.c_char_p
+    seen = {name: (getenv(name.encode()) or b"").decode() for name in BLOCKING_VARIABLES}
+    wanted = {k: v for k, v in job.env_vars.items() if k in BLOCKING_VARIABLES}
+    if torch.cuda.is_initialized():
+        return "NOT in effect: CUDA was initialised before the run's variables could act"
+    wrong = [f"{k}={seen[k] or '(unset)'}" for k, v in wanted.items() if seen[k] != v]
+    if wrong:
+        return f"NOT in effect in the child: {', '.join(wrong)}"
+    if not wanted:
+        return "no blocking variable in the child" if not any(seen.values()) else (
+            "set in the child: " + ", ".join(f"{k}={v}" for k, v in seen.items() if v))
+    return "checked in the child before CUDA initialised"
 
 
 def run_job(job: Job) -> JobResult:

@@ -108,6 +108,9 @@ def _isolation_options(func: Any) -> Any:
         argument("--no-precheck", action="store_true",
                  help="let index-taking kernels run unchecked, to see the raw CUDA error"),
         argument("--no-trace", action="store_true", help="do not record aten operators"),
+        argument("--cold", action="store_true",
+                 help="start a new interpreter for the run instead of forking the kernel's "
+                      "warm one (no warm imports)"),
         argument("--batch", metavar="last|STEP",
                  help="replay one batch recorded by watch(): the child's watch() yields "
                       "only that batch, with its original step number"),
@@ -208,7 +211,12 @@ class CudadiagMagics(Magics):
         their values), starts each from the RNG states it had, and records which aten
         operator raised, with its arguments; index-taking operators are checked before they
         run. Only the suspect cell's output is printed live; each replayed cell's output is
-        folded into one line (--show-replay prints it). Works in a kernel whose CUDA context
+        folded into one line (--show-replay prints it). The fresh process is forked from the
+        kernel's warm interpreter (started in the background by %load_ext, torch imported,
+        CUDA never initialised; the blocking variables are set in the child before any CUDA
+        call), in a fraction of a second; when it cannot be (still starting, dead, no safe
+        fork here), the run is a cold start and one line says why; --cold asks for one.
+        Works in a kernel whose CUDA context
         is already unusable: the kernel itself never touches CUDA here, and its variables,
         devices and RNG are left untouched (the isolated run's variables are not brought
         back). The first line of the result says whether the run failed as the cell's
@@ -487,6 +495,7 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
                   recorded: tuple[int, Any] | None,
                   restore_cell: tuple[int, str] | None = None) -> Any:
     from cudadiag.isolate.runner import run_isolated
+    from cudadiag.isolate.warm import WarmLauncher
 
     capture = capture_for(shell)
     return run_isolated(
@@ -503,6 +512,7 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
         precheck=not args.no_precheck,
         batch=recorded,
         show_replay=args.show_replay,
+        launcher=WarmLauncher(cold=args.cold),
     )
 
 
@@ -530,8 +540,10 @@ def _key_value(item: str) -> tuple[str, str]:
 
 
 def load(shell: Any) -> None:
-    """Register the callbacks and magics on `shell`; ingest the error that just happened."""
+    """Register the callbacks and magics on `shell`; ingest the error that just happened;
+    start the kernel's warm interpreter in the background."""
     from cudadiag import checkpoint
+    from cudadiag.isolate import warm
 
     capture = capture_for(shell)
     capture.register()
@@ -545,14 +557,18 @@ def load(shell: Any) -> None:
     # execution_count moves)
     start_profiling(lambda: len(shell.history_manager.input_hist_raw) - 1)
     capture.ingest_last_error()
+    warm.start()
 
 
 def unload(shell: Any) -> None:
-    """Remove the callbacks and the sticky warnings from `shell`."""
+    """Remove the callbacks and the sticky warnings from `shell`; stop the kernel's warm
+    interpreter."""
     from cudadiag import checkpoint
+    from cudadiag.isolate import warm
 
     capture = _captures.pop(id(shell), None)
     if capture is not None:
         capture.unregister()
         if checkpoint.followed_incidents() is capture:
             checkpoint.follow_incidents(None)
+    warm.stop()

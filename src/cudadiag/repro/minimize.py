@@ -25,8 +25,10 @@ from typing import Any
 
 from cudadiag.errors import MinimizeError, MinimizeInterrupted
 from cudadiag.incident import Incident
+from cudadiag.isolate import warm
 from cudadiag.isolate.launcher import ForkServerLauncher, Launcher
 from cudadiag.isolate.runner import run_isolated
+from cudadiag.isolate.warm import WarmLauncher
 from cudadiag.repro import loops
 from cudadiag.repro.dependencies import Admissible, Unit, statements
 
@@ -231,8 +233,10 @@ def minimize(
     MinimizeError when the program does not fail, or fails as another family.
     """
     started = time.monotonic()
-    owned = launcher is None
-    launcher = launcher or ForkServerLauncher(cwd=cwd)
+    # the kernel's warm interpreter when there is one, else our own; cold without a safe fork
+    owned = launcher is None and warm.current() is None and warm.unsupported() is None
+    if launcher is None:
+        launcher = ForkServerLauncher(cwd=cwd) if owned else WarmLauncher(cwd=cwd, wait=None)
     units = statements(cells)
     site = loops.find_loop(units, list(failed_at))
     try:

@@ -418,7 +418,8 @@ _BANNER_STYLE = ("border: 2px solid #c62828; background: #ffebee; color: #b71c1c
 def render_isolated(result: Any, plan_text: str, verdict: str | None = None) -> str:
     """Return the short text shown after an isolated run (an IsolatedResult); `verdict`, the
     comparison with the original failure, comes first when there is one."""
-    settings = f"{result.settings.note}; {result.wall_s:.1f} s"
+    settings = "; ".join(filter(None, [result.settings.note, result.start,
+                                       f"{result.wall_s:.1f} s"]))
     incident = result.incident
     first = [verdict] if verdict else []
     if incident is None:
