@@ -18,3 +18,15 @@ def positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected a number of seconds greater than 0, like 30 or 2.5; got {text!r}")
     return seconds
+
+
+def at_least_one(text: str) -> int:
+    """Return `text` as a whole number; raises argparse.ArgumentTypeError unless it is one
+    of at least 1 (a count: trials, incidents to keep)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value

@@ -9,7 +9,6 @@ are left alone.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +25,7 @@ from cudadiag.isolate.compare import (
     compare_program,
     parse_variants,
 )
-from cudadiag.kernel.magics import _history, capture_for
+from cudadiag.kernel.magics import _history, _recorded_batch, capture_for
 from cudadiag.ui import results
 from cudadiag.ui.comparison import ComparisonView, outcome_text, viewable
 
@@ -102,24 +101,9 @@ def plan_program(shell: Any, history: dict[int, str], target: int, *, ship: str 
         code=plan.sources[target], target=target,
         cells=[(n, plan.sources[n]) for n in plan.replay if n != target],
         rng_states=capture_for(shell).rng_states_including_running(target),
-        batch=recorded_batch(batch) if batch else None,
+        batch=_recorded_batch(batch) if batch else None,
         ship={name: shell.user_ns[name] for name in plan.ship},
     )
-
-
-def recorded_batch(which: str) -> tuple[int, Any]:
-    """The (step, CPU copy) kept by the latest watch() of this kernel for `which` (`last` or a
-    step number); UsageError when none was kept."""
-    batch = sys.modules.get("cudadiag.batch")
-    record = batch.latest_watch() if batch is not None else None
-    if record is None:
-        raise UsageError("--batch: no watch() has recorded a batch in this kernel; wrap the "
-                         "loop's iterable: for batch in cudadiag.watch(loader): ...")
-    try:
-        kept = record.batch_at(which if which == "last" else int(which))
-    except (LookupError, ValueError) as exc:
-        raise UsageError(f"--batch {which}: {exc}") from None
-    return kept.step, kept.batch
 
 
 @magics_class
