@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from cudadiag.errors import CudadiagError
 from cudadiag.isolate.procgroup import kill_group
 
 NVIDIA_BLOCKING = {"CUDA_LAUNCH_BLOCKING": "1"}
@@ -147,7 +148,7 @@ START_TIMEOUT_S = 300.0
 """How long a fork may take, warm imports included."""
 
 
-class ForkRefused(OSError):
+class ForkRefused(CudadiagError, OSError):
     """The fork server would not fork (CUDA was initialised in it, an installed module
     changed on disk); it has stopped."""
 
