@@ -18,3 +18,18 @@ def positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected a number of seconds greater than 0, like 30 or 2.5; got {text!r}")
     return seconds
+
+
+PROCESS_COUNT_WORDS = ("auto", "cpu", "gpu", "xpu")
+"""What torchrun accepts for --nproc-per-node besides a number: one rank per device or core."""
+
+
+def processes_per_node(text: str) -> str:
+    """Return `text` as torchrun's `--nproc-per-node` value; raises
+    argparse.ArgumentTypeError unless it is a whole number of at least 1 or one of
+    PROCESS_COUNT_WORDS."""
+    if text in PROCESS_COUNT_WORDS or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"expected a number of processes (1 or more) or one of {', '.join(PROCESS_COUNT_WORDS)}"
+        f", like torchrun; got {text!r}")

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudadiag.classify import classify, first_error_line
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
@@ -33,6 +33,9 @@ from cudadiag.isolate.launcher import (
 )
 from cudadiag.isolate.output import ChildOutput
 from cudadiag.isolate.procgroup import describe, group_members, kill_group
+
+if TYPE_CHECKING:
+    from cudadiag.isolate.ranks import TorchrunJob
 
 KILL_GRACE_S = 2.0
 """After SIGTERM, how long the child may take to exit before its group gets SIGKILL."""
@@ -114,26 +117,29 @@ def run_script(
     precheck: bool = True,
     stream: bool = True,
     store: bool = True,
+    ranks: TorchrunJob | None = None,
 ) -> IsolatedResult:
     """Run a script (or `python -m` module when `module`) the way
     `CUDA_LAUNCH_BLOCKING=1 python train.py` does, plus the tracer, prechecks and watch(),
     under the interpreter `python` (default: this one, which must be able to import
     cudadiag). The script's output, and its traceback as Python prints it, stream live.
     Returns an IsolatedResult whose returncode is the script's; the incident, if any, has
-    `run.mode = "cli"`. Raises ValueError for a timeout that is not a positive finite number,
-    OSError when the interpreter cannot be started."""
+    `run.mode = "cli"`. With `ranks`, the script runs as every rank of a torchrun job
+    (isolate/ranks.py) and the returncode is torchrun's. Raises ValueError for a timeout that
+    is not a positive finite number, OSError when the interpreter cannot be started."""
     script = {"target": target, "argv": list(argv), "module": module}
     launcher = SubprocessLauncher(python) if python else None
     return _execute([], script, blocking=blocking, timeout=timeout, env=env, ship=None,
                     trace=trace, precheck=precheck, rng_states=None, batch=None,
-                    launcher=launcher, output=ChildOutput(stream), store=store)
+                    launcher=launcher, output=ChildOutput(stream), store=store, ranks=ranks)
 
 
 def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
              blocking: bool, timeout: float | None, env: dict[str, str] | None,
              ship: dict[str, Any] | Path | None, trace: bool, precheck: bool,
              rng_states: dict[int, dict[str, Any]] | None, batch: tuple[int, Any] | None,
-             launcher: Launcher | None, output: ChildOutput, store: bool) -> IsolatedResult:
+             launcher: Launcher | None, output: ChildOutput, store: bool,
+             ranks: TorchrunJob | None = None) -> IsolatedResult:
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout}")
     if os.name == "nt":
@@ -154,14 +160,22 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
         if script is not None:
             job["script"] = script
             Path(job["path"]).write_text(json.dumps(job))
+        if ranks is not None:
+            launcher = ranks.prepare(Path(workdir))
+            job["ranks"] = str(ranks.folder)
+            Path(job["path"]).write_text(json.dumps(job))
         started = time.perf_counter()
         process = (launcher or SubprocessLauncher()).start(str(job["path"]), child_env)
-        what = "the script" if script is not None else "the isolated run"
+        what = ("the job" if ranks is not None else "the script" if script is not None
+                else "the isolated run")
         pump = _Pump(process, timeout, output, what)
         pump.run()
         wall = time.perf_counter() - started
         result_path = Path(job["result"])
-        child_result = json.loads(result_path.read_text()) if result_path.exists() else None
+        if ranks is not None:
+            child_result = ranks.collect(pump.timed_out)
+        else:
+            child_result = json.loads(result_path.read_text()) if result_path.exists() else None
         result = IsolatedResult(
             incident=None, returncode=process.returncode, stdout=output.text("stdout"),
             stderr=output.text("stderr"), wall_s=wall, settings=settings,
@@ -171,10 +185,15 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
         result.incident = _incident_of(result, child_result, blocking, extra)
         if result.incident is not None:
             _complete(result.incident, output, wall, process.returncode, numbered, script)
+            if ranks is not None:
+                ranks.complete(result.incident)
             result.incident.run.shipped = sorted(ship) if isinstance(ship, dict) else []
             if store:
                 _store(result.incident, job)
     result.message = _message(result, timeout, what)
+    if ranks is not None and result.incident is None:
+        result.message = " ".join(filter(None, [
+            result.message, ranks.note(result.timed_out, result.returncode)]))
     return result
 
 

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from cudadiag.isolate import rankfiles
 from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
 
 CELL_FILENAME = "<cudadiag In[{}]>"
@@ -45,6 +46,7 @@ def main(argv: list[str]) -> int:
     ones when the process aborts.
     """
     job = json.loads(Path(argv[1]).read_text())
+    rankfiles.begin(job)
     started = time.perf_counter()
     try:
         result = run_job(job)
@@ -52,7 +54,8 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     result["wall_s"] = time.perf_counter() - started
-    Path(job["result"]).write_text(json.dumps(result, default=str))
+    if not rankfiles.finish(result):
+        Path(job["result"]).write_text(json.dumps(result, default=str))
     return result["exit_code"]
 
 
@@ -88,6 +91,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             try:
                 _run_cell(cell["number"], cell["source"], namespace)
             except (Exception, SystemExit) as exc:
+                rankfiles.note_exception(exc)
                 failures.append((exc, cell["number"]))
                 if len(failures) == 1:  # read now: later cells change the namespace
                     loop = loop_context(exc, cell_of)
@@ -163,7 +167,9 @@ def _run_script(script: dict[str, Any], failures: list[tuple[BaseException, int 
 def _print_traceback(exc: BaseException) -> None:
     """Print `exc` as `python SCRIPT` would (through sys.excepthook, which the script may have
     replaced): from the script's frame down to the call that failed, without the frames of
-    this worker and runpy above it, nor those of cudadiag's tracer or simulator below it."""
+    this worker and runpy above it, nor those of cudadiag's tracer or simulator below it.
+    In a rank of a multi-process run, record it with the same frames (torchrun's summary
+    shows them)."""
     frames = _script_frames(exc.__traceback__)
     tb = None
     for frame in reversed(frames):
@@ -172,6 +178,7 @@ def _print_traceback(exc: BaseException) -> None:
     exc.__traceback__ = tb  # the hook may read the exception's own traceback
     try:
         sys.excepthook(type(exc), exc, tb)
+        rankfiles.note_exception(exc)
     finally:
         exc.__traceback__ = recorded
         sys.stderr.flush()
