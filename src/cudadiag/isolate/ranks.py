@@ -68,7 +68,7 @@ def check_torchrun_options(options: list[str]) -> None:
     try:
         known, unknown = parser.parse_known_args([*options, "script.py"])
     except argparse.ArgumentError as exc:
-        raise TorchrunOptionsError(f"torchrun option {exc}") from None
+        raise TorchrunOptionsError(f"torchrun would refuse this: {exc}") from None
     if unknown:
         raise TorchrunOptionsError(
             f"torchrun does not know {' '.join(unknown)} (see `torchrun --help`); cudadiag's "

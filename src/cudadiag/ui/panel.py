@@ -22,7 +22,7 @@ TABS = (
     ("Batch", ("batch",)),
     ("Next checks", ("checks", "avoid")),
     ("Environment", ("env",)),
-    ("Later errors", ("later",)),
+    ("Later errors", ("later", "ranks")),
 )
 ALL_FAMILIES = "all families"
 
