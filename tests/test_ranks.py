@@ -59,6 +59,19 @@ if dist.get_rank() == 0:
 dist.all_reduce(grads)
 """
 
+NOBODY_RAISES = """\
+import signal
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # collectives wait 30 minutes
+grads = torch.ones(3)
+if dist.get_rank() == 0:
+    signal.pause()  # hangs, raising nothing
+dist.all_reduce(grads)
+"""
+
 RANK0_LEAVES = """\
 import torch
 import torch.distributed as dist
@@ -135,6 +148,16 @@ def test_when_only_a_collective_timed_out_the_hung_rank_is_named_not_a_kernel(tm
     assert summary in ran.stderr
     hung = next(r for r in incident.run.ranks if r.rank == 0)
     assert hung.outcome == "stopped" and not hung.consequence
+
+
+@pytest.mark.slow
+def test_a_hang_without_any_error_ends_at_the_timeout_with_where_each_rank_was(tmp_path):
+    ran = cudadiag_ranks(NOBODY_RAISES, tmp_path, options=("--timeout", "30"))
+    assert ran.returncode != 0, ran.stderr[-3000:]
+    assert ("cudadiag: the job exceeded the timeout of 30 s; its whole process group was "
+            "killed; no rank raised an error. Where each rank was: rank 0 at job.py:9 in "
+            "<module>, rank 1 in all_reduce.") in ran.stderr
+    assert incidents() == []
 
 
 @pytest.mark.slow

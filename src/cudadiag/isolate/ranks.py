@@ -37,15 +37,15 @@ STOP_GRACE_S = 5.0
 STOPPED_BY = ("SIGTERM", "SIGKILL", "SIGINT")
 """Signals torchrun (or cudadiag's timeout) stops the other ranks with."""
 OUTCOME_WORDS = {
-    "raised": "failed afterwards in {where}",
-    "stopped": "was stopped while in {where}",
+    "raised": "failed afterwards {place}",
+    "stopped": "was stopped {place}",
     "finished": "had already ended (exit status {status})",
     "died": "ended without a Python exception ({status})",
     "unknown": "left no trace (it may never have started)",
 }
 """How a rank other than the first is described in the summary, by outcome."""
 MISSING_WORDS = {
-    "stopped": "rank {rank} was still at {where} when it was stopped",
+    "stopped": "rank {rank} was still {place} when it was stopped",
     "finished": "rank {rank} had already ended (exit status {status})",
     "died": "rank {rank} had ended without a Python exception ({status})",
     "unknown": "rank {rank} left no trace (it may never have started)",
@@ -118,16 +118,16 @@ class TorchrunJob:
         self.folder.mkdir(mode=0o700)
         return TorchrunLauncher(self.python, self.options, workdir / "torchrun.json")
 
-    def collect(self, timed_out: bool) -> dict[str, Any]:
-        """After torchrun ended: stop the ranks it left running, read every rank's record and
-        return {"incident": the first failure's incident as a dict, or None when no rank
-        raised or died}."""
+    def collect(self, stopped: bool) -> dict[str, Any]:
+        """After torchrun ended (`stopped`: by cudadiag's timeout or Ctrl-C): stop the ranks
+        it left running, read every rank's record and return {"incident": the first
+        failure's incident as a dict, or None when no rank raised or died}."""
         assert self.folder is not None, "prepare() first"
         self._stop_leftovers(read_rank_files(self.folder))
         files = {f.rank: f for f in read_rank_files(self.folder)}
         failures = self._torchrun_failures()
         ranks = sorted(set(files) | set(failures))
-        self.records = [_record(r, files.get(r), failures.get(r), timed_out) for r in ranks]
+        self.records = [_record(r, files.get(r), failures.get(r), stopped) for r in ranks]
         causes = [r for r in self.records if _is_cause(r)]
         raised = [r for r in self.records if r.outcome == "raised"]
         first = min(causes or raised, key=lambda r: r.at or "", default=None)
@@ -154,18 +154,22 @@ class TorchrunJob:
         else:
             incident.diagnosis.summary = _collective_only_summary(first, others)
 
-    def note(self, timed_out: bool, returncode: int | None) -> str:
-        """A line about the ranks for a run that gave no incident ('' when none is needed):
-        where each rank was when the timeout stopped the job, or that torchrun failed
-        before any rank ran."""
-        if timed_out and self.records:
-            where = ", ".join(f"rank {r.rank} {_place(r.where)}" for r in self.records)
-            return (f"No rank raised an error; where each rank was: {where}. A rank that is "
-                    "not in the collective the others wait in is the slowest or missing one.")
-        if returncode and not self.records:
-            return (f"cudadiag: torchrun ended with status {returncode} before any rank ran "
-                    "its program (its own message is above).")
-        return ""
+    def message(self, message: str, result: Any) -> str:
+        """The line for a run that gave no incident (`message`: the single-run one), with
+        the ranks: where each one was when the job was stopped (a timeout, Ctrl-C, torchrun
+        killed), or that torchrun failed before any rank ran."""
+        where = "; no rank raised an error. Where each rank was: " + ", ".join(
+            _state(r) for r in self.records) + (
+            ". A rank that is not in the collective the others wait in is the slowest or "
+            "missing one.")
+        if result.timed_out or result.interrupted:
+            return message + (where if self.records else "")
+        if result.returncode and not self.records:
+            return (f"cudadiag: torchrun ended with status {result.returncode} before any "
+                    "rank ran its program (its own message is above)")
+        if result.returncode:
+            return f"cudadiag: torchrun ended with status {result.returncode}{where}"
+        return message
 
     def _torchrun_failures(self) -> dict[int, dict[str, Any]]:
         assert self.folder is not None
@@ -198,15 +202,17 @@ class TorchrunJob:
 
 
 def _record(rank: int, files: RankFiles | None, failure: dict[str, Any] | None,
-            timed_out: bool) -> RankRecord:
-    """One rank's outcome from its own record and what torchrun reported about it."""
+            stopped: bool) -> RankRecord:
+    """One rank's outcome from its own record and what torchrun reported about it (whose
+    exit status is the process's real one: a rank may be killed after writing its record)."""
     record = files.record if files else {}
-    exit_code = record.get("exit_code", failure.get("exit_code") if failure else None)
+    failure = failure or {}
+    exit_code = failure.get("exit_code", record.get("exit_code"))
     signal_name = _signal_name(exit_code)
-    out = RankRecord(rank=rank, local_rank=int(record.get("local_rank", failure.get(
-        "local_rank", rank) if failure else rank)), node=record.get("node",
-        socket.gethostname()), pid=record.get("pid", failure.get("pid") if failure else None),
-        exit_status=exit_code if signal_name is None else None, signal=signal_name)
+    out = RankRecord(
+        rank=rank, local_rank=int(record.get("local_rank", failure.get("local_rank", rank))),
+        node=record.get("node", socket.gethostname()), pid=record.get("pid", failure.get("pid")),
+        exit_status=None if signal_name else exit_code, signal=signal_name)
     outcome = record.get("outcome", "unknown")
     if outcome == "raised":
         diagnosis = _diagnosis_of(record)
@@ -217,9 +223,9 @@ def _record(rank: int, files: RankFiles | None, failure: dict[str, Any] | None,
         out.outcome, out.at = "finished", record.get("at")
     elif files is not None and files.stack:
         out.outcome, out.at, out.where = "stopped", files.stack_at, files.stopped_in()
-    elif signal_name in STOPPED_BY or (timed_out and failure is None):
+    elif signal_name in STOPPED_BY or (stopped and not failure):
         out.outcome = "stopped"
-    elif failure is not None:
+    elif failure:
         out.outcome = "died"
         out.at = datetime.fromtimestamp(failure["timestamp"], timezone.utc).isoformat(
             timespec="milliseconds")
@@ -285,7 +291,7 @@ def _first_failure_summary(incident: Incident, first: RankRecord,
     all_reduce — consequences`."""
     head = f"rank {first.rank} failed first{_step_words(incident)} ({_what_failed(incident)})"
     described = [f"rank {r.rank} " + OUTCOME_WORDS[r.outcome].format(
-        where=r.where or "an unknown place", status=r.signal or r.exit_status)
+        place=_place(r.where), status=r.signal or r.exit_status)
         for r in others if r.outcome != "finished" or r.exit_status or r.signal]
     if not described:
         return head
@@ -295,10 +301,8 @@ def _first_failure_summary(incident: Incident, first: RankRecord,
 def _collective_only_summary(first: RankRecord, others: list[RankRecord]) -> str:
     """Only collectives failed: say so, and name the ranks that were not in them."""
     failed = [first, *(r for r in others if r.outcome == "raised")]
-    missing = [MISSING_WORDS[r.outcome].format(rank=r.rank, where=r.where or "an unknown place",
-                                               status=r.signal or r.exit_status)
-               for r in others if r.outcome in MISSING_WORDS]
-    ranks = ", ".join(f"rank {r.rank} in {r.where or 'a collective'}" for r in failed)
+    missing = [_missing(r) for r in others if r.outcome in MISSING_WORDS]
+    ranks = ", ".join(f"rank {r.rank} {_place(r.where)}" for r in failed)
     line = (f"no rank raised an error of its own: only collectives failed ({ranks}: a "
             "timeout, an aborted communicator or a peer gone)")
     if missing:
@@ -333,5 +337,23 @@ def _what_failed(incident: Incident) -> str:
     return FAMILIES[family].title if family != "unknown" else incident.error.type
 
 
+def _state(record: RankRecord) -> str:
+    """`rank 0 at train.py:12 in main`, `rank 1 in all_reduce`, `rank 2 had already ended
+    (exit status 0)`: where a rank was when the job ended."""
+    if record.outcome in ("stopped", "raised") and record.where:
+        return f"rank {record.rank} {_place(record.where)}"
+    return _missing(record)
+
+
+def _missing(record: RankRecord) -> str:
+    """How a rank that was not in the failed collective is described (MISSING_WORDS)."""
+    words = MISSING_WORDS.get(record.outcome, MISSING_WORDS["unknown"])
+    return words.format(rank=record.rank, place=_place(record.where),
+                        status=record.signal or record.exit_status)
+
+
 def _place(where: str | None) -> str:
-    return f"in {where}" if where and ":" not in where else f"at {where or 'an unknown place'}"
+    """`in all_reduce` for a function, `at train.py:12 in main` for a line."""
+    if not where:
+        return "at an unknown place"
+    return f"at {where}" if ":" in where else f"in {where}"

@@ -173,7 +173,7 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
         wall = time.perf_counter() - started
         result_path = Path(job["result"])
         if ranks is not None:
-            child_result = ranks.collect(pump.timed_out)
+            child_result = ranks.collect(pump.timed_out or pump.interrupted)
         else:
             child_result = json.loads(result_path.read_text()) if result_path.exists() else None
         result = IsolatedResult(
@@ -192,8 +192,7 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
                 _store(result.incident, job)
     result.message = _message(result, timeout, what)
     if ranks is not None and result.incident is None:
-        result.message = " ".join(filter(None, [
-            result.message, ranks.note(result.timed_out, result.returncode)]))
+        result.message = ranks.message(result.message, result)
     return result
 
 
