@@ -11,7 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
+from nbclient import NotebookClient
 
 from cudadiag import classify, cli, incidents
 from cudadiag.explain import is_consequence
@@ -167,6 +169,52 @@ def test_a_rank_that_ended_while_the_other_waits_is_named(tmp_path):
     (incident,) = incidents()
     assert incident.diagnosis.rank == 1 and incident.diagnosis.family == "distributed"
     assert "rank 0 had already ended (exit status 0)" in incident.diagnosis.summary
+
+
+NOTEBOOK_CELLS = (
+    "%load_ext cudadiag",
+    "import os\n"
+    "import torch, torch.distributed as dist, torch.nn.functional as F\n"
+    "from cudadiag.testing import simulated_cuda\n"
+    "sim = simulated_cuda().start()",
+    "for name, value in [('MASTER_ADDR', '127.0.0.1'), ('MASTER_PORT', '29531'),\n"
+    "                    ('RANK', '0'), ('WORLD_SIZE', '1')]:\n"
+    "    os.environ.setdefault(name, value)  # torchrun's values win in a rank\n"
+    "dist.init_process_group('gloo')\n"
+    "rank = dist.get_rank()\n"
+    "torch.manual_seed(0)\n"
+    "model = torch.nn.Linear(8, 4)",
+    "for step in range(5):\n"
+    "    x = torch.randn(5, 8)\n"
+    "    target = torch.tensor([0, 1, 2, 3, 1])\n"
+    "    if rank == 1 and step == 3:\n"
+    "        target[3] = 4\n"
+    "    loss = F.cross_entropy(model(x), target)\n"
+    "    loss.backward()\n"
+    "    for p in model.parameters():\n"
+    "        dist.all_reduce(p.grad)\n"
+    "print('rank', rank, 'done')",
+    "%cuda_isolate 4 --nproc-per-node 2",
+)
+
+
+@pytest.mark.slow
+def test_cuda_isolate_runs_a_notebooks_cells_as_two_ranks(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in NOTEBOOK_CELLS])
+    started = time.monotonic()
+    NotebookClient(nb, timeout=JOB_LIMIT_S * 3, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert time.monotonic() - started < JOB_LIMIT_S + 30  # the kernel's start and cells too
+    ran_in_kernel = "".join(o.get("text", "") for o in nb.cells[3].outputs)
+    assert "rank 0 done" in ran_in_kernel  # one process: rank 0 has no bad target
+    shown = "".join(o.get("text", "") for o in nb.cells[4].outputs)
+    assert "ship nothing" in shown  # each rank makes its own rank and process group
+    assert ("device_assert — rank 1 failed first at step 3 (nll_loss, target 4); rank 0 "
+            "failed afterwards in all_reduce — consequences") in shown
+    (incident,) = incidents()
+    assert incident.run.mode == "isolated" and incident.run.cells == [2, 3, 4]
+    assert [r.rank for r in incident.run.ranks] == [0, 1]
+    assert incident.error.later[0].rank == 0
 
 
 @pytest.mark.parametrize("text", [

@@ -81,6 +81,7 @@ def run_isolated(
     stream: bool = True,
     store: bool = True,
     show_replay: bool = False,
+    ranks: TorchrunJob | None = None,
 ) -> IsolatedResult:
     """Run `code` in a fresh Python process with blocking launches, the op tracer and the
     index prechecks; return an IsolatedResult.
@@ -95,13 +96,15 @@ def run_isolated(
     line (`show_replay`: printed live too). The incident, if any, is appended to the incident
     log unless `store` is False. An interrupt (KeyboardInterrupt) kills the child's process
     group and returns a result with `interrupted` set: the caller decides whether to raise.
+    With `ranks`, the cells run as every rank of a torchrun job (isolate/ranks.py).
     Raises ValueError for a timeout that is not a positive finite number and OSError when
     no process can be started (or on Windows).
     """
     numbered = _numbered(cells or [], code, target_cell)
     return _execute(numbered, None, blocking=blocking, timeout=timeout, env=env, ship=ship,
                     trace=trace, precheck=precheck, rng_states=rng_states, batch=batch,
-                    launcher=launcher, output=ChildOutput(stream, show_replay), store=store)
+                    launcher=launcher, output=ChildOutput(stream, show_replay), store=store,
+                    ranks=ranks)
 
 
 def run_script(
