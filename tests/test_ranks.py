@@ -113,6 +113,7 @@ def test_the_rank_that_failed_first_is_the_incident_and_the_waiting_rank_a_conse
     assert incident.diagnosis.family == "device_assert" and incident.diagnosis.rank == 1
     assert incident.op.name == "aten::nll_loss_forward"
     assert incident.diagnosis.details["value"] == 4
+    assert incident.diagnosis.details["torchrun_root_cause_rank"] == 1
     assert incident.loop.frames[-1].loops[-1].values["step"] == "3"
     (later,) = incident.error.later
     assert later.rank == 0 and later.family == "distributed" and later.probable_consequence

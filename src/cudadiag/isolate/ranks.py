@@ -110,7 +110,7 @@ class TorchrunJob:
     records: list[RankRecord] = field(default_factory=list)
     root_cause: int | None = None
     """The rank torchrun names as the first observed failure."""
-    _first: RankRecord | None = None
+    _first: RankRecord | None = field(default=None, init=False, repr=False)
 
     def prepare(self, workdir: Path) -> TorchrunLauncher:
         """Make the folder the ranks write their records into; return the launcher."""
@@ -149,6 +149,8 @@ class TorchrunJob:
         incident.diagnosis.rank = first.rank
         incident.run.ranks = self.records
         incident.run.launcher = self.options
+        if self.root_cause is not None:
+            incident.diagnosis.details["torchrun_root_cause_rank"] = self.root_cause
         if _is_cause(first):
             incident.diagnosis.summary = _first_failure_summary(incident, first, others)
         else:
