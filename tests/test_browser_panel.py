@@ -117,8 +117,47 @@ def test_panel_in_jupyterlab(lab):
             expect(panel.locator(".cd-avoid")).to_be_visible()
             expect(panel.locator(".cd-avoid")).to_contain_text("Do not conclude")
             panel.screenshot(path=str(ARTIFACTS / "panel-checks.png"))
+
+            _run_below_the_failure(page)
+            _compare_validate_and_picture(page)
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "panel-failure.png"))
             raise
         finally:
             browser.close()
+
+
+def _run_below_the_failure(page) -> None:
+    """"Run All" stops at the failing cell (and the next one fails too: the context is
+    gone): run the cells from the isolated re-run down (isolate, compare, validate, panel)."""
+    page.locator(".jp-Cell").filter(has_text="%cuda_isolate --batch last").first.click()
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run Selected Cell and All Below", exact=True).click()
+
+
+def _compare_validate_and_picture(page) -> None:
+    """The comparison table, the validation report and the Batch picture, read in the page."""
+    from playwright.sync_api import expect
+
+    compare = page.locator(".cudadiag-compare").first
+    expect(compare).to_be_visible(timeout=240_000)
+    expect(compare).to_contain_text("failed: device_assert at aten::nll_loss_forward")
+    expect(compare).to_contain_text("not applicable: this PyTorch build has no cuDNN")
+    compare.screenshot(path=str(ARTIFACTS / "compare.png"))
+    validate = page.locator(".cudadiag-validate").first
+    expect(validate).to_be_visible(timeout=240_000)
+    expect(validate).to_contain_text("fails at step 3")
+    expect(validate).to_contain_text("24 of 30 samples processed")
+    validate.screenshot(path=str(ARTIFACTS / "validate.png"))
+
+    panel = page.locator(".cudadiag-panel").last  # %cudadiag panel: the isolated incident
+    expect(panel).to_contain_text("target 4 at position 2", timeout=120_000)
+    panel.get_by_role("tab", name="Batch").click()
+    picture = panel.locator("svg.cd-values-picture")
+    expect(picture).to_be_visible()
+    expect(picture).to_contain_text("valid [0, 4)")
+    expect(picture).to_contain_text("4 at position 2 is outside the valid range")
+    expect(picture.locator("rect.cd-bar-out")).to_have_count(1)
+    panel.screenshot(path=str(ARTIFACTS / "panel-picture.png"))
+    panel.get_by_role("tab", name="Compare").click()
+    expect(panel.locator(".cd-compare")).to_contain_text("one change at a time")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,18 @@ def test_demo_prints_the_diagnosis():
     assert result.returncode == 0
     assert "Device-side assertion" in result.stdout + result.stderr
     assert "RESTART REQUIRED" in result.stdout
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text("RuntimeError: CUDA error: device-side assert triggered\n")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader (`| head -1`) is gone before the first line comes
+    try:
+        result = subprocess.run([sys.executable, "-m", "cudadiag.cli", "explain", str(log)],
+                                stdout=write_end, stderr=subprocess.PIPE, text=True,
+                                timeout=300)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr

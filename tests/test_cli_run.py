@@ -43,6 +43,25 @@ def test_run_prints_the_scripts_traceback_as_python_does_then_the_diagnosis(tmp_
     assert "boom.py:5 in parse: return json.loads(text)" in diagnosis
 
 
+def test_a_script_shows_all_of_its_output_and_its_traceback_however_much_it_prints(tmp_path):
+    (tmp_path / "loud.py").write_text(
+        "import sys\n"
+        "for i in range(30000):\n"
+        "    print(f'step {i:06d} ' + 'x' * 88)\n"  # 3 MB on stdout
+        "for i in range(15000):\n"
+        "    print(f'warn {i:06d} ' + 'y' * 88, file=sys.stderr)\n"  # 1.5 MB on stderr
+        + BOOM)
+    plain = subprocess.run([sys.executable, "loud.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    result = cudadiag("run", "loud.py", cwd=tmp_path)
+    assert result.returncode == plain.returncode == 1
+    assert len(result.stdout) > 3 * 2**20 // 2 and result.stdout == plain.stdout
+    shown, _, diagnosis = result.stderr.partition("cudadiag [")
+    assert shown == plain.stderr and shown.splitlines()[-1].startswith("json.decoder.")
+    assert "not shown" not in result.stderr and "isolated run" not in result.stderr
+    assert "loud.py:" in diagnosis
+
+
 def test_the_traceback_of_a_failing_operator_ends_at_the_call_in_pytorch(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
     result = cudadiag("run", "train.py", "--bad", cwd=tmp_path)
@@ -108,6 +127,26 @@ def test_ctrl_c_kills_the_scripts_group_and_exits_130(tmp_path):
     assert process.returncode == 130
     assert "cudadiag: interrupted; the script's process group was killed" in err
     assert not _alive(int(seen[0].split()[1]))
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.1, 0.25, 0.5, 0.8, 1.2, 1.8])
+def test_ctrl_c_at_any_moment_of_a_run_says_interrupted_in_one_line_and_exits_130(
+        tmp_path, delay):
+    (tmp_path / "slow.py").write_text("import os, time\nprint('pid', os.getpid(), flush=True)"
+                                      "\ntime.sleep(60)\n")
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom cudadiag.cli import main\n"
+         "print('ready', flush=True)\nsys.exit(main(['run', 'slow.py']))"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "ready\n"
+    time.sleep(delay)  # from starting the run (importing torch) to streaming the script
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert err.startswith("cudadiag: interrupted")
+    if out:
+        assert not _alive(int(out.split()[1]))
 
 
 def _demo(tmp_path, *args):

@@ -146,6 +146,43 @@ def test_a_stream_is_read_in_bounded_memory(tmp_path):
     assert peak < 8 * 2**20
 
 
+TQDM_BAR = "".join(f"\rtrain: {i // 10:3d}%|{'#' * (i // 100):10s}| {i}/1000 [00:{i // 100:02d}"
+                   f"<00:10, 95.1it/s, loss=0.{i:03d}]" for i in range(0, 1000, 5))
+ASSERT_LINE = ("/pytorch/aten/src/ATen/native/cuda/Loss.cu:250: nll_loss_forward_reduce_cuda_"
+               "kernel_2d: block: [0,0,0], thread: [5,0,0] Assertion `t >= 0 && t < n_classes` "
+               "failed.")
+
+
+@pytest.mark.parametrize("lines_before", [0, 60000], ids=["pasted", "long log"])
+def test_an_error_after_a_progress_bars_redraws_on_its_line_is_found_and_shown_alone(
+        tmp_path, capsys, lines_before):
+    log = tmp_path / "slurm-1234.out"
+    log.write_text("srun: job 1234 started\n" + "step 1 loss=0.5 lr=3e-4\n" * lines_before
+                   + TQDM_BAR + ASSERT_LINE
+                   + "\nsrun: error: node17: task 0: Aborted (core dumped)\n")
+    assert len(TQDM_BAR) > 12000
+    assert cli.main(["explain", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert f"first error (line {lines_before + 2:,}):" in out
+    (evidence,) = [line for line in out.splitlines() if "Assertion" in line]
+    assert evidence.endswith(ASSERT_LINE) and len(evidence) < len(ASSERT_LINE) + 100
+    assert "`t >= 0 && t < n_classes` failed in nll_loss_forward_reduce_cuda_kernel_2d" in out
+
+
+def test_a_ranks_progress_bar_frames_keep_its_rank():
+    explanation = explain_text("[rank0]: step 1\n[rank1]: " + TQDM_BAR + "\r" + ASSERT_LINE
+                               + "\n[rank0]: step 2\n")
+    assert explanation.diagnosis.family == "device_assert"
+    assert explanation.diagnosis.rank == 1 and explanation.first.evidence == ASSERT_LINE
+
+
+def test_an_error_after_a_long_unbroken_line_is_found():
+    explanation = explain_text("epoch 1 " * 3000 + "RuntimeError: CUDA error: an illegal "
+                               "memory access was encountered\n")
+    assert explanation.diagnosis.family == "illegal_memory"
+    assert explanation.first.evidence.endswith("an illegal memory access was encountered")
+
+
 def test_cli_explains_a_file_in_text_and_json(tmp_path, capsys):
     log = tmp_path / "slurm-1234.out"
     log.write_text(progress(30) + ASSERT_RANK1 + WATCHDOG_RANK0)

@@ -84,9 +84,10 @@ def test_a_script_exports_to_a_py_that_runs_anywhere(script_incident):
     assert "open('repro.files/classes.txt')" in script
     assert 'print("starting")' not in script  # not needed to fail
     (project / "classes.txt").unlink()
-    rerun = subprocess.run([sys.executable, "repro.py"], cwd=elsewhere, capture_output=True,
-                           text=True, timeout=300)
-    assert rerun.stderr.strip().splitlines()[-1] == "IndexError: Target 4 is out of bounds."
+    for cwd in (elsewhere, project, project.parent):  # its folder, the program's, another
+        rerun = subprocess.run([sys.executable, str(elsewhere / "repro.py")], cwd=cwd,
+                               capture_output=True, text=True, timeout=300)
+        assert rerun.stderr.strip().splitlines()[-1] == "IndexError: Target 4 is out of bounds."
 
 
 def test_a_script_exports_to_a_notebook(script_incident):

@@ -11,8 +11,8 @@ import pytest
 from IPython.core.error import UsageError
 
 from cudadiag import incidents
-from cudadiag.kernel import store as store_module
-from cudadiag.kernel.store import IncidentStore
+from cudadiag import store as store_module
+from cudadiag.store import IncidentStore
 from scenarios import run
 
 pytestmark = pytest.mark.slow

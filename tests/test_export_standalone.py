@@ -37,10 +37,12 @@ def project(tmp_path, monkeypatch):
     return folder, elsewhere
 
 
-def _executed_elsewhere(path) -> nbformat.NotebookNode:
+def _executed_elsewhere(path, cwd=None) -> nbformat.NotebookNode:
+    """The notebook executed in a fresh kernel started in `cwd` (default: its folder, as
+    Jupyter starts it)."""
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+                   resources={"metadata": {"path": str(cwd or path.parent)}}).execute()
     return nb
 
 
@@ -49,7 +51,7 @@ def _errors(nb):
 
 
 def test_a_relative_data_path_is_verified_in_place_and_bundled_to_run_anywhere(
-        shell, capsys, project):
+        shell, capsys, project, monkeypatch):
     folder, elsewhere = project
     for source in VOCABULARY:
         run(shell, source)
@@ -72,6 +74,12 @@ def test_a_relative_data_path_is_verified_in_place_and_bundled_to_run_anywhere(
     assert "open('repro.files/names.txt')" in code
     (folder / "names.txt").unlink()  # the copy is all there is now
     (error,) = _errors(_executed_elsewhere(elsewhere / "repro.ipynb"))
+    assert error.ename == "IndexError" and "index out of range" in error.evalue
+    # a kernel started elsewhere (nbclient, papermill): Jupyter Server names the notebook
+    error = _errors(_executed_elsewhere(elsewhere / "repro.ipynb", cwd=folder))[0]
+    assert error.ename == "FileNotFoundError" and "keep it beside the repro" in error.evalue
+    monkeypatch.setenv("JPY_SESSION_NAME", str(elsewhere / "repro.ipynb"))
+    (error,) = _errors(_executed_elsewhere(elsewhere / "repro.ipynb", cwd=folder))
     assert error.ename == "IndexError" and "index out of range" in error.evalue
 
 

@@ -70,7 +70,8 @@ def test_target_output_beyond_the_cap_is_counted_not_shown(capsys):
     fold, target = captured.out.split("\n", 1)
     assert fold == "In[1]: 1 line hidden; --show-replay to see them"
     assert target == "t" * SHOWN_BYTES
-    assert "10 more bytes of output from the isolated run were not shown" in captured.err
+    assert ("10 more bytes of output from the isolated run were not shown (only its first "
+            "1 MiB is shown live)") in captured.err
 
 
 def test_device_lines_of_a_hidden_replayed_cell_are_kept(capsys):

@@ -2,7 +2,8 @@
 interrupts, failing bodies, left-over processes, the comparison with the original failure,
 folded replay output, bad options.
 
-Each isolated run starts a fresh Python that imports torch: a few seconds each.
+Each test with a shell waits for the kernel's warm interpreter (a torch import); its
+isolated runs fork from it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ pytestmark = pytest.mark.slow
 GRANDCHILD = ("import subprocess\n"
               "p = subprocess.Popen(['sleep', '30'])  # inherits stdout: keeps the pipe open\n"
               "print('grandchild', p.pid, flush=True)")
+
+
+@pytest.fixture
+def shell(shell):
+    """The shell once its warm interpreter is ready: these isolated runs fork from it."""
+    from cudadiag.isolate import warm
+
+    assert warm.wait_ready(180), "the kernel's warm interpreter did not start"
+    return shell
 
 
 def _pids(text: str, word: str) -> list[int]:
@@ -151,6 +161,36 @@ def test_the_listing_names_the_cell_that_raised_not_the_first_replayed_one(shell
     assert f"In[{imports}]" not in "\n".join(rows)
 
 
+def test_an_isolated_incident_names_the_cell_that_ran_and_a_precheck_kept_the_context(
+        shell, capsys):
+    from cudadiag.ui.panel import Panel
+
+    _, setup = run(shell, SETUP)
+    _, defining = run(shell, "class Picker:\n    def __call__(self, t, i):\n"
+                             "        return t[i]\npick = Picker()")
+    _, calling = run(shell, "x = torch.ones(3)\ny = pick(x, torch.tensor([5]))\n"
+                            "print(y.sum().item())")
+    run(shell, "%cuda_isolate")
+    stopped = incidents()[-1]
+    assert stopped.error.reported_at.cell == defining and stopped.op.precheck
+    run(shell, "%cuda_isolate --no-precheck")
+    poisoned = incidents()[-1]
+    assert poisoned.run.cells[0] == setup and not poisoned.op.precheck
+    capsys.readouterr()
+    run(shell, f"%cudadiag show {stopped.id}")
+    shown = " ".join(capsys.readouterr().out.split())  # unwrapped
+    assert (f"The precheck stopped aten::index.Tensor in In[{calling}] before it ran: the CUDA "
+            "context (simulated) of that run stayed usable") in shown
+    assert "RESTART REQUIRED" not in shown and "unusable from" not in shown
+    run(shell, f"%cudadiag show {poisoned.id}")
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "RESTART REQUIRED" in shown
+    assert f"was unusable from In[{calling}] on" in shown and f"In[{setup}] on" not in shown
+    panel = Panel(poisoned, shell=shell)
+    assert panel.rerun.tooltip == f"%cuda_isolate {calling}"
+    assert f"  In[{calling}]  isolated  {poisoned.id}" in panel.selector.options[0][0]
+
+
 def test_same_failure_says_reproduced_first(shell, capsys):
     run(shell, SETUP)
     run(shell, MODEL)
@@ -247,6 +287,9 @@ def test_a_real_kernel_interrupt_ends_the_cell_with_keyboard_interrupt(tmp_path)
                                        env={**os.environ})
     try:
         client.execute_interactive("%load_ext cudadiag", timeout=120)
+        ready = client.execute_interactive(  # the run below forks from the warm interpreter
+            "from cudadiag.isolate import warm\nassert warm.wait_ready(180)", timeout=200)
+        assert ready["content"]["status"] == "ok"
         seen: list[str] = []
 
         def watch(message):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -111,7 +114,7 @@ def test_incidents_and_show_magics(shell, capsys):
     out = capsys.readouterr().out
     assert incident.id in out and "device_assert" in out and "[simulated]" in out
     run(shell, "%cudadiag incidents --family oom")
-    assert "no incidents recorded" in capsys.readouterr().out
+    assert "no incident matches --family oom (1 in the log)" in capsys.readouterr().out
     run(shell, f"%cudadiag show {incident.id[:6]}")
     out = capsys.readouterr().out
     assert "RESTART REQUIRED" in out and "Kernel > Restart Kernel" in out
@@ -157,3 +160,15 @@ def test_a_simulated_error_at_item_shows_no_torch_wrapper_frames(shell):
     (incident,) = incidents()
     files = [f.file for f in incident.error.traceback]
     assert not any("torch" in f for f in files), files
+
+
+@pytest.mark.slow
+def test_loading_the_extension_imports_no_torch():
+    # %load_ext is the first cell of a notebook: it must not pay torch's import (seconds)
+    code = ("import sys\n"
+            "from IPython.core.interactiveshell import InteractiveShell\n"
+            "InteractiveShell.instance().run_line_magic('load_ext', 'cudadiag')\n"
+            "print('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip() == "False", done.stderr

@@ -167,6 +167,37 @@ def test_scalars_keep_short_values_and_mask_secrets(shell):
     assert "for k in range(3):  # k=2" in report
 
 
+ENV_SECRETS = {"HF_TOKEN": "hf_EnvEnvEnvEnvEnvEnvEnvEnvEnvEnv1234",
+               "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}
+LITERAL_SECRETS = ("hf_AbCdEfGhIjKlMnOpQrStUv", "UrlPw123", "AKIAIOSFODNN7EXAMPLE")
+
+
+def test_secret_values_are_masked_under_the_cell_and_in_show_whatever_their_names(
+        shell, capsys, monkeypatch):
+    for name, value in ENV_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    run(shell, "import os, torch\nkeys = ['AKIAIOSFODNN7EXAMPLE']")
+    _, cell = run(shell, "hub = os.environ['HF_TOKEN']\n"
+                         "creds = os.environ['AWS_SECRET_ACCESS_KEY']\n"
+                         "msg = 'hf_AbCdEfGhIjKlMnOpQrStUv'\n"
+                         "url = 'https://user:UrlPw123@github.com/x'\n"
+                         "n = 3\n"
+                         "for k in keys:\n"
+                         "    torch.zeros(2)[torch.tensor([n])]")
+    under_cell = capsys.readouterr().err
+    incident = _only_incident()
+    run(shell, f"%cudadiag show {incident.id}")
+    shown = capsys.readouterr().out
+    for text in (under_cell, shown, render_text(incident)):
+        for secret in (*ENV_SECRETS.values(), *LITERAL_SECRETS):
+            assert secret not in text
+    assert (f"locals of In[{cell}]: hub='[REDACTED:HF_TOKEN]', "
+            "creds='[REDACTED:AWS_SECRET_ACCESS_KEY]', msg='[REDACTED]'") in under_cell
+    assert "n=3" in under_cell and "k='[REDACTED]'" in under_cell
+    assert "for k in keys:  # k='[REDACTED]'" in shown
+    assert "url='https://user:[REDACTED]@github.com/x'" in shown
+
+
 def test_the_report_and_show_include_the_failing_statement_and_its_loops(shell):
     run(shell, SETUP)
     run(shell, DATA)

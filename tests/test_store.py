@@ -10,7 +10,7 @@ import pytest
 
 from cudadiag import Incident, classify, incidents
 from cudadiag.incident import ErrorInfo, RunInfo
-from cudadiag.kernel.store import IncidentNotFound, IncidentStore
+from cudadiag.store import IncidentNotFound, IncidentStore
 
 
 def make_incident(message: str = "CUDA error: device-side assert triggered") -> Incident:
@@ -58,24 +58,24 @@ def test_corrupt_lines_are_skipped_with_one_warning_and_newer_ones_listed():
     assert len(caught) == 1
 
 
-def test_rotation_bounds_the_log_and_keeps_recent_incidents(tmp_path):
-    store = IncidentStore(tmp_path, max_bytes=20_000, keep=2)
+def test_rotation_bounds_each_file_and_loses_no_incident(tmp_path):
+    store = IncidentStore(tmp_path, max_bytes=20_000)
     written = [make_incident() for _ in range(60)]
     for incident in written:
         store.append(incident)
     files = sorted(p.name for p in tmp_path.glob("incidents.jsonl*"))
-    assert files == ["incidents.jsonl", "incidents.jsonl.1", "incidents.jsonl.2"]
+    assert len(files) > 3 and files[:2] == ["incidents.jsonl", "incidents.jsonl.1"]
     assert all(p.stat().st_size <= 20_000 for p in tmp_path.glob("incidents.jsonl*"))
-    loaded = store.load()
-    assert loaded[-1].id == written[-1].id
-    assert [i.id for i in loaded] == [i.id for i in written[-len(loaded):]]
+    assert [i.id for i in store.load()] == [i.id for i in written]
+    assert [e.id for e in store.entries()] == [i.id for i in written]
+    assert store.get(written[0].id[:8]).id == written[0].id
 
 
 WRITER = """
 import sys
 from cudadiag import classify
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
-from cudadiag.kernel.store import IncidentStore
+from cudadiag.store import IncidentStore
 store = IncidentStore(sys.argv[1])
 for _ in range(int(sys.argv[2])):
     text = "CUDA error: device-side assert triggered"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from cudadiag import classify
+from cudadiag import store as store_module
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
-from cudadiag.kernel import store as store_module
-from cudadiag.kernel.store import IncidentNotSaved, IncidentStore
+from cudadiag.store import IncidentNotSaved, IncidentStore
 from scenarios import MODEL, SETUP, run
 
 ASSERT = "CUDA error: device-side assert triggered"
@@ -122,7 +122,7 @@ def test_each_record_is_synced_to_disk(monkeypatch):
 
 def test_the_home_and_every_file_in_it_are_private(tmp_path):
     home = tmp_path / "private" / "cudadiag"
-    store = IncidentStore(home, max_bytes=5_000, keep=2)
+    store = IncidentStore(home, max_bytes=5_000)
     for _ in range(6):
         store.append(make_incident())
     with store.path.open("ab") as f:
@@ -131,8 +131,9 @@ def test_the_home_and_every_file_in_it_are_private(tmp_path):
         store.append(make_incident())
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     names = sorted(p.name for p in home.iterdir())
-    assert names == [".lock", "incidents.jsonl", "incidents.jsonl.1", "incidents.jsonl.2",
-                     "incidents.torn"]
+    assert names[:2] == [".lock", "incidents.index"]
+    assert names[2:5] == ["incidents.jsonl", "incidents.jsonl.1", "incidents.jsonl.2"]
+    assert names[-1] == "incidents.torn"
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in home.iterdir()} == dict.fromkeys(
         names, 0o600)
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from cudadiag.classify import classify
 from cudadiag.env import collect_env
-from cudadiag.incident import Diagnosis, EnvInfo, Incident, IncidentSchemaError
+from cudadiag.errors import CudadiagError, GuardError, IncidentSchemaError
+from cudadiag.incident import Diagnosis, EnvInfo, Incident
 
 __version__ = "0.1.0"
 # Names whose modules import torch: loaded on first use, so `import cudadiag` stays light.
@@ -25,16 +26,19 @@ _LAZY = {
     "check_same_device": "cudadiag.guards",
     "check_label_mapping": "cudadiag.guards",
     "guard": "cudadiag.guards",
-    "GuardError": "cudadiag.guards",
     "keep_case": "cudadiag.cases",
     "load_cases": "cudadiag.cases",
     "Panel": "cudadiag.ui.panel",
+    "compare": "cudadiag.kernel.compare_magics",
 }
 __all__ = [
+    "CudadiagError",
     "Diagnosis",
     "EnvInfo",
+    "GuardError",
     "Incident",
     "IncidentSchemaError",
+    "checkpoint",
     "classify",
     "collect_env",
     "incidents",
@@ -48,7 +52,7 @@ __all__ = [
 
 def incidents() -> list[Incident]:
     """Return every incident of the on-disk log as Incident objects, oldest first."""
-    from cudadiag.kernel.store import IncidentStore
+    from cudadiag.store import IncidentStore
 
     return IncidentStore().load()
 
@@ -76,8 +80,8 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "testing":
-        return importlib.import_module("cudadiag.testing")
+    if name in ("testing", "checkpoint"):
+        return importlib.import_module(f"cudadiag.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'cudadiag' has no attribute {name!r}")

@@ -24,10 +24,15 @@ _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 def add_fitting_checks(incident: Incident, violation: Any = None) -> None:
     """Put the checks that fit `incident`'s operator and values in front of its first checks
     (the family's general ones stay after them). `violation` is a contracts.Violation when a
-    precheck (or a blocking simulated kernel) found one."""
+    precheck (or a blocking simulated kernel) found one. An `op_unavailable` error gets the
+    compatibility checks of `cudadiag env --check` too, their failures first."""
     fitting = fitting_checks(incident, violation)
     rest = [c for c in incident.diagnosis.first_checks if c not in fitting]
     incident.diagnosis.first_checks = fitting + rest
+    if incident.diagnosis.family == "op_unavailable":
+        from cudadiag.compat import attach_checks
+
+        attach_checks(incident)
 
 
 def fitting_checks(incident: Incident, violation: Any = None) -> list[str]:

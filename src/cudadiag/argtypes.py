@@ -20,6 +20,18 @@ def positive_seconds(text: str) -> float:
     return seconds
 
 
+def at_least_one(text: str) -> int:
+    """Return `text` as a whole number; raises argparse.ArgumentTypeError unless it is one
+    of at least 1 (a count: trials, incidents to keep)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 PROCESS_COUNT_WORDS = ("auto", "cpu", "gpu", "xpu")
 """What torchrun accepts for --nproc-per-node besides a number: one rank per device or core."""
 

@@ -3,8 +3,9 @@
 `summarize()` describes a batch by ids and dimensions rather than content (guide point 2) and
 never launches work on, or synchronises with, a GPU: tensors there get metadata only.
 `watch()` wraps the loop's iterable; while it is active the kernel hook and the isolated worker
-attach the step and the batch to every incident. The per-step cost is a reference and a CPU
-copy; summaries are computed only when an incident asks for them.
+attach the step and the batch to every incident. The per-step cost is a reference to the batch
+and its tensors' version counters (a CPU copy only once the loop is seen changing batches in
+place); summaries are computed only when an incident asks for them.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import torch
 from cudadiag.incident import StepInfo
 from cudadiag.own_work import outside_user_modes
 from cudadiag.shortlist import cut_join
+from cudadiag.step_hooks import SKIP, STOP, step_hooks
 
 SUMMARY_MAX_NUMEL = 10_000_000
 DISTINCT_MAX_NUMEL = 1_000_000
+COUNTS_MAX_DISTINCT = 64
 LENGTHS_SHOWN = 64
 DEFAULT_MAX_BYTES = 64 * 2**20
 
@@ -47,6 +50,9 @@ class TensorSummary:
     inf: int | None = None
     values_skipped: str | None = None
     """Why values were not read (on a GPU, above the size budget)."""
+    counts: list[list[int]] | None = None
+    """[value, count] pairs of an integer tensor with few distinct values (the picture of
+    targets against their valid range)."""
 
 
 @dataclass
@@ -164,7 +170,11 @@ def _fill_values(summary: TensorSummary, t: torch.Tensor) -> None:
         summary.min, summary.max = int(t.min()), int(t.max())
         summary.negatives = int((t < 0).sum())
         if t.numel() <= DISTINCT_MAX_NUMEL:
-            summary.distinct = int(torch.unique(t).numel())
+            values, counts = torch.unique(t, return_counts=True)
+            summary.distinct = int(values.numel())
+            if summary.distinct <= COUNTS_MAX_DISTINCT:
+                summary.counts = [[v, c] for v, c in zip(values.tolist(), counts.tolist(),
+                                                               strict=True)]
 
 
 def _describe_other(value: Any) -> str:
@@ -186,14 +196,43 @@ def _attention_mask(obj: Any) -> torch.Tensor | None:
 
 @dataclass
 class KeptBatch:
-    """One recorded step: its number, a CPU copy of the batch (or None), and its size."""
+    """One recorded step: its number, the batch as the step received it (or None), its size.
+
+    A CPU batch is kept by reference, with its tensors and their version counters, as long
+    as the loop does not change batches in place; else `item` is a copy."""
 
     step: int
-    batch: Any
+    item: Any
     nbytes: int
     batch_size: int | None
     indices: list[int] | None
     note: str | None = None
+    tensors: list[torch.Tensor] | None = None
+    """For a batch kept by reference: its tensors as received..."""
+    versions: list[int] | None = None
+    """...and their version counters then."""
+
+    @property
+    def batch(self) -> Any:
+        """Return the batch as the step received it, or None when only its summary was kept.
+        A reference whose tensors were changed in place since is returned as the loop left
+        it, and `note` says so; one whose containers got other tensors (`batch[k] =
+        batch[k].cuda()`) is rebuilt with the tensors it had."""
+        if self.tensors is None or self.versions is None:
+            return self.item
+        if self.changed_in_place():
+            self.note = ("the loop changed this batch in place after receiving it (tensor "
+                         "version counters): kept as the loop left it")
+        now = tensors_of(self.item)
+        if len(now) == len(self.tensors) and any(
+                a is not b for a, b in zip(now, self.tensors, strict=True)):
+            received = iter(self.tensors)
+            return map_tensors(self.item, lambda _: next(received))
+        return self.item
+
+    def changed_in_place(self) -> bool:
+        """True when a batch kept by reference had a tensor changed in place since."""
+        return self.tensors is not None and [t._version for t in self.tensors] != self.versions
 
 
 class WatchRecord:
@@ -217,6 +256,8 @@ class WatchRecord:
         self.exhausted = False
         self.closed_in_cell: int | None = None
         self.replayed_step: int | None = None
+        self.by_reference = True
+        """Batches are kept by reference until one is seen changed in place."""
 
     def record(self, item: Any, indices: list[int] | None) -> None:
         """Note the next item (called once per step, before it is yielded)."""
@@ -274,24 +315,42 @@ class WatchRecord:
 
     def _keep(self, item: Any, tensors: list[torch.Tensor], size: int | None,
               indices: list[int] | None) -> None:
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
         if self.keep == 0:
             return
+        if self.by_reference and self.kept and self.kept[-1].changed_in_place():
+            self.by_reference = False  # the loop changes its batches in place: copy them
+        nbytes, on_cpu = 0, True
+        for t in tensors:  # one pass: this runs every step
+            nbytes += t.nbytes
+            on_cpu = on_cpu and t.is_cpu
         if nbytes > self.max_bytes:
             kept = KeptBatch(self.step, None, 0, size, indices,
                              note=f"batch of {nbytes:,} bytes is above max_bytes: summary only")
-        elif any(t.device.type != "cpu" for t in tensors):
+        elif not on_cpu:
             kept = KeptBatch(self.step, None, 0, size, indices,
                              note="batch on a GPU: no CPU copy (copying would synchronise)")
-        elif torch._C._len_torch_dispatch_stack():
-            with outside_user_modes():  # the copy is cudadiag's, not the user's work
-                kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)
         else:
-            kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)
+            versions = _versions(tensors) if self.by_reference else None
+            if versions is not None:
+                kept = KeptBatch(self.step, item, nbytes, size, indices, tensors=tensors,
+                                 versions=versions)
+            elif torch._C._len_torch_dispatch_stack():
+                with outside_user_modes():  # the copy is cudadiag's, not the user's work
+                    kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)
+            else:
+                kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)
         self.kept.append(kept)
         self.kept_bytes += kept.nbytes
         while len(self.kept) > self.keep or self.kept_bytes > self.max_bytes:
             self.kept_bytes -= self.kept.popleft().nbytes
+
+
+def _versions(tensors: list[torch.Tensor]) -> list[int] | None:
+    """The tensors' version counters, or None when one has none (an inference tensor)."""
+    try:
+        return [t._version for t in tensors]
+    except RuntimeError:
+        return None
 
 
 _lock = threading.Lock()
@@ -300,8 +359,6 @@ _cell = 0
 """Counts cells (the kernel hook and the isolated worker call new_cell())."""
 _replay: dict[str, Any] = {}
 """Set in an isolated child for single-batch replay: {"step": n, "batch": data}."""
-
-
 def watch(iterable: Iterable[Any], *, name: str | None = None, keep: int = 2,
           max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[Any]:
     """Yield the items of `iterable` unchanged, recording the step, the batch in flight, the
@@ -371,7 +428,15 @@ def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
         iterator, pending = _iterate_recording_indices(iterable)
         for item in iterator:
             record.record(item, pending.popleft() if pending else None)
+            hooks = step_hooks()
+            answers = [hook(record, item, False) for hook in hooks]
+            if STOP in answers:
+                break
+            if SKIP in answers:
+                continue
             yield item
+            for hook in hooks:
+                hook(record, item, True)
         record.exhausted = True
     finally:
         record.active = False

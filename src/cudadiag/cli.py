@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.argtypes import positive_seconds, processes_per_node
+from cudadiag.errors import CudadiagError
+from cudadiag.listing_options import add_listing_options
 from cudadiag.repro.options import add_export_options
 
 DEMO_CELLS = (
@@ -36,11 +38,26 @@ DEMO_CELLS = (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the `cudadiag` command; returns its exit status (2 for bad arguments)."""
-    parser = _parser()
-    words = list(sys.argv[1:] if argv is None else argv)
-    args = _multi_rank_run(words) or parser.parse_args(words)
-    return args.handler(args)
+    """Run the `cudadiag` command; returns its exit status (2 for bad arguments, 130 when
+    interrupted)."""
+    try:
+        parser = _parser()
+        words = list(sys.argv[1:] if argv is None else argv)
+        args = _multi_rank_run(words) or parser.parse_args(words)
+        return args.handler(args)
+    except KeyboardInterrupt:  # a running script's group is killed by the runner already
+        print("cudadiag: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except BrokenPipeError:  # `cudadiag show ID | head`: the reader left, as with any tool
+        _silence_stdout()
+        return 128 + signal.SIGPIPE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush of a closed pipe
+    prints no second error at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,10 +69,21 @@ def _parser() -> argparse.ArgumentParser:
     env = sub.add_parser("env", help="print the environment (versions, backend, device)",
                          description="Print versions, backend and device of this machine.")
     env.add_argument("--json", action="store_true", help="print JSON instead of text")
-    env.set_defaults(handler=_cmd_env)
-    incidents = sub.add_parser("incidents", help="list recorded incidents, oldest first",
-                               description="List the incidents of the log, oldest first.")
-    incidents.add_argument("--family", help="only incidents of this family (e.g. oom)")
+    env.add_argument("--check", action="store_true",
+                     help="check that the build runs here: device capability vs the build's "
+                          "arch list, driver vs the build's CUDA, ROCm gfx targets, "
+                          "torchvision / torchaudio / triton and compiled extensions vs torch "
+                          "(exit status 1 when a check fails)")
+    env.add_argument("--capability", metavar="X.Y",
+                     help="with --check: the capability of the GPU the program will run on "
+                          "(8.6, sm_86, or a ROCm gfx target), instead of the GPUs found here")
+    env.set_defaults(handler=_cmd_env, parser=env)
+    incidents = sub.add_parser(
+        "incidents", help="list recorded incidents, oldest first; --stats, --prune",
+        description="List the incidents of the log, oldest first (filters combine), show "
+                    "what the log holds and its retention (--stats), or prune what the "
+                    "retention no longer keeps (--prune).")
+    add_listing_options(incidents)
     incidents.set_defaults(handler=_cmd_incidents)
     show = sub.add_parser("show", help="print one incident in full",
                           description="Print one incident in full.")
@@ -112,6 +140,17 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true",
                          help="print the diagnosis as JSON (family, sticky, rank, evidence...)")
     explain.set_defaults(handler=_cmd_explain)
+    checkpoints = sub.add_parser(
+        "checkpoints", help="list the checkpoints of a directory with their verdicts",
+        description="List the checkpoints of DIRECTORY, newest first, each trusted or rejected "
+                    "with its reason (no manifest, hash mismatch, non-finite tensor, written "
+                    "after the error). Exit status: 0 when one is trusted, 1 when none is, 2 "
+                    "for bad arguments.")
+    checkpoints.add_argument("directory", help="the checkpoint directory")
+    checkpoints.add_argument("--before", metavar="ID",
+                             help="trust only checkpoints written before this incident")
+    checkpoints.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    checkpoints.set_defaults(handler=_cmd_checkpoints)
     demo = sub.add_parser(
         "demo", help="run a simulated device-side assert in an IPython shell on the CPU",
         description="Run the guide's example (4 classes, targets [0, 2, 4]) on a simulated "
@@ -161,7 +200,7 @@ def _multi_rank_run(words: list[str]) -> argparse.Namespace | None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from cudadiag.isolate.runner import run_script
-    from cudadiag.kernel.store import IncidentStore
+    from cudadiag.store import IncidentStore
     from cudadiag.ui.render import SHOW_IN_TERMINAL, render_short
 
     python, target, argv, module = _split_command(args.command)
@@ -229,8 +268,8 @@ def _split_command(command: list[str]) -> tuple[str | None, str | None, list[str
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from cudadiag.kernel.store import IncidentNotFound, IncidentStore
     from cudadiag.repro.report import render_report
+    from cudadiag.store import IncidentNotFound, IncidentStore
 
     try:
         print(render_report(IncidentStore().get(args.id)))
@@ -242,7 +281,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from cudadiag.kernel.exporting import progress_line
-    from cudadiag.kernel.store import IncidentNotFound, IncidentStore
     from cudadiag.repro.export import (
         SUFFIXES,
         ExportError,
@@ -251,6 +289,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         stored_inputs,
     )
     from cudadiag.repro.minimize import MinimizeError, MinimizeInterrupted
+    from cudadiag.store import IncidentNotFound, IncidentStore
     from cudadiag.ui.render import render_export
 
     try:
@@ -310,8 +349,13 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
     from cudadiag.env import collect_env
 
+    if args.capability is not None and not args.check:
+        args.parser.error("--capability goes with --check: cudadiag env --check --capability X.Y")
     _initialise_cuda_if_present(torch)
+    if args.check:
+        return _check_env(collect_env(), args)
     info = dataclasses.asdict(collect_env())
+    info.pop("compat")
     if args.json:
         print(json.dumps(info, indent=2))
     else:
@@ -319,6 +363,23 @@ def _cmd_env(args: argparse.Namespace) -> int:
         for key, value in info.items():
             print(f"{key + ':':{width + 1}} {value}")
     return 0
+
+
+def _check_env(env: Any, args: argparse.Namespace) -> int:
+    """`cudadiag env --check`: print each check; 1 when one fails, 2 for a bad capability."""
+    from cudadiag import compat
+    from cudadiag.ui.render import compat_lines
+
+    try:
+        checks = compat.run_checks(compat.gather_facts(env), capability=args.capability)
+    except ValueError as exc:
+        print(f"cudadiag env: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([dataclasses.asdict(c) for c in checks], indent=2))
+    else:
+        print("\n".join(compat_lines(checks)))
+    return 1 if compat.failed(checks) else 0
 
 
 def _initialise_cuda_if_present(torch: object) -> None:
@@ -333,21 +394,38 @@ def _initialise_cuda_if_present(torch: object) -> None:
         print(f"cudadiag: CUDA could not be initialised: {exc}", file=sys.stderr)
 
 
-def _cmd_incidents(args: argparse.Namespace) -> int:
-    from cudadiag.kernel.store import IncidentStore
-    from cudadiag.ui.render import render_table
+def _cmd_checkpoints(args: argparse.Namespace) -> int:
+    from cudadiag import checkpoint
+    from cudadiag.store import IncidentNotFound
+    from cudadiag.ui.render import render_checkpoints
 
-    contents = IncidentStore().contents()
-    incidents, newer = contents.incidents, contents.newer
-    if args.family:
-        incidents = [i for i in incidents if i.diagnosis.family == args.family]
-        newer = [r for r in newer if r.family == args.family]
-    print(render_table(incidents, newer))
+    try:
+        verdicts = checkpoint.review(args.directory, before=args.before)
+    except (NotADirectoryError, IncidentNotFound, ValueError) as exc:
+        print(f"cudadiag checkpoints: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([{"path": str(v.path), "trusted": v.trusted, "reason": v.reason,
+                           "step": v.step, "written_at": v.written_at} for v in verdicts],
+                         indent=2))
+    else:
+        print(render_checkpoints(args.directory, verdicts))
+    return 0 if any(v.trusted for v in verdicts) else 1
+
+
+def _cmd_incidents(args: argparse.Namespace) -> int:
+    from cudadiag.listing import run_listing
+
+    try:
+        print(run_listing(args))
+    except CudadiagError as exc:
+        print(f"cudadiag incidents: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from cudadiag.kernel.store import IncidentNotFound, IncidentStore
+    from cudadiag.store import IncidentNotFound, IncidentStore
     from cudadiag.ui.render import render_text
 
     try:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from cudadiag import knowledge
 from cudadiag.classify import classify, first_error_line, mentions_sticky_error
+from cudadiag.errors import ExplainError
 from cudadiag.incident import Diagnosis
 
 BLOCK_BYTES = 4 * 2**20
@@ -32,6 +33,9 @@ ROOT_CAUSE_LINES = 12
 MAX_RANKS = 4096
 RANK_SAMPLE_BYTES = 64 * 2**10
 MAX_LINE_BYTES = 8192
+"""Of a longer line (or progress-bar frame), this much around its first anchor is read."""
+VIEW_CONTEXT_BYTES = 1024
+"""Bytes kept before a long line's first anchor (an assertion's file and kernel)."""
 SHORT_TEXT_BYTES = 2**20
 """A log whose first block is smaller than this (a pasted text) has every line read."""
 _NEWLINE = re.compile(rb"\n")
@@ -47,10 +51,6 @@ _GLOG_TIME = re.compile(
     rb"\b[EWIF](?P<month>[01]\d)(?P<day>[0-3]\d) (?P<time>\d{2}:\d{2}:\d{2}(?:\.\d+)?)")
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception)\b:")
 _SEQ_NUM = re.compile(r"SeqNum=(\d+)")
-
-
-class ExplainError(ValueError):
-    """The input cannot be read as a log (no such file, a directory, unreadable)."""
 
 
 class _Readable(Protocol):
@@ -251,14 +251,29 @@ class _Scanner:
 
     def _visit(self, block: bytes, lowered: bytes, start: int, end: int, line: int,
                is_candidate: bool) -> None:
-        raw = block[start:min(end, start + MAX_LINE_BYTES)]
-        rank, text = _split_rank(raw)
-        self._follow(rank, text, line)
-        if not is_candidate:
-            return
+        """Look at log line `line` (block[start:end]), one frame at a time when it holds
+        carriage returns (a progress bar's redraws, then maybe an error, as a terminal shows
+        them); a frame without a rank prefix has its line's rank."""
+        line_rank = None
+        for at, stop in _frames(block, start, end):
+            rank, text = _split_rank(block[at:min(stop, at + MAX_LINE_BYTES)])
+            if at == start:
+                line_rank = rank
+            rank = line_rank if rank is None else rank
+            self._follow(rank, text, line)
+            if is_candidate:
+                at, stop = _error_view(lowered, at, stop)
+                raw = block[at:stop]
+                self._consider(block, lowered, start, at, stop, line, rank, raw,
+                               _split_rank(raw)[1] if at != start else text)
+
+    def _consider(self, block: bytes, lowered: bytes, start: int, at: int, stop: int,
+                  line: int, rank: int | None, raw: bytes, text: str) -> None:
+        """Note the frame block[at:stop] of the line starting at `start` if it holds a
+        rank's first error (or torchrun's failure summary, or a first exception line)."""
         if rank is not None and len(self.ranks) < MAX_RANKS:
             self.ranks.add(rank)
-        low = lowered[start:min(end, start + MAX_LINE_BYTES)]
+        low = lowered[at:stop]
         if _ROOT_CAUSE in low:
             self.summary = _Window(None, None, ROOT_CAUSE_LINES)
         if not (self.every_line or any(a in low for a in knowledge.LOG_ANCHORS)
@@ -337,6 +352,35 @@ class _Scanner:
             silent_ranks=sorted(r for r in self.ranks if r not in failed),
             lines=self.lines, bytes=self.bytes, sticky_evidence=self.sticky_evidence,
         )
+
+
+def _frames(block: bytes, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """The (start, end) offsets of the frames of the line block[start:end]: the parts
+    between carriage returns (a `\r\n` ending is no frame break); the whole line when it
+    holds none. Empty frames are skipped."""
+    cut = block.find(b"\r", start, end)
+    if cut < 0 or (cut >= end - 2 and block[cut + 1:cut + 2] == b"\n"):
+        yield start, end
+        return
+    at = start
+    while cut >= 0:
+        if cut > at:
+            yield at, cut
+        at = cut + 1
+        cut = block.find(b"\r", at, end)
+    if block[at:end].strip(b"\r\n"):
+        yield at, end
+
+
+def _error_view(lowered: bytes, at: int, stop: int) -> tuple[int, int]:
+    """The part of frame [at, stop) looked at for an error: all of it up to MAX_LINE_BYTES;
+    of a longer one, MAX_LINE_BYTES from VIEW_CONTEXT_BYTES before its first anchor (an
+    error printed after a long unbroken output), else its start."""
+    if stop - at <= MAX_LINE_BYTES:
+        return at, stop
+    found = [p for p in (lowered.find(a, at, stop) for a in knowledge.LOG_ANCHORS) if p >= 0]
+    begin = max(at, min(found) - VIEW_CONTEXT_BYTES) if found else at
+    return begin, min(stop, begin + MAX_LINE_BYTES)
 
 
 def _key_line_starts(lowered: bytes) -> set[int]:

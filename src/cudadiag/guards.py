@@ -13,22 +13,11 @@ from typing import Any
 
 import torch
 
+from cudadiag.errors import GuardError
 from cudadiag.shortlist import cut_join, cut_list
 
 MAX_REPORTED = 10
 ROW_SUM_TOLERANCE = 1e-3
-
-
-class GuardError(ValueError):
-    """A broken contract. `argument`, `rule`, `values` and `positions` (first 10) say which."""
-
-    def __init__(self, message: str, *, argument: str, rule: str,
-                 values: Sequence[Any] = (), positions: Sequence[Any] = ()) -> None:
-        super().__init__(message)
-        self.argument = argument
-        self.rule = rule
-        self.values = list(values)
-        self.positions = list(positions)
 
 
 def check_class_targets(target: torch.Tensor, num_classes: int, *, ignore_index: int = -100,

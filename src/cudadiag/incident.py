@@ -8,6 +8,7 @@ version of that layout.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import traceback as tb_module
@@ -19,11 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from cudadiag.errors import IncidentSchemaError
+
 SCHEMA = 1
-
-
-class IncidentSchemaError(ValueError):
-    """An incident record this version of cudadiag cannot read."""
 
 
 @dataclass
@@ -146,10 +145,14 @@ class TensorArg:
 
 @dataclass
 class OpCall:
-    """One operator call recorded by the tracer."""
+    """One operator call recorded by the tracer before the one that raised."""
 
     name: str
-    args: list[TensorArg] = field(default_factory=list)
+    tensors: list[int] = field(default_factory=list)
+    """Its tensor arguments, as positions in OpInfo.recent_tensors."""
+    scalars: list[str] = field(default_factory=list)
+    """`name=value` of its other arguments (integers, dims, flags), kept for the calls
+    nearest the failure."""
 
 
 @dataclass
@@ -161,6 +164,8 @@ class OpInfo:
     recent: list[OpCall] = field(default_factory=list)
     precheck: str | None = None
     """The precise contract violation found before the kernel ran, when one was found."""
+    recent_tensors: list[str] = field(default_factory=list)
+    """Each distinct tensor argument of the recent calls once: `float32[8, 16]@cuda:0`."""
 
 
 @dataclass
@@ -226,6 +231,21 @@ class LoopContext:
 
 
 @dataclass
+class CompatCheck:
+    """One compatibility check of `cudadiag env --check`: what was compared, the verdict."""
+
+    name: str
+    """What was checked, e.g. `capability 8.6 (NVIDIA A10)`, `driver`, `torchvision`."""
+    status: str
+    """`pass`, `warn` (runs, with a limit), `fail` or `skip` (cannot be told here)."""
+    reason: str
+    fix: str = ""
+    """What to install or change when it fails."""
+    source: str = ""
+    """Where the rule comes from."""
+
+
+@dataclass
 class EnvInfo:
     """The environment that produced an incident. Unknown fields say `unavailable: <why>`."""
 
@@ -245,6 +265,8 @@ class EnvInfo:
     code_dirty: bool | None = None
     extensions: dict[str, str] = field(default_factory=dict)
     cuda_initialized: bool = False
+    compat: list[CompatCheck] = field(default_factory=list)
+    """The compatibility checks, run for errors whose cause can be a mismatched build."""
 
 
 @dataclass
@@ -413,17 +435,30 @@ def _frame_from_summary(
 
 def _build(tp: Any, data: Any) -> Any:
     """Build a value of type `tp` (a dataclass, list, dict or plain type) from JSON data."""
-    if data is None:
-        return None
+    return _builder(tp)(data)
+
+
+@functools.cache
+def _builder(tp: Any) -> Callable[[Any], Any]:
+    """The function that builds a value of type `tp` from JSON data, made once per type:
+    reading a record then costs its JSON parse and the objects, no type introspection."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _build(inner[0], data) if len(inner) == 1 else data
+        return _builder(inner[0]) if len(inner) == 1 else _as_is
     if origin is list:
         (item,) = typing.get_args(tp)
-        return [_build(item, v) for v in data]
+        build_item = _builder(item)
+        if build_item is _as_is:
+            return _as_is
+        return lambda data: None if data is None else [build_item(v) for v in data]
     if dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp)
-        known = {f.name for f in dataclasses.fields(tp)}
-        return tp(**{k: _build(hints[k], v) for k, v in data.items() if k in known})
+        fields = {f.name: _builder(hints[f.name]) for f in dataclasses.fields(tp)}
+        return lambda data: None if data is None else tp(
+            **{k: fields[k](v) for k, v in data.items() if k in fields})
+    return _as_is
+
+
+def _as_is(data: Any) -> Any:
     return data

@@ -118,6 +118,8 @@ class _DeviceState:
 
 
 _STATE = _DeviceState()
+_SWITCHED_OFF = {"off": False, "skipped": 0}
+"""Set by switch_off(): simulated_cuda() enters nothing in this process (entries counted)."""
 
 
 def is_poisoned() -> bool:
@@ -144,6 +146,17 @@ def reset_simulated_device() -> None:
     _STATE.active = active
 
 
+def switch_off() -> None:
+    """Make every later `simulated_cuda()` entry in this process a no-op, so the same cells
+    run on the plain CPU (the `cpu` variant of `%cuda_compare`)."""
+    _SWITCHED_OFF["off"] = True
+
+
+def skipped_entries() -> int:
+    """Return how many simulated_cuda() entries switch_off() has skipped in this process."""
+    return _SWITCHED_OFF["skipped"]
+
+
 def blocking_from_env() -> bool:
     """Return True when CUDA_LAUNCH_BLOCKING asks for synchronous launches."""
     return os.environ.get("CUDA_LAUNCH_BLOCKING", "").strip() not in ("", "0")
@@ -158,6 +171,7 @@ class SimulatedCuda(TorchDispatchMode):
         self.memory_budget = memory_budget
         self.device_index = device_index
         self._patched: dict[str, Any] = {}
+        self._off = False
 
     def start(self) -> SimulatedCuda:
         """Enter the mode until `stop()` (for notebooks, where a `with` cannot span cells)."""
@@ -169,6 +183,10 @@ class SimulatedCuda(TorchDispatchMode):
         self.__exit__(None, None, None)
 
     def __enter__(self) -> SimulatedCuda:
+        self._off = _SWITCHED_OFF["off"]
+        if self._off:
+            _SWITCHED_OFF["skipped"] += 1
+            return self
         super().__enter__()
         self._functions = _CudaFunctionPaths().__enter__()
         self._patch_host_reads()
@@ -176,6 +194,8 @@ class SimulatedCuda(TorchDispatchMode):
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        if self._off:
+            return
         _STATE.active -= 1
         self._restore_host_reads()
         self._functions.__exit__(*exc_info)

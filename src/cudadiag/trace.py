@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudadiag import contracts
+from cudadiag.errors import CudadiagError
 from cudadiag.incident import OpCall, OpInfo, TensorArg
 from cudadiag.shortlist import cut_list
 
 RECENT_OPS = 64
+NEAR_FAILURE = 8
+"""The recent calls whose scalar arguments (dims, integer values, flags) a record keeps."""
 SIMULATED_DEVICE = "the simulated CUDA device"
 VALUE_RANGE_MAX_NUMEL = 10_000_000
 LIST_ITEMS_SHOWN = 16
@@ -27,7 +30,7 @@ LIST_ITEMS_SHOWN = 16
 _active: list[OpTracer] = []
 
 
-class PrecheckError(IndexError):
+class PrecheckError(CudadiagError, IndexError):
     """An index argument outside its operator's range, found before the kernel ran."""
 
     def __init__(self, violation: contracts.Violation, device: str) -> None:
@@ -43,13 +46,20 @@ def prechecks_active() -> bool:
     return any(t.precheck for t in _active)
 
 
+class TracedCall(NamedTuple):
+    """One aten call as the tracer saw it: its name and each argument described."""
+
+    name: str
+    args: list[TensorArg]
+
+
 class OpTracer(TorchDispatchMode):
     """Records the last `keep` aten calls; `failed` holds the call that raised, if any."""
 
     def __init__(self, keep: int = RECENT_OPS, precheck: bool = True) -> None:
         super().__init__()
         self.precheck = precheck
-        self.recent: deque[OpCall] = deque(maxlen=keep)
+        self.recent: deque[TracedCall] = deque(maxlen=keep)
         self.failed: OpInfo | None = None
         self.calls = 0
 
@@ -71,7 +81,7 @@ class OpTracer(TorchDispatchMode):
         except Exception:
             self._record_failure(func, args, kwargs, None)
             raise
-        self.recent.append(OpCall(name=op_name(func), args=describe_args(func, args, kwargs)))
+        self.recent.append(TracedCall(op_name(func), describe_args(func, args, kwargs)))
         return out
 
     def _precheck(self, func: Any, args: tuple[Any, ...]) -> None:
@@ -92,12 +102,34 @@ class OpTracer(TorchDispatchMode):
                         precheck: str | None) -> None:
         if self.failed is not None:
             return  # the first failing op is the one that matters
+        recent, tensors = compact_calls(list(self.recent))
         self.failed = OpInfo(
             name=op_name(func),
             args=describe_args(func, args, kwargs, value_ranges=True),
-            recent=list(self.recent),
+            recent=recent,
             precheck=precheck,
+            recent_tensors=tensors,
         )
+
+
+def compact_calls(calls: list[TracedCall]) -> tuple[list[OpCall], list[str]]:
+    """Return the calls as a record keeps them, with the distinct tensors they took: each
+    tensor once (`float32[8, 16]@cpu`: dtype, shape, device), each call naming its tensors
+    by position in that list, and the scalar arguments of the last NEAR_FAILURE calls
+    only (strides and contiguity are kept for the failing call's arguments)."""
+    tensors: dict[str, int] = {}
+    compact = []
+    for n, call in enumerate(calls):
+        near = n >= len(calls) - NEAR_FAILURE
+        positions, scalars = [], []
+        for arg in call.args:
+            if arg.kind == "tensor":
+                text = f"{(arg.dtype or '?').replace('torch.', '')}{arg.shape}@{arg.device}"
+                positions.append(tensors.setdefault(text, len(tensors)))
+            elif near:
+                scalars.append(f"{arg.name}={arg.value}")
+        compact.append(OpCall(name=call.name, tensors=positions, scalars=scalars))
+    return compact, list(tensors)
 
 
 def op_name(func: Any) -> str:

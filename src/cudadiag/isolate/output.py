@@ -21,7 +21,8 @@ from cudadiag.fdtail import DEVICE_LINES_KEPT
 from cudadiag.knowledge import DEVICE_MESSAGE
 
 SHOWN_BYTES = 1 * 2**20
-"""Output shown live per run; the rest is counted, not shown."""
+"""Output of an isolated cell shown live per run; the rest is counted, not shown (a script
+run shows all of its output)."""
 KEPT_BYTES = 1 * 2**20
 """Tail of each stream kept in the result."""
 STREAMS = ("stdout", "stderr")
@@ -53,17 +54,20 @@ class ChildOutput:
     """Routes the child's stdout and stderr: shows, folds, counts and keeps.
 
     `stream`: show anything at all (False: only keep). `show_replay`: stream replayed cells
-    live too instead of folding them.
+    live too instead of folding them. `shown_limit`: the bytes shown live, None for no limit
+    (a script's output, as the terminal would show it).
     """
 
-    def __init__(self, stream: bool = True, show_replay: bool = False) -> None:
+    def __init__(self, stream: bool = True, show_replay: bool = False,
+                 shown_limit: int | None = SHOWN_BYTES) -> None:
         self.stream = stream
         self.show_replay = show_replay
+        self.shown_limit = shown_limit
         self.kept = {name: bytearray() for name in STREAMS}
         self.device_lines: deque[str] = deque(maxlen=DEVICE_LINES_KEPT)
         self.shown = 0
         self.hidden = 0
-        """Bytes not shown because the live output reached SHOWN_BYTES."""
+        """Bytes not shown because the live output reached `shown_limit`."""
         self._decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace")
                           for name in STREAMS}
         self._carry = {name: b"" for name in STREAMS}
@@ -113,8 +117,8 @@ class ChildOutput:
             sys.stderr.flush()
         if self.hidden and self.stream:
             print(f"cudadiag: {self.hidden:,} more bytes of output from the isolated run were "
-                  f"not shown (the last {KEPT_BYTES >> 20} MiB of each stream are kept in the "
-                  "result)", file=sys.stderr, flush=True)
+                  f"not shown (only its first {SHOWN_BYTES >> 20} MiB is shown live)",
+                  file=sys.stderr, flush=True)
 
     def _drain(self, wait: bool) -> None:
         """Route the queued events. With `wait`, a stream's output waits while that stream
@@ -162,10 +166,11 @@ class ChildOutput:
     def _show(self, name: str, data: bytes) -> None:
         if not self.stream:
             return
-        if self.shown >= SHOWN_BYTES:
+        limit = self.shown_limit
+        if limit is not None and self.shown >= limit:
             self.hidden += len(data)
             return
-        visible = data[: SHOWN_BYTES - self.shown]
+        visible = data if limit is None else data[: limit - self.shown]
         self.shown += len(visible)
         self.hidden += len(data) - len(visible)
         out = sys.stdout if name == "stdout" else sys.stderr

@@ -10,18 +10,17 @@ when no cell from the one that needs it onwards may have changed it.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cudadiag.errors import PlanError
 from cudadiag.isolate.cellfacts import CellFacts, SideEffect, analyse_history
 
 SHIP_MAX_BYTES = 512 * 2**20
-
-
-class PlanError(ValueError):
-    """The plan cannot provide what the cell needs, or was asked for something it cannot do;
-    nothing was run."""
+RNG_STATE = frozenset({"seeds a random generator", "sets a random generator's state"})
+"""Process-wide state that the child sets anyway: each cell starts from its recorded RNG
+states, so a cell replaced by a checkpoint is not replayed for these alone."""
 
 
 @dataclass
@@ -46,6 +45,10 @@ class Plan:
     """Why each earlier cell with side effects is replayed (what it provides that cannot be
     shipped)."""
     allow_side_effects: bool = False
+    restored: list[str] = field(default_factory=list)
+    """Names the checkpoint restores (`--restore`) before the target runs."""
+    replaced: list[int] = field(default_factory=list)
+    """Cells not replayed because the checkpoint restores what they changed."""
 
     @property
     def repeated_side_effects(self) -> list[tuple[int, SideEffect]]:
@@ -74,6 +77,9 @@ class Plan:
         """Return the lines the magics print before running: the plan, then its notes."""
         replay = ", ".join(f"In[{n}]" for n in self.replay) or "nothing"
         lines = [f"plan: replay {replay}; ship {', '.join(self.ship) or 'nothing'}"]
+        if self.restored:
+            instead = f" instead of replaying {_cells(self.replaced)}" if self.replaced else ""
+            lines.append(f"  restored from the checkpoint{instead}: {', '.join(self.restored)}")
         for n, effect in self.side_effects:
             which = " (the cell re-run)" if n == self.target else ""
             lines.append(f"  side effect: In[{n}]{which} {effect}")
@@ -96,13 +102,17 @@ def make_plan(
     ship: str | list[str] = "auto",
     cells: list[int] | None = None,
     allow_side_effects: bool = False,
+    restore: Collection[str] = (),
 ) -> Plan:
     """Plan the re-run of cell `target` from `history` ({execution count: raw source}).
 
     `namespace` is the kernel's user namespace (values to ship are read from it, never
     changed); `ship` is "auto", "none" or a list of names; `cells` overrides the analysis;
     `allow_side_effects` lets the plan replay cells that act on the machine (otherwise its
-    `refusal` says why it must not run).
+    `refusal` says why it must not run). `restore` names what a checkpoint restores just
+    before the target: a cell that changes a restored object in place (a training loop on
+    `model`) and binds nothing needed is not replayed, whatever else it changes in place;
+    a restored name no object of the kernel holds (a step count) needs no cell at all.
     Raises PlanError when the target is unknown, does not parse, or reads a name that neither
     a replayed cell nor a shipped value provides, and when a name of `ship` does not exist,
     cannot be shipped, or is not needed.
@@ -119,16 +129,30 @@ def make_plan(
     if absent:
         raise PlanError(f"cannot ship {', '.join(absent)}: no such variable in this kernel")
     if cells is not None:
-        return _explicit_plan(facts, target, cells, explicit, namespace, allow_side_effects)
-    return _Planner(facts, target, namespace, ship).plan(allow_side_effects)
+        plan = _explicit_plan(facts, target, cells, explicit, namespace, allow_side_effects)
+        plan.restored = list(restore)
+        return plan
+    plan = _Planner(facts, target, namespace, ship, restore).plan(allow_side_effects)
+    if restore:
+        plan.restored = list(restore)
+        try:
+            without = _Planner(facts, target, namespace, ship).plan(allow_side_effects)
+        except PlanError:  # only the checkpoint provides what the target reads
+            without = plan
+        plan.replaced = sorted(set(without.replay) - set(plan.replay))
+    return plan
 
 
 class _Planner:
     """Walks the history backwards from the target, collecting what the target needs."""
 
     def __init__(self, facts: dict[int, CellFacts], target: int,
-                 namespace: Mapping[str, Any], ship: str | list[str]) -> None:
+                 namespace: Mapping[str, Any], ship: str | list[str],
+                 restore: Collection[str] = ()) -> None:
         self.facts = facts
+        self.restore = set(restore)
+        self.restored_in_place = {n for n in restore
+                                  if hasattr(namespace.get(n), "load_state_dict")}
         self.target = target
         self.namespace = namespace
         self.ship = ship
@@ -175,7 +199,8 @@ class _Planner:
         )
 
     def _walk(self) -> None:
-        self.needed = set(self.facts[self.target].uses)
+        self.needed = set(self.facts[self.target].uses) - (self.restore
+                                                            - self.restored_in_place)
         self.replay = [self.target]
         self.shipped = []
         self.refused = dict(self.never_ship)
@@ -184,12 +209,27 @@ class _Planner:
         for number in reversed(order[:-1]):
             self._ship_needed(number + 1)
             cell = self.facts[number]
-            provided = self.writes[number] & self.needed
-            if cell.star_import or provided or cell.process_state:
+            provided = set() if self._replaced(number) else (
+                (self.writes[number] & self.needed) - (self.restored_in_place - cell.rebinds))
+            if cell.star_import or provided or self._keeps_process_state(cell):
                 self.replay.append(number)
                 self.provides[number] = provided
                 self.needed = (self.needed - cell.rebinds) | cell.uses
         self._ship_needed(order[0])
+
+    def _replaced(self, number: int) -> bool:
+        """True when the checkpoint stands for cell `number`: it changes a restored object in
+        place (a training loop) and binds nothing that is needed; its other in-place changes
+        are taken as part of the training the checkpoint holds."""
+        return bool(self.writes[number] & self.restored_in_place) and (
+            self.facts[number].rebinds.isdisjoint(self.needed))
+
+    def _keeps_process_state(self, cell: CellFacts) -> bool:
+        """True when the cell sets process-wide state the child needs (with a checkpoint,
+        seeding alone does not count: every cell starts from its recorded RNG states)."""
+        if self.restore:
+            return any(state not in RNG_STATE for state in cell.process_state)
+        return bool(cell.process_state)
 
     def _ship_needed(self, first: int) -> None:
         """Ship the needed names whose current values no cell from `first` on may have

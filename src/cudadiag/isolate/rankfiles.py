@@ -24,7 +24,10 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from cudadiag.incident import Incident
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 WRAPPER_FILES = ("torch/distributed/c10d_logger.py", "torch/overrides.py", "torch/_compile.py",
@@ -63,12 +66,12 @@ class _Rank:
 _this: _Rank | None = None
 
 
-def begin(job: dict[str, Any]) -> bool:
-    """In a rank of a multi-process job (the job names a rank folder and torchrun set RANK),
-    write the start record, dump every thread's stack on SIGTERM and enable torchrun's fault
-    handler; return True. Elsewhere do nothing and return False."""
+def begin(folder: str | None) -> bool:
+    """In a rank of a multi-process job (`folder`: the job's rank folder, and torchrun set
+    RANK), write the start record, dump every thread's stack on SIGTERM and enable
+    torchrun's fault handler; return True. Elsewhere do nothing and return False."""
     global _this
-    folder, rank = job.get("ranks"), os.environ.get("RANK")
+    rank = os.environ.get("RANK")
     if not folder or rank is None:
         return False
     _this = _Rank(Path(folder), int(rank), int(os.environ.get("LOCAL_RANK", rank)),
@@ -102,15 +105,15 @@ def note_exception(exc: BaseException) -> None:
     get_error_handler().record_exception(exc)
 
 
-def finish(result: dict[str, Any]) -> bool:
+def finish(exit_code: int, incident: Incident | None) -> bool:
     """In a rank, write the final record (exit code, incident) and return True; elsewhere
     return False (the caller writes the single result file)."""
     if _this is None:
         return False
-    outcome = "raised" if result.get("incident") else "finished"
+    outcome = "raised" if incident is not None else "finished"
     at = _this.record["at"] if outcome == "raised" else now()
-    _this.write(outcome=outcome, at=at, exit_code=result["exit_code"],
-                incident=result.get("incident"))
+    _this.write(outcome=outcome, at=at, exit_code=exit_code,
+                incident=incident.to_dict() if incident is not None else None)
     return True
 
 

@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.classify import classify
+from cudadiag.errors import TorchrunOptionsError
 from cudadiag.explain import is_consequence
 from cudadiag.incident import ErrorInfo, Incident, LaterError, RankRecord, RunInfo
+from cudadiag.isolate.job import JobResult
 from cudadiag.isolate.procgroup import describe, group_members, kill_group
 from cudadiag.isolate.rankfiles import RankFiles, read_rank_files
 from cudadiag.knowledge import FAMILIES
@@ -51,10 +53,6 @@ MISSING_WORDS = {
     "unknown": "rank {rank} left no trace (it may never have started)",
 }
 """How a rank that was not in the failed collective is described."""
-
-
-class TorchrunOptionsError(ValueError):
-    """Options torchrun does not know, or that cudadiag sets itself."""
 
 
 def check_torchrun_options(options: list[str]) -> None:
@@ -118,10 +116,10 @@ class TorchrunJob:
         self.folder.mkdir(mode=0o700)
         return TorchrunLauncher(self.python, self.options, workdir / "torchrun.json")
 
-    def collect(self, stopped: bool) -> dict[str, Any]:
+    def collect(self, stopped: bool) -> JobResult:
         """After torchrun ended (`stopped`: by cudadiag's timeout or Ctrl-C): stop the ranks
-        it left running, read every rank's record and return {"incident": the first
-        failure's incident as a dict, or None when no rank raised or died}."""
+        it left running, read every rank's record and return the result of the job: the
+        first failure's incident, None when no rank raised or died."""
         assert self.folder is not None, "prepare() first"
         self._stop_leftovers(read_rank_files(self.folder))
         files = {f.rank: f for f in read_rank_files(self.folder)}
@@ -132,9 +130,9 @@ class TorchrunJob:
         raised = [r for r in self.records if r.outcome == "raised"]
         first = min(causes or raised, key=lambda r: r.at or "", default=None)
         if first is None:
-            return {"incident": None}
+            return JobResult(None, 0)
         self._first = first
-        return {"incident": _first_incident(first, files.get(first.rank)).to_dict()}
+        return JobResult(_first_incident(first, files.get(first.rank)), 1)
 
     def complete(self, incident: Incident) -> None:
         """Give the incident the other ranks' errors (as probable consequences), every

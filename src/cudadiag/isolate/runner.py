@@ -6,7 +6,7 @@ The kernel never touches CUDA on this path: everything CUDA happens in the child
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
 import os
 import selectors
@@ -14,14 +14,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudadiag.classify import classify, first_error_line
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.isolate.job import Job, JobCell, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import (
     NVIDIA_BLOCKING,
     ROCM_BLOCKING,
@@ -33,6 +35,7 @@ from cudadiag.isolate.launcher import (
 )
 from cudadiag.isolate.output import ChildOutput
 from cudadiag.isolate.procgroup import describe, group_members, kill_group
+from cudadiag.store import IncidentStore
 
 if TYPE_CHECKING:
     from cudadiag.isolate.ranks import TorchrunJob
@@ -62,6 +65,9 @@ class IsolatedResult:
     """The child's pid, which is also its process group id."""
     message: str = ""
     """One line for the user when the run ended without an incident to show."""
+    start: str = ""
+    """How the process was made (warm or cold, and why cold) and whether the blocking
+    variables were in effect in it, as the child checked."""
 
 
 def run_isolated(
@@ -130,14 +136,15 @@ def run_script(
     `run.mode = "cli"`. With `ranks`, the script runs as every rank of a torchrun job
     (isolate/ranks.py) and the returncode is torchrun's. Raises ValueError for a timeout that
     is not a positive finite number, OSError when the interpreter cannot be started."""
-    script = {"target": target, "argv": list(argv), "module": module}
+    script = ScriptTarget(target, list(argv), module)
     launcher = SubprocessLauncher(python) if python else None
     return _execute([], script, blocking=blocking, timeout=timeout, env=env, ship=None,
                     trace=trace, precheck=precheck, rng_states=None, batch=None,
-                    launcher=launcher, output=ChildOutput(stream), store=store, ranks=ranks)
+                    launcher=launcher, output=ChildOutput(stream, shown_limit=None),
+                    store=store, ranks=ranks)
 
 
-def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
+def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
              blocking: bool, timeout: float | None, env: dict[str, str] | None,
              ship: dict[str, Any] | Path | None, trace: bool, precheck: bool,
              rng_states: dict[int, dict[str, Any]] | None, batch: tuple[int, Any] | None,
@@ -156,34 +163,35 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
             if name not in (env or {}):
                 child_env.pop(name, None)
     with tempfile.TemporaryDirectory(prefix="cudadiag-isolate-") as workdir:
-        job = _write_job(Path(workdir), numbered, ship, rng_states, settings, blocking,
-                         trace and blocking, precheck and blocking, extra)
-        if batch is not None:
-            _write_batch(Path(workdir), job, batch)
-        if script is not None:
-            job["script"] = script
-            Path(job["path"]).write_text(json.dumps(job))
+        job = Job(Path(workdir), [JobCell(n, s) for n, s in numbered], blocking=blocking,
+                  trace=trace and blocking, precheck=precheck and blocking,
+                  backend=settings.backend, env_vars=extra, script=script)
+        _fill_job(job, ship, rng_states, batch)
         if ranks is not None:
             launcher = ranks.prepare(Path(workdir))
-            job["ranks"] = str(ranks.folder)
-            Path(job["path"]).write_text(json.dumps(job))
+            job.ranks = str(ranks.folder)
+            job.write()
         started = time.perf_counter()
-        process = (launcher or SubprocessLauncher()).start(str(job["path"]), child_env)
         what = ("the job" if ranks is not None else "the script" if script is not None
                 else "the isolated run")
-        pump = _Pump(process, timeout, output, what)
-        pump.run()
+        with _interrupt_deferred() as interrupted:
+            process = (launcher or SubprocessLauncher()).start(str(job.path), child_env)
+            pump = _Pump(process, timeout, output, what)
+        if output.stream and getattr(process, "fallback", None):
+            print(f"cudadiag: cold start: {process.fallback}", flush=True)
+        pump.run(interrupted=bool(interrupted))
         wall = time.perf_counter() - started
-        result_path = Path(job["result"])
         if ranks is not None:
             child_result = ranks.collect(pump.timed_out or pump.interrupted)
         else:
-            child_result = json.loads(result_path.read_text()) if result_path.exists() else None
+            child_result = JobResult.read(job.result_path)
         result = IsolatedResult(
             incident=None, returncode=process.returncode, stdout=output.text("stdout"),
             stderr=output.text("stderr"), wall_s=wall, settings=settings,
             timed_out=pump.timed_out, interrupted=pump.interrupted,
             cells=[n for n, _ in numbered], pid=process.pid,
+            start="; ".join(filter(None, [child_result.blocking_check if child_result else "",
+                                          getattr(process, "how", "")])),
         )
         result.incident = _incident_of(result, child_result, blocking, extra)
         if result.incident is not None:
@@ -200,7 +208,7 @@ def _execute(numbered: list[tuple[int, str]], script: dict[str, Any] | None, *,
 
 
 def _complete(incident: Incident, output: ChildOutput, wall: float, returncode: int | None,
-              numbered: list[tuple[int, str]], script: dict[str, Any] | None) -> None:
+              numbered: list[tuple[int, str]], script: ScriptTarget | None) -> None:
     if output.device_lines:
         _add_device_lines(incident, "\n".join(output.device_lines))
     incident.run.wall_s = wall
@@ -208,8 +216,7 @@ def _complete(incident: Incident, output: ChildOutput, wall: float, returncode: 
     incident.run.sources = {str(n): source for n, source in numbered}
     if script is not None:
         incident.run.mode = "cli"
-        incident.run.command = (["-m"] if script["module"] else []) + [
-            script["target"], *script["argv"]]
+        incident.run.command = script.command()
 
 
 def _numbered(cells: Sequence[Any], code: str, target: int | None) -> list[tuple[int, str]]:
@@ -218,48 +225,20 @@ def _numbered(cells: Sequence[Any], code: str, target: int | None) -> list[tuple
     return [*[(int(n), s) for n, s in pairs if n != target], (target, code)]
 
 
-def _write_job(workdir: Path, cells: list[tuple[int, str]],
-               ship: dict[str, Any] | Path | None,
-               rng_states: dict[int, dict[str, Any]] | None, settings: BlockingSettings,
-               blocking: bool, trace: bool, precheck: bool,
-               env_vars: dict[str, str]) -> dict[str, Any]:
-    job: dict[str, Any] = {
-        "path": str(workdir / "job.json"),
-        "result": str(workdir / "result.json"),
-        "cells": [{"number": n, "source": s} for n, s in cells],
-        "blocking": blocking,
-        "trace": trace,
-        "precheck": precheck,
-        "backend": settings.backend,
-        "env_vars": env_vars,
-        "ship": None,
-        "rng": None,
-    }
+def _fill_job(job: Job, ship: dict[str, Any] | Path | None,
+              rng_states: dict[int, dict[str, Any]] | None,
+              batch: tuple[int, Any] | None) -> None:
+    """Put the shipped values, RNG states and replayed batch in the job's folder (a Path
+    `ship` is a file of values already pickled), then write the job file."""
     if isinstance(ship, Path):
-        job["ship"] = str(ship)
+        job.ship = ship
     elif ship:
-        import cloudpickle
-
-        job["ship"] = str(workdir / "ship.pkl")
-        with open(job["ship"], "wb") as f:
-            cloudpickle.dump(ship, f)
-    wanted = {n: rng_states[n] for n, _ in cells if rng_states and n in rng_states}
-    if wanted:
-        import torch
-
-        job["rng"] = str(workdir / "rng.pt")
-        torch.save(wanted, job["rng"])
-    Path(job["path"]).write_text(json.dumps(job))
-    return job
-
-
-def _write_batch(workdir: Path, job: dict[str, Any], batch: tuple[int, Any]) -> None:
-    import torch
-
-    step, data = batch
-    job["batch"] = {"step": step, "file": str(workdir / "batch.pt")}
-    torch.save(data, job["batch"]["file"])
-    Path(job["path"]).write_text(json.dumps(job))
+        job.ship_values(ship)
+    if rng_states:
+        job.save_rng_states(rng_states)
+    if batch is not None:
+        job.save_batch(*batch)
+    job.write()
 
 
 class _Pump:
@@ -277,12 +256,15 @@ class _Pump:
         self.timed_out = False
         self.interrupted = False
 
-    def run(self) -> None:
-        """Pump until the run has ended; never raises KeyboardInterrupt (see `interrupted`)."""
+    def run(self, interrupted: bool = False) -> None:
+        """Pump until the run has ended; never raises KeyboardInterrupt (see `interrupted`).
+        `interrupted`: the user interrupted while the child was starting: end it at once."""
         selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ, "stdout")
-        selector.register(self.process.stderr, selectors.EVENT_READ, "stderr")
         try:
+            selector.register(self.process.stdout, selectors.EVENT_READ, "stdout")
+            selector.register(self.process.stderr, selectors.EVENT_READ, "stderr")
+            if interrupted:
+                raise KeyboardInterrupt
             self._read(selector)
             self.process.wait()
         except KeyboardInterrupt:
@@ -335,11 +317,27 @@ class _Pump:
               f"{describe(left)}", file=sys.stderr, flush=True)
 
 
-def _incident_of(result: IsolatedResult, child: dict[str, Any] | None, blocking: bool,
+@contextlib.contextmanager
+def _interrupt_deferred() -> Iterator[list[bool]]:
+    """Hold Ctrl-C (SIGINT) back while the child is started: an interrupt inside Popen
+    would leave a child in its own session that nobody kills. Yields a list that holds True
+    once an interrupt came. Off the main thread (where no signal arrives) it holds nothing
+    back."""
+    received: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: received.append(True))
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _incident_of(result: IsolatedResult, child: JobResult | None, blocking: bool,
                  env_vars: dict[str, str]) -> Incident | None:
     if child is not None:
-        data = child.get("incident")
-        return Incident.from_dict(data) if data else None
+        return child.incident
     if result.timed_out or result.interrupted or result.returncode == 0:
         return None
     return _crash_incident(result, blocking, env_vars)
@@ -389,18 +387,15 @@ def _message(result: IsolatedResult, timeout: float | None, what: str) -> str:
     return ""
 
 
-def _store(incident: Incident, job: dict[str, Any]) -> None:
+def _store(incident: Incident, job: Job) -> None:
     """Append the incident to the log and keep the run's RNG states, recorded batch and
     shipped values beside it, so a later export can replay the same run."""
-    from cudadiag.kernel.store import IncidentStore
-
     store = IncidentStore()
     try:
         store.append(incident)
-        kept = [job["rng"], (job.get("batch") or {}).get("file")]
-        for path in map(Path, filter(None, kept)):
+        for path in job.kept_files():
             store.keep_run_file(incident.id, path)
-        not_kept = store.keep_shipped(incident.id, Path(job["ship"])) if job["ship"] else None
+        not_kept = store.keep_shipped(incident.id, job.ship) if job.ship else None
     except OSError as exc:
         print(f"cudadiag: could not write the incident log: {exc}", file=sys.stderr)
         return

@@ -1,16 +1,17 @@
 """The isolated child: `python -m cudadiag.isolate.worker JOB.json`.
 
-Its environment (blocking launches) was fixed by the launcher before this interpreter
-started. It replays the planned cells in a fresh `__main__`, each from the RNG states recorded
-before it ran in the kernel, compiled under `<cudadiag In[N]>` so tracebacks point at notebook
-cells, with the op tracer active. The first exception becomes the incident; later ones are its
-consequences. The incident is written as JSON to the job's result path.
+Its environment (blocking launches) was fixed by the launcher before anything could initialise
+CUDA (before this interpreter started, or first thing after a fork server forked it); the
+worker checks it and says so in the run's result. It replays the planned cells in a fresh
+`__main__`, each from the RNG states recorded before it ran in the kernel, compiled under
+`<cudadiag In[N]>` so tracebacks point at notebook cells, with the op tracer active. The first
+exception becomes the incident; later ones are its consequences. The incident is written as
+JSON to the job's result path.
 """
 
 from __future__ import annotations
 
 import builtins
-import json
 import linecache
 import os
 import random
@@ -26,7 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.isolate import rankfiles
+from cudadiag.isolate.job import Job, JobResult, ScriptTarget
+from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
 from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
+
+BLOCKING_VARIABLES = (*NVIDIA_BLOCKING, *ROCM_BLOCKING)
 
 CELL_FILENAME = "<cudadiag In[{}]>"
 _CELL_FILENAME_RE = re.compile(r"^<cudadiag In\[(\d+)\]>$")
@@ -45,22 +50,48 @@ def main(argv: list[str]) -> int:
     through fds 1/2, which reads them there: a pipe inside this process would lose the last
     ones when the process aborts.
     """
-    job = json.loads(Path(argv[1]).read_text())
-    rankfiles.begin(job)
+    job = Job.read(Path(argv[1]))
+    rankfiles.begin(job.ranks)
     started = time.perf_counter()
+    check = blocking_check(job)
     try:
         result = run_job(job)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    result["wall_s"] = time.perf_counter() - started
-    if not rankfiles.finish(result):
-        Path(job["result"]).write_text(json.dumps(result, default=str))
-    return result["exit_code"]
+    result.wall_s = time.perf_counter() - started
+    result.blocking_check = check
+    if not rankfiles.finish(result.exit_code, result.incident):
+        result.write(job.result_path)
+    return result.exit_code
 
 
-def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    """Execute the job's cells; return {"incident": dict | None, "cells": [...]}."""
+def blocking_check(job: Job) -> str:
+    """Return one line saying whether the run's blocking variables are in effect: set in the
+    process's C environment (what the CUDA and HIP runtimes read when they initialise) with
+    the run's values, CUDA not yet initialised. Reads only; call it before any CUDA work."""
+    import ctypes
+
+    import torch
+
+    getenv = ctypes.CDLL(None).getenv
+    getenv.argtypes, getenv.restype = [ctypes.c_char_p], ctypes.c_char_p
+    seen = {name: (getenv(name.encode()) or b"").decode() for name in BLOCKING_VARIABLES}
+    wanted = {k: v for k, v in job.env_vars.items() if k in BLOCKING_VARIABLES}
+    if torch.cuda.is_initialized():
+        return "NOT in effect: CUDA was initialised before the run's variables could act"
+    wrong = [f"{k}={seen[k] or '(unset)'}" for k, v in wanted.items() if seen[k] != v]
+    if wrong:
+        return f"NOT in effect in the child: {', '.join(wrong)}"
+    if not wanted:
+        return "no blocking variable in the child" if not any(seen.values()) else (
+            "set in the child: " + ", ".join(f"{k}={v}" for k, v in seen.items() if v))
+    return "checked in the child before CUDA initialised"
+
+
+def run_job(job: Job) -> JobResult:
+    """Execute the job's script and cells; return the incident of the first failure (None
+    when nothing failed) and the exit code."""
     import torch  # only now: the environment is already final
 
     from cudadiag.batch import new_cell
@@ -68,42 +99,40 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     from cudadiag.trace import OpTracer
 
     namespace = _fresh_main()
-    namespace.update(_load_shipped(job.get("ship")))
-    if job.get("batch"):
+    namespace.update(_load_shipped(job.ship))
+    if job.batch_path is not None and job.batch_step is not None:
         from cudadiag.batch import replay_batch
 
-        recorded = job["batch"]
-        replay_batch(recorded["step"], torch.load(recorded["file"], weights_only=False))
-    rng = torch.load(job["rng"], weights_only=False) if job.get("rng") else {}
-    tracer = OpTracer(precheck=job.get("precheck", True)) if job.get("trace", True) else None
+        replay_batch(job.batch_step, torch.load(job.batch_path, weights_only=False))
+    rng = torch.load(job.rng_path, weights_only=False) if job.rng_path else {}
+    tracer = OpTracer(precheck=job.precheck) if job.trace else None
     failures: list[tuple[BaseException, int | None]] = []
     loop = None
     exit_code = 0
     cwd = os.getcwd()
-    opened = _record_files_read(exclude=[os.path.dirname(job["path"])])
+    opened = _record_files_read(exclude=[str(job.folder)])
     with tracer or nullcontext():
-        if job.get("script"):
-            exit_code = _run_script(job["script"], failures)
-        for position, cell in enumerate(job["cells"], start=1):
-            _restore_rng(rng.get(cell["number"]), torch)
+        if job.script is not None:
+            exit_code = _run_script(job.script, failures)
+        for position, cell in enumerate(job.cells, start=1):
+            _restore_rng(rng.get(cell.number), torch)
             new_cell()
-            _mark(cell["number"], TARGET if position == len(job["cells"]) else REPLAY)
+            _mark(cell.number, TARGET if position == len(job.cells) else REPLAY)
             try:
-                _run_cell(cell["number"], cell["source"], namespace)
+                _run_cell(cell.number, cell.source, namespace)
             except (Exception, SystemExit) as exc:
                 rankfiles.note_exception(exc)
-                failures.append((exc, cell["number"]))
+                failures.append((exc, cell.number))
                 if len(failures) == 1:  # read now: later cells change the namespace
                     loop = loop_context(exc, cell_of)
     files_read = list(opened)  # before cudadiag's own reading of the incident
-    cells = [c["number"] for c in job["cells"]]
     if not failures:
-        return {"incident": None, "cells": cells, "exit_code": exit_code}
+        return JobResult(None, exit_code)
     incident = _incident(failures, job, tracer)
     incident.loop = loop or loop_context(failures[0][0], cell_of)
     incident.run.cwd = cwd
     incident.run.files_read = files_read
-    return {"incident": incident.to_dict(), "cells": cells, "exit_code": 1}
+    return JobResult(incident, 1)
 
 
 def _record_files_read(exclude: list[str]) -> dict[str, None]:
@@ -138,14 +167,14 @@ def _record_files_read(exclude: list[str]) -> dict[str, None]:
 _CODE_SUFFIXES = (".py", ".pyc", ".so", ".pyd", ".pth")
 
 
-def _run_script(script: dict[str, Any], failures: list[tuple[BaseException, int | None]]
+def _run_script(script: ScriptTarget, failures: list[tuple[BaseException, int | None]]
                 ) -> int:
     """Run a script or module as `python SCRIPT ARGS` / `python -m MODULE ARGS` would;
     return its exit code (an uncaught exception is recorded and gives 1)."""
-    target = script["target"]
-    sys.argv = [target, *script["argv"]]
+    target = script.target
+    sys.argv = [target, *script.argv]
     try:
-        if script["module"]:
+        if script.module:
             sys.path.insert(0, os.getcwd())
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
@@ -231,7 +260,7 @@ def _fresh_main() -> dict[str, Any]:
     return module.__dict__
 
 
-def _load_shipped(path: str | None) -> dict[str, Any]:
+def _load_shipped(path: Path | None) -> dict[str, Any]:
     if not path:
         return {}
     import cloudpickle
@@ -257,7 +286,7 @@ def _restore_rng(states: dict[str, Any] | None, torch: Any) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def _incident(failures: list[tuple[BaseException, int | None]], job: dict[str, Any],
+def _incident(failures: list[tuple[BaseException, int | None]], job: Job,
               tracer: Any) -> Any:
     from cudadiag.advice import add_fitting_checks
     from cudadiag.classify import classify
@@ -291,11 +320,9 @@ def _incident(failures: list[tuple[BaseException, int | None]], job: dict[str, A
         diagnosis=diagnosis,
         op=op,
         env=collect_env(),
-        run=RunInfo(mode="isolated", blocking=job.get("blocking", True),
-                    env_vars=job.get("env_vars", {}),
-                    cells=[c["number"] for c in job["cells"]],
-                    simulated=raised_on_simulator(exc),
-                    batch_replay=(job.get("batch") or {}).get("step")),
+        run=RunInfo(mode="isolated", blocking=job.blocking, env_vars=job.env_vars,
+                    cells=[c.number for c in job.cells],
+                    simulated=raised_on_simulator(exc), batch_replay=job.batch_step),
     )
     attach_batch(incident)
     add_fitting_checks(incident, violation)

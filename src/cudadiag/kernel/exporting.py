@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.incident import Incident
-from cudadiag.kernel.store import IncidentStore
 from cudadiag.repro.export import ExportError, ReproInputs, export_repro
 from cudadiag.repro.minimize import MinimizeError, MinimizeInterrupted, Progress
+from cudadiag.store import IncidentStore
 from cudadiag.ui.render import render_export
 
 THREAD_NAME = "cudadiag export"

@@ -28,8 +28,8 @@ from cudadiag.incident import (
     exception_chain,
     qualified_type_name,
 )
-from cudadiag.kernel.store import IncidentNotSaved, IncidentStore
 from cudadiag.loopvars import loop_context
+from cudadiag.store import IncidentNotSaved, IncidentStore
 from cudadiag.ui import render
 
 RNG_CELLS_KEPT = 256

@@ -12,9 +12,11 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from cudadiag.argtypes import positive_seconds, processes_per_node
+from cudadiag.errors import CudadiagError, IsolatedRunFailed
 from cudadiag.kernel.hooks import KernelCapture
-from cudadiag.kernel.store import IncidentNotFound, IncidentStore
+from cudadiag.listing_options import add_listing_options
 from cudadiag.repro.options import add_export_options
+from cudadiag.store import IncidentNotFound, IncidentStore
 from cudadiag.ui import render
 
 if TYPE_CHECKING:
@@ -22,22 +24,6 @@ if TYPE_CHECKING:
     from cudadiag.isolate.runner import IsolatedResult
 
 _captures: dict[int, KernelCapture] = {}
-
-
-class IsolatedRunFailed(RuntimeError):
-    """A `%%blocking_launch` body failed in its fresh process; the message is the one-line
-    diagnosis. cudadiag has already reported it (`cudadiag_reported`): the isolated incident
-    `incident_id` is the record, so the kernel capture does not file it again."""
-
-    cudadiag_reported = True
-
-    def __init__(self, message: str, incident_id: str | None) -> None:
-        super().__init__(message)
-        self.incident_id = incident_id
-
-    def _render_traceback_(self) -> list[str]:
-        """What IPython shows instead of a traceback into cudadiag's own code."""
-        return [f"{type(self).__name__}: {self}"]
 
 
 class _MagicParser(argparse.ArgumentParser):
@@ -53,8 +39,9 @@ class _MagicParser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _MagicParser(prog="%cudadiag", description="Browse cudadiag's incident log.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_MagicParser)
-    listing = sub.add_parser("incidents", help="list recorded incidents, oldest first")
-    listing.add_argument("--family", help="only incidents of this family (e.g. device_assert)")
+    listing = sub.add_parser("incidents", help="list recorded incidents, oldest first; "
+                                               "--stats, --prune")
+    add_listing_options(listing)
     show = sub.add_parser("show", help="print one incident in full (default: the newest)")
     show.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
     panel = sub.add_parser("panel", help="show the incident panel (default: the newest)")
@@ -70,6 +57,13 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--wait", action="store_true",
                         help="minimize in the foreground even in a notebook (for nbconvert "
                              "or papermill runs, which end with the last cell)")
+    checkpoints = sub.add_parser("checkpoints", help="list the checkpoints of a directory with "
+                                                     "their verdicts (trusted or why not)")
+    checkpoints.add_argument("directory", nargs="?", default=".",
+                             help="the checkpoint directory (default: the current one)")
+    checkpoints.add_argument("--before", metavar="ID",
+                             help="trust only checkpoints written before this incident "
+                                  "(default: the first sticky incident of this kernel)")
     return parser
 
 
@@ -114,6 +108,9 @@ def _isolation_options(func: Any) -> Any:
         argument("--no-precheck", action="store_true",
                  help="let index-taking kernels run unchecked, to see the raw CUDA error"),
         argument("--no-trace", action="store_true", help="do not record aten operators"),
+        argument("--cold", action="store_true",
+                 help="start a new interpreter for the run instead of forking the kernel's "
+                      "warm one (no warm imports)"),
         argument("--batch", metavar="last|STEP",
                  help="replay one batch recorded by watch(): the child's watch() yields "
                       "only that batch, with its original step number"),
@@ -132,31 +129,43 @@ class CudadiagMagics(Magics):
     """Magics registered by `%load_ext cudadiag`."""
 
     @line_magic
-    def cudadiag(self, line: str) -> None:
+    def cudadiag(self, line: str) -> Any:
         """Browse the incident log.
 
-        %cudadiag incidents [--family F]   list incidents (id, time, family, cell, summary)
+        %cudadiag incidents [--family F] [--since WHEN] [--mode M] [--cell N]
+                                           list incidents (id, time, family, cell, summary)
+        %cudadiag incidents --stats | --prune [--keep N] [--keep-days D]
+                                           the log's size and retention; prune it now
         %cudadiag show [ID]                print one incident in full (default: the newest)
         %cudadiag panel [ID]               the incident panel: browse, re-run, report
         %cudadiag report [ID]              a scrubbed Markdown report for an issue tracker
         %cudadiag export [ID] [PATH.ipynb] minimize, export and verify a repro notebook
+        %cudadiag checkpoints [DIR] [--before ID]
+                                           the checkpoints of DIR, newest first: trusted, or
+                                           why not (hash, NaN/Inf, written after the error)
         %cudadiag explain [--json] [FILE | TEXT]
                                            diagnose a log file, pasted text, or (with no
                                            argument) the last error of this kernel
+        %cudadiag validate [N] [--all]     re-run a loop's cell over the steps that matter
+                                           (or every step) in a fresh process; count samples
         """
         command, _, rest = line.strip().partition(" ")
         if command == "explain":
             _explain(self.shell, rest.strip())
             return
+        if command == "validate":
+            from cudadiag.kernel.validating import validate_in_shell
+
+            return validate_in_shell(self.shell, rest)
         args = _parser().parse_args(_split(line))
         store = capture_for(self.shell).store
         if args.command == "incidents":
-            contents = store.contents()
-            incidents, newer = contents.incidents, contents.newer
-            if args.family:
-                incidents = [i for i in incidents if i.diagnosis.family == args.family]
-                newer = [r for r in newer if r.family == args.family]
-            print(render.render_table(incidents, newer))
+            from cudadiag.listing import run_listing
+
+            try:
+                print(run_listing(args, store))
+            except CudadiagError as exc:
+                raise UsageError(str(exc)) from None
         elif args.command == "show":
             try:
                 print(render.render_text(store.get(args.id)))
@@ -171,6 +180,8 @@ class CudadiagMagics(Magics):
                 print(render_report(store.get(args.id)))
             except IncidentNotFound as exc:
                 raise UsageError(str(exc)) from None
+        elif args.command == "checkpoints":
+            _checkpoints(args)
         elif args.command == "panel":
             from IPython.display import display
 
@@ -186,6 +197,16 @@ class CudadiagMagics(Magics):
               help="execution count of the cell to re-run (default: the cell of the latest "
                    "incident of this kernel)")
     @_isolation_options
+    @argument("--from-checkpoint", metavar="PATH|DIR|latest",
+              help="load this checkpoint (a file, the newest trusted one of a directory, or "
+                   "`latest`: of the directory this kernel last saved to with "
+                   "cudadiag.checkpoint.save) as `ckpt` instead of replaying the cells that "
+                   "trained the restored objects; it must be trusted (see %%cudadiag "
+                   "checkpoints)")
+    @argument("--restore", action="append", default=[], metavar="NAME=EXPR",
+              help="with --from-checkpoint: what to restore before the cell runs, e.g. "
+                   "model=ckpt['model'] (load_state_dict into the object when it has one, "
+                   "else bind the name); repeatable")
     @line_magic
     def cuda_isolate(self, line: str) -> None:
         """Re-run a suspect cell in a fresh process with blocking launches.
@@ -194,7 +215,12 @@ class CudadiagMagics(Magics):
         their values), starts each from the RNG states it had, and records which aten
         operator raised, with its arguments; index-taking operators are checked before they
         run. Only the suspect cell's output is printed live; each replayed cell's output is
-        folded into one line (--show-replay prints it). Works in a kernel whose CUDA context
+        folded into one line (--show-replay prints it). The fresh process is forked from the
+        kernel's warm interpreter (started in the background by %load_ext, torch imported,
+        CUDA never initialised; the blocking variables are set in the child before any CUDA
+        call), in a fraction of a second; when it cannot be (still starting, dead, no safe
+        fork here), the run is a cold start and one line says why; --cold asks for one.
+        Works in a kernel whose CUDA context
         is already unusable: the kernel itself never touches CUDA here, and its variables,
         devices and RNG are left untouched (the isolated run's variables are not brought
         back). The first line of the result says whether the run failed as the cell's
@@ -286,6 +312,17 @@ def _explain(shell: Any, argument: str) -> None:
         print(render.render_explanation(explanation, source))
 
 
+def _checkpoints(args: Any) -> None:
+    """`%cudadiag checkpoints`: each checkpoint of the directory with its verdict."""
+    from cudadiag import checkpoint
+
+    try:
+        verdicts = checkpoint.review(args.directory, before=args.before)
+    except (NotADirectoryError, IncidentNotFound, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    print(render.render_checkpoints(args.directory, verdicts))
+
+
 def capture_for(shell: Any) -> KernelCapture:
     """Return the capture state of `shell`, creating it (unregistered) if needed."""
     capture = _captures.get(id(shell))
@@ -332,6 +369,7 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
     import os
 
     from cudadiag.repro.export import ReproInputs, failed_cells, stored_inputs
+    from cudadiag.repro.staging import ExportError
 
     if incident.run.mode != "kernel":
         return stored_inputs(incident, store)
@@ -340,12 +378,12 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
     history = _history(shell)
     cell = incident.run.cells[0] if incident.run.cells else None
     if cell is None or cell not in history:
-        raise ValueError(f"incident {incident.id} did not come from this kernel's history; "
+        raise ExportError(f"incident {incident.id} did not come from this kernel's history; "
                          "export an isolated incident instead")
     try:
         plan = make_plan(history, cell, shell.user_ns, ship="none")
     except PlanError as exc:
-        raise ValueError(str(exc)) from None
+        raise ExportError(str(exc)) from None
     batch = None
     if incident.step is not None:
         try:
@@ -380,13 +418,16 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
         n.strip() for n in args.ship.split(",") if n.strip()]
     if ship == "auto" and args.nproc_per_node is not None:
         ship = "none"  # each rank makes its own values: its rank, its process group
+    restore = _restore_assignments(args)
     try:
         cells = [int(n) for n in args.cells.split(",")] if args.cells else None
         env = dict(_key_value(item) for item in args.env)
         plan = make_plan(history, target, shell.user_ns, ship=ship, cells=cells,
-                         allow_side_effects=args.allow_side_effects)
+                         allow_side_effects=args.allow_side_effects,
+                         restore=[name for name, _ in restore])
     except (PlanError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    restore_cell = _restore_cell(args.from_checkpoint, restore) if restore else None
     print(plan.describe(), flush=True)
     if args.dry_run:
         return None
@@ -395,7 +436,7 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
     recorded = _recorded_batch(args.batch) if args.batch else None
     original = _original_incident(shell, target, history[target])
     try:
-        result = _isolated_run(shell, plan, target, args, env, recorded)
+        result = _isolated_run(shell, plan, target, args, env, recorded, restore_cell)
     except (OSError, ValueError) as exc:  # Windows, no interpreter
         raise UsageError(f"cannot run isolated: {exc}") from None
     ended = not (result.timed_out or result.interrupted)
@@ -407,21 +448,61 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
 def _original_incident(shell: Any, cell: int, source: str) -> Incident | None:
     """The kernel's latest incident for cell `cell` (filed with this very source, so a cell
     of another kernel with the same number does not count), if there is one."""
+    store = capture_for(shell).store
     try:
-        found = capture_for(shell).store.load()
-    except OSError:
+        listed = [e for e in store.entries() if e.mode == "kernel" and e.cell == cell]
+        for entry in reversed(listed):
+            incident = store.read(entry)
+            if incident.run.cells == [cell] and incident.run.sources.get(str(cell)) == source:
+                return incident
+    except (OSError, IncidentNotFound):
         return None
-    for incident in reversed(found):
-        if (incident.run.mode == "kernel" and incident.run.cells == [cell]
-                and incident.run.sources.get(str(cell)) == source):
-            return incident
     return None
 
 
+def _restore_assignments(args: Any) -> list[tuple[str, str]]:
+    """The (name, expression) pairs of --restore; UsageError unless they come with
+    --from-checkpoint and read as Python."""
+    from_checkpoint = getattr(args, "from_checkpoint", None)
+    pairs = getattr(args, "restore", None) or []
+    if bool(from_checkpoint) != bool(pairs):
+        raise UsageError("--from-checkpoint and --restore go together: %cuda_isolate "
+                         "--from-checkpoint latest --restore model=ckpt['model']")
+    assignments = []
+    for quoted in pairs:
+        # IPython's magic parser keeps the quotes around a spaced argument
+        item = quoted[1:-1] if len(quoted) > 1 and quoted[0] == quoted[-1] in "'\"" else quoted
+        name, sep, expression = (part.strip() for part in item.partition("="))
+        if not sep or not name.isidentifier() or not expression:
+            raise UsageError(f"--restore takes NAME=EXPR, e.g. model=ckpt['model'], not {item!r}")
+        try:
+            compile(expression, "--restore", "eval")
+        except SyntaxError as exc:
+            raise UsageError(f"--restore {item}: {exc.msg}") from None
+        assignments.append((name, expression))
+    return assignments
+
+
+def _restore_cell(spec: str, assignments: list[tuple[str, str]]) -> tuple[int, str]:
+    """The replayed step that restores the checkpoint (as cell 0, just before the target).
+    The kernel only reads the checkpoint's manifest and hash: loading is the child's."""
+    from cudadiag import checkpoint
+
+    try:
+        chosen = checkpoint.resolve(spec)
+    except checkpoint.CheckpointError as exc:
+        raise UsageError(f"--from-checkpoint {spec}: {exc}") from None
+    print(f"checkpoint: {chosen.path} (step {chosen.step}, written {chosen.written_at}), "
+          "trusted", flush=True)
+    return 0, checkpoint.restore_code(chosen.path.resolve(), assignments)
+
+
 def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, str],
-                  recorded: tuple[int, Any] | None) -> Any:
+                  recorded: tuple[int, Any] | None,
+                  restore_cell: tuple[int, str] | None = None) -> Any:
     from cudadiag.isolate.ranks import TorchrunJob
     from cudadiag.isolate.runner import run_isolated
+    from cudadiag.isolate.warm import WarmLauncher
 
     capture = capture_for(shell)
     ranks = None
@@ -430,7 +511,8 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
                             sys.executable)
     return run_isolated(
         plan.sources[target],
-        cells=[(n, plan.sources[n]) for n in plan.replay if n != target],
+        cells=[(n, plan.sources[n]) for n in plan.replay if n != target]
+        + ([restore_cell] if restore_cell else []),
         target_cell=target,
         ship={name: shell.user_ns[name] for name in plan.ship},
         rng_states=capture.rng_states_including_running(target),
@@ -442,6 +524,7 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
         batch=recorded,
         show_replay=args.show_replay,
         ranks=ranks,
+        launcher=WarmLauncher(cold=args.cold) if ranks is None else None,
     )
 
 
@@ -469,15 +552,35 @@ def _key_value(item: str) -> tuple[str, str]:
 
 
 def load(shell: Any) -> None:
-    """Register the callbacks and magics on `shell`; ingest the error that just happened."""
+    """Register the callbacks and magics on `shell`; ingest the error that just happened;
+    start the kernel's warm interpreter in the background."""
+    from cudadiag import checkpoint
+    from cudadiag.isolate import warm
+
     capture = capture_for(shell)
     capture.register()
+    checkpoint.follow_incidents(capture)
     shell.register_magics(CudadiagMagics)
+    from cudadiag.kernel.compare_magics import CompareMagics
+    from cudadiag.steps import start_profiling
+
+    shell.register_magics(CompareMagics)
+    # the running cell is the last of the raw history (IPython 8 and 9 differ on when
+    # execution_count moves)
+    start_profiling(lambda: len(shell.history_manager.input_hist_raw) - 1)
     capture.ingest_last_error()
+    warm.start()
 
 
 def unload(shell: Any) -> None:
-    """Remove the callbacks and the sticky warnings from `shell`."""
+    """Remove the callbacks and the sticky warnings from `shell`; stop the kernel's warm
+    interpreter."""
+    from cudadiag import checkpoint
+    from cudadiag.isolate import warm
+
     capture = _captures.pop(id(shell), None)
     if capture is not None:
         capture.unregister()
+        if checkpoint.followed_incidents() is capture:
+            checkpoint.follow_incidents(None)
+    warm.stop()

@@ -87,8 +87,10 @@ def build_document(incident: Incident, program: Program, stem: str, *,
         values = _values_block(program.values, stem, side)
         batch = _batch_block(program.batch, stem, side)
         rng = _rng_block(states, stem, side)
-    setup += [b for b in (values, batch, rng) if b]
     bundle = program.bundle
+    if bundle is not None and bundle.copied:
+        setup.append(_bundle_folder_block(bundle.folder))  # before the side files are read
+    setup += [b for b in (values, batch, rng) if b]
     if bundle is not None:
         for source, copy in bundle.copied.items():
             side.append(SideFile(copy, Path(source).read_bytes()))
@@ -154,6 +156,27 @@ def _blocking_block(variables: dict[str, str]) -> str:
              "# CUDA initialises). Never time anything with them on.", "import os", ""]
     lines += [f'os.environ["{k}"] = "{v}"' for k, v in variables.items()]
     return "\n".join(lines)
+
+
+def _bundle_folder_block(folder: str) -> str:
+    """Code that moves to the repro's own folder, where `folder` (the bundled files, named
+    relative to it in the code) is, wherever the repro was started from: a script knows its
+    `__file__`; a notebook's kernel starts in its folder in Jupyter, and VS Code and Jupyter
+    Server name the notebook (nbclient and papermill may start it elsewhere)."""
+    return "\n".join([
+        f"# The program reads the copies in {folder}/ beside this repro: run it from there,",
+        "# wherever it was started.",
+        "import os", "",
+        "_places = [os.path.dirname(os.path.abspath(p)) for p in (",
+        "    globals().get('__file__'), globals().get('__vsc_ipynb_file__'),",
+        "    os.environ.get('JPY_SESSION_NAME')) if p] + [os.getcwd()]",
+        f"_beside = [p for p in _places if os.path.isdir(os.path.join(p, {folder!r}))]",
+        "if not _beside:",
+        f"    raise FileNotFoundError({folder + '/ (the data this repro reads) is not here: '!r}",
+        "                            'keep it beside the repro and start the repro from its '",
+        "                            'folder')",
+        "os.chdir(_beside[0])",
+    ])
 
 
 def _closing(incident: Incident) -> str:

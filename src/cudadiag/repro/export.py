@@ -12,7 +12,7 @@ from typing import Any
 
 from cudadiag.incident import Incident
 from cudadiag.isolate.cellfacts import analyse_cell
-from cudadiag.kernel.store import IncidentStore
+from cudadiag.isolate.job import BATCH_FILE, RNG_FILE
 from cudadiag.own_work import outside_user_modes
 from cudadiag.repro.bundle import plan_bundle
 from cudadiag.repro.document import Program, build_document
@@ -21,6 +21,7 @@ from cudadiag.repro.notebook import ExportResult, write_and_verify
 from cudadiag.repro.options import DEFAULT_TIMEOUT_S, SUFFIXES
 from cudadiag.repro.script import write_and_verify_script
 from cudadiag.repro.staging import ExportError, check_target
+from cudadiag.store import IncidentStore
 
 SCRIPT_CELL = 1
 """The cell number a script's source gets in the minimizer and the repro."""
@@ -107,19 +108,19 @@ def export_repro(incident: Incident, path: str | Path, inputs: ReproInputs, *,
 
 def stored_inputs(incident: Incident, store: IncidentStore | None = None) -> ReproInputs:
     """The inputs an isolated or `cudadiag run` incident left in the log: its cells (or its
-    script), and the RNG states, batch and shipped values kept beside it. Raises ValueError
+    script), and the RNG states, batch and shipped values kept beside it. Raises ExportError
     when the incident has nothing to replay, or its shipped values were not kept."""
     if incident.run.mode == "cli":
         return _script_inputs(incident)
     if not incident.run.sources:
-        raise ValueError(
+        raise ExportError(
             f"incident {incident.id} ({incident.run.mode} run) has no cells to replay; in the "
             "notebook, run %cuda_isolate on its cell, then export that isolated incident")
     import torch
 
     store = store or IncidentStore()
     folder = store.run_files(incident.id)
-    rng_file, batch_file = folder / "rng.pt", folder / "batch.pt"
+    rng_file, batch_file = folder / RNG_FILE, folder / BATCH_FILE
     with outside_user_modes():  # cudadiag's own files, not the user's (simulated) device
         rng = torch.load(rng_file, weights_only=False) if rng_file.exists() else None
         batch = None
@@ -128,7 +129,7 @@ def stored_inputs(incident: Incident, store: IncidentStore | None = None) -> Rep
     ship = store.shipped_file(incident.id) if incident.run.shipped else None
     if incident.run.shipped and ship is None:
         names = ", ".join(incident.run.shipped)
-        raise ValueError(
+        raise ExportError(
             f"incident {incident.id} received {names} from the kernel, and those values were "
             "not kept (too large, or dropped to make room); re-run %cuda_isolate with "
             "--ship none and export that incident")
@@ -148,14 +149,14 @@ def failed_cells(incident: Incident) -> list[tuple[int, int]]:
 def _script_inputs(incident: Incident) -> ReproInputs:
     command = incident.run.command
     if not command or command[0] == "-m":
-        raise ValueError(f"incident {incident.id} ran a module (python -m); only scripts can "
+        raise ExportError(f"incident {incident.id} ran a module (python -m); only scripts can "
                          "be exported: run the module's file with cudadiag run")
     cwd = incident.run.cwd or os.getcwd()
     script = os.path.join(cwd, command[0])
     try:
         source = Path(script).read_text()
     except OSError as exc:
-        raise ValueError(f"incident {incident.id}: cannot read its script {script}: "
+        raise ExportError(f"incident {incident.id}: cannot read its script {script}: "
                          f"{exc.strerror}") from None
     folder = os.path.dirname(command[0])
     setup = "\n".join([

@@ -23,9 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudadiag.errors import MinimizeError, MinimizeInterrupted
 from cudadiag.incident import Incident
+from cudadiag.isolate import warm
 from cudadiag.isolate.launcher import ForkServerLauncher, Launcher
 from cudadiag.isolate.runner import run_isolated
+from cudadiag.isolate.warm import WarmLauncher
 from cudadiag.repro import loops
 from cudadiag.repro.dependencies import Admissible, Unit, statements
 
@@ -34,14 +37,6 @@ Progress = Callable[[int, int, str], None]
 
 SETUP_CELL = 0
 """The number of the setup cell (a script's command line): run first, never removed."""
-
-
-class MinimizeError(RuntimeError):
-    """The program to minimize does not fail the way the incident says."""
-
-
-class MinimizeInterrupted(MinimizeError):
-    """Ctrl-C before the full program's run finished: there is nothing to keep."""
 
 
 @dataclass(frozen=True)
@@ -238,8 +233,10 @@ def minimize(
     MinimizeError when the program does not fail, or fails as another family.
     """
     started = time.monotonic()
-    owned = launcher is None
-    launcher = launcher or ForkServerLauncher(cwd=cwd)
+    # the kernel's warm interpreter when there is one, else our own; cold without a safe fork
+    owned = launcher is None and warm.current() is None and warm.unsupported() is None
+    if launcher is None:
+        launcher = ForkServerLauncher(cwd=cwd) if owned else WarmLauncher(cwd=cwd, wait=None)
     units = statements(cells)
     site = loops.find_loop(units, list(failed_at))
     try:

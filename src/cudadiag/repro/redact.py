@@ -142,6 +142,11 @@ class Redactor:
             return [self.strings(item) for item in value]
         return value
 
+    def secrets_masked(self, text: str, context: str = "") -> str:
+        """Return `text` with only its secret values masked (those found in `text` or in the
+        `context` around it, e.g. `name=value`); paths, names and addresses are kept."""
+        return _mask(text, self.secrets_in(context or text)) if text else text
+
     def secrets_in(self, text: str) -> dict[str, str]:
         """Return the secret values `text` holds, each with its placeholder."""
         found = {value: f"[REDACTED:{name}]" for value, name in self._env_secrets

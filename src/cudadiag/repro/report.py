@@ -77,6 +77,8 @@ def _env_lines(incident: Incident) -> list[str]:
         lines.append(f"build arch list {' '.join(env.arch_list)}")
     if env.extensions:
         lines.append("extensions " + ", ".join(f"{k} {v}" for k, v in env.extensions.items()))
+    lines += [f"compatibility check {c.status}: {c.name}: {c.reason}" for c in env.compat
+              if c.status in ("fail", "warn")]
     return lines
 
 

@@ -17,9 +17,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-
-class ExportError(RuntimeError):
-    """The repro could not be written; nothing was left behind. The message says why."""
+from cudadiag.errors import ExportError
 
 
 def check_target(path: Path, suffixes: tuple[str, ...]) -> None:

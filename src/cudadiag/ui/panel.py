@@ -8,23 +8,29 @@ displayed object's mime bundle still carries `text/html` and `text/plain` render
 from __future__ import annotations
 
 from html import escape
+from operator import itemgetter
 from typing import Any
 
 import ipywidgets as widgets
 
+from cudadiag.errors import IncidentNotFound
 from cudadiag.incident import Incident
-from cudadiag.kernel.store import IncidentStore
+from cudadiag.incident_index import IndexEntry, by_id, entry_for_incident, failing_cell
 from cudadiag.repro.report import render_report
-from cudadiag.ui import render
+from cudadiag.store import IncidentStore
+from cudadiag.ui import render, results
 
+PAGE_SIZE = 50
+"""Incidents per page of the selector (newest first)."""
 TABS = (
     ("First error", ("error", "loop")),
     ("Batch", ("batch",)),
     ("Next checks", ("checks", "avoid")),
-    ("Environment", ("env",)),
+    ("Environment", ("compat", "env")),
     ("Later errors", ("later", "ranks")),
 )
 ALL_FAMILIES = "all families"
+by_family = itemgetter(2)
 
 
 class Panel(widgets.VBox):
@@ -37,10 +43,10 @@ class Panel(widgets.VBox):
         self.add_class("cudadiag-panel")
         self.store = store or IncidentStore()
         self.shell = shell
-        self.known = self.store.load()
-        if isinstance(incident, Incident) and all(i.id != incident.id for i in self.known):
-            self.known.append(incident)
+        self._given = incident if isinstance(incident, Incident) else None
+        self._load_entries(self._given)
         self.incident = self._pick(incident)
+        self.page = 0
         self.header = widgets.HTML()
         self.banner = widgets.HTML()
         self.tabs = widgets.Tab()
@@ -51,6 +57,13 @@ class Panel(widgets.VBox):
                                        value=ALL_FAMILIES)
         self.selector = widgets.Dropdown(description="Incident",
                                          layout=widgets.Layout(width="60%"))
+        self.newer = widgets.Button(description="newer", icon="chevron-left",
+                                    tooltip=f"the {PAGE_SIZE} newer incidents",
+                                    layout=widgets.Layout(width="auto"))
+        self.older = widgets.Button(description="older", icon="chevron-right",
+                                    tooltip=f"the {PAGE_SIZE} older incidents",
+                                    layout=widgets.Layout(width="auto"))
+        self.position = widgets.Label()
         self.rerun = widgets.Button(description="Re-run isolated with blocking launches",
                                     icon="play", layout=widgets.Layout(width="auto"))
         # A kernel cannot write to the browser's clipboard: the report is shown ready to copy.
@@ -58,6 +71,8 @@ class Panel(widgets.VBox):
                                    tooltip="show the Markdown report, ready to copy")
         self.family.observe(self._on_family, names="value")
         self.selector.observe(self._on_select, names="value")
+        self.newer.on_click(lambda _button: self._turn(-1))
+        self.older.on_click(lambda _button: self._turn(+1))
         self.rerun.on_click(self._on_rerun)
         self.export = widgets.Button(description="Export repro notebook", icon="download",
                                      layout=widgets.Layout(width="auto"),
@@ -67,6 +82,7 @@ class Panel(widgets.VBox):
         self._fill_selector()
         self.children = [
             widgets.HBox([self.selector, self.family]),
+            widgets.HBox([self.newer, self.position, self.older]),
             self.header,
             self.banner,
             self.tabs,
@@ -95,11 +111,15 @@ class Panel(widgets.VBox):
             html = "".join(render.section_html(parts[k]) for k in keys if k in parts)
             tabs.append(widgets.HTML(html or "<i>nothing recorded</i>"))
             titles.append(title)
+        for title, part in results.sections_for(self.shell, incident):
+            tabs.append(widgets.HTML(render.section_html(part)))
+            titles.append(title)
         self.tabs.children = tabs
         self.tabs.titles = tuple(titles)
         self.rerun.disabled = not incident.run.cells or self.shell is None
         self.rerun.tooltip = ("needs the notebook's kernel" if self.shell is None else
-                              f"%cuda_isolate {incident.run.cells[0]}" if incident.run.cells
+                              f"%cuda_isolate {failing_cell(incident)}"
+                              if incident.run.cells
                               else "no cell to re-run")
         self.copy.disabled = False
         self.export.disabled = self.shell is None
@@ -108,7 +128,9 @@ class Panel(widgets.VBox):
         bundle = super()._repr_mimebundle_(**kwargs) or {}
         data = bundle[0] if isinstance(bundle, tuple) else bundle
         if self.incident is not None:
-            data["text/html"] = render.render_html(self.incident)
+            data["text/html"] = render.render_html(self.incident) + "".join(
+                render.section_html(part)
+                for _, part in results.sections_for(self.shell, self.incident))
             saved = self.store.is_saved(self.incident.id)
             data["text/plain"] = render.render_short(
                 self.incident, show=render.SHOW_IN_IPYTHON if saved else None)
@@ -117,50 +139,91 @@ class Panel(widgets.VBox):
             data["text/plain"] = "cudadiag: no incident recorded yet"
         return bundle
 
+    def _load_entries(self, shown: Incident | None = None) -> None:
+        """Read the log's index: one entry per incident, newest first (and `shown`, an
+        incident given that the log does not hold)."""
+        entries = self.store.entries()
+        if shown is not None and all(e.id != shown.id for e in entries):
+            entries.append(entry_for_incident(shown))
+        self.entries = entries[::-1]
+        self._by_id = dict(zip(map(by_id, self.entries), self.entries, strict=True))
+
     def _pick(self, incident: Incident | str | None) -> Incident | None:
         if isinstance(incident, Incident):
             return incident
         if isinstance(incident, str):
             return self.store.get(incident)
-        return self.known[-1] if self.known else None
+        newest = next((e for e in self.entries if not e.newer), None)
+        return self.store.read(newest) if newest is not None else None
 
     def _families(self) -> list[str]:
-        return [ALL_FAMILIES, *sorted({i.diagnosis.family for i in self.known})]
+        return [ALL_FAMILIES, *sorted(set(map(by_family, self.entries)) - {None})]
 
-    def _fill_selector(self) -> None:
+    def _shown(self) -> list[IndexEntry]:
+        """The entries the family filter lets through, newest first."""
         family = self.family.value
-        shown = [i for i in reversed(self.known)
-                 if family == ALL_FAMILIES or i.diagnosis.family == family]
-        self.selector.options = [(_option_label(i), i.id) for i in shown]
-        if self.incident is not None and any(i.id == self.incident.id for i in shown):
-            self.selector.value = self.incident.id
-        elif shown:
-            self.selector.value = shown[0].id
+        if family == ALL_FAMILIES:
+            return self.entries
+        return [e for e in self.entries if e.family == family]
+
+    def _fill_selector(self, keep_page: bool = False) -> None:
+        """Fill the selector with one page of incidents: the page of the incident shown
+        when it is among them (unless `keep_page`), else the current page."""
+        shown = self._shown()
+        current = self.incident.id if self.incident is not None else None
+        at = next((n for n, e in enumerate(shown) if e.id == current), None)
+        if at is not None and not keep_page:
+            self.page = at // PAGE_SIZE
+        self.page = max(0, min(self.page, (len(shown) - 1) // PAGE_SIZE))
+        start = self.page * PAGE_SIZE
+        page = [e for e in shown[start: start + PAGE_SIZE] if not e.newer]
+        self.selector.options = [(_option_label(e), e.id) for e in page]
+        if current is not None and any(e.id == current for e in page):
+            self.selector.value = current
+        elif page:
+            self.selector.value = page[0].id
+        end = min(start + PAGE_SIZE, len(shown))
+        self.position.value = (f"{start + 1:,}–{end:,} of {len(shown):,}, newest first"
+                               if shown else "no incident")
+        self.newer.disabled = self.page == 0
+        self.older.disabled = end >= len(shown)
+
+    def _turn(self, pages: int) -> None:
+        self.page += pages
+        self._fill_selector(keep_page=True)
 
     def _on_family(self, change: dict[str, Any]) -> None:
         self._fill_selector()
 
     def _on_select(self, change: dict[str, Any]) -> None:
-        chosen = next((i for i in self.known if i.id == change["new"]), None)
-        if chosen is not None and chosen is not self.incident:
-            self.show(chosen)
+        chosen = self._by_id.get(change["new"])
+        if chosen is None or (self.incident is not None and chosen.id == self.incident.id):
+            return
+        if self._given is not None and chosen.id == self._given.id:
+            self.show(self._given)
+            return
+        try:
+            self.show(self.store.read(chosen))
+        except IncidentNotFound as exc:  # pruned since the panel listed it
+            with self.output:
+                print(f"cudadiag: {exc}")
 
     def _on_rerun(self, _button: Any) -> None:
         incident = self.incident
         if incident is None or not incident.run.cells or self.shell is None:
             return
-        cell = incident.run.cells[0]
+        cell = failing_cell(incident)
         self.rerun.disabled = True
         self.output.clear_output()
         with self.output:
             print(f"re-running In[{cell}] isolated with blocking launches...")
             self.shell.run_line_magic("cuda_isolate", str(cell))
         self.rerun.disabled = False
-        self.known = self.store.load()
+        self._load_entries()
         self.family.options = self._families()
-        newest = self.known[-1] if self.known else None
-        if newest is not None and newest.run.mode == "isolated":
-            self.incident = newest
+        newest = self.entries[0] if self.entries else None
+        if newest is not None and newest.mode == "isolated":
+            self.incident = self.store.read(newest)
         self._fill_selector()
         self.show(self.incident)
 
@@ -183,7 +246,6 @@ class Panel(widgets.VBox):
                   "above: select it and copy (Ctrl+C).")
 
 
-def _option_label(incident: Incident) -> str:
-    where = f"In[{incident.run.cells[0]}]" if incident.run.cells else incident.run.mode
-    return (f"{incident.created_at[:19].replace('T', ' ')}  {incident.diagnosis.family}  "
-            f"{where}  {incident.run.mode}  {incident.id}")
+def _option_label(entry: IndexEntry) -> str:
+    return (f"{entry.created_at[:19].replace('T', ' ')}  {entry.family}  {entry.where()}  "
+            f"{entry.mode}  {entry.id}")

@@ -16,9 +16,18 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.incident import Frame, FrameContext, Incident, LaterError, RankRecord
-from cudadiag.kernel.store import NewerRecord
+from cudadiag.incident import (
+    CompatCheck,
+    Frame,
+    FrameContext,
+    Incident,
+    LaterError,
+    RankRecord,
+)
+from cudadiag.incident_index import IndexEntry, failing_cell
+from cudadiag.repro.redact import Redactor
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
+from cudadiag.ui.pictures import values_picture
 
 SHORT_VALUES = 8
 """Loop variables and locals shown per frame in the lines under the cell."""
@@ -26,7 +35,9 @@ SHORT_INDICES = 8
 FULL_INDICES = 32
 
 if TYPE_CHECKING:
+    from cudadiag.checkpoint import Verdict
     from cudadiag.explain import Explanation
+    from cudadiag.listing import LogStats
 
 LIST_SHOWN = 12
 """Items of a list shown before "… and N more"."""
@@ -41,6 +52,13 @@ def restart_reminder(incident: Incident) -> str:
     """Return the one-paragraph reminder shown after a sticky error."""
     cell = _cell_label(incident)
     simulated = " (simulated)" if incident.run.simulated else ""
+    if stopped_before_it_ran(incident):
+        return (
+            f"The precheck stopped {incident.op.name} in {cell} before it ran: the CUDA "
+            f"context{simulated} of that run stayed usable (run as it is, this kernel would "
+            "leave it unusable and the process would have to restart). A restart fixes no bad "
+            "target or index: check the data first."
+        )
     if incident.run.mode != "kernel":
         return (
             f"The CUDA context{simulated} was unusable from {cell} on: that process could only "
@@ -52,6 +70,12 @@ def restart_reminder(incident: Incident) -> str:
         "this process fails and existing GPU tensors are lost. Restart the kernel. A restart "
         "fixes no bad target or index: check the data first."
     )
+
+
+def stopped_before_it_ran(incident: Incident) -> bool:
+    """Return True when the precheck stopped the failing operator before it ran (an
+    isolated or script run): its kernel never ran, so the context was never made unusable."""
+    return bool(incident.op and incident.op.precheck)
 
 
 def sticky_warning_line(incident: Incident) -> str:
@@ -94,7 +118,8 @@ class Section:
     """One part of an incident report, independent of the output format."""
 
     key: str
-    """Stable name: `restart`, `error`, `batch`, `checks`, `avoid`, `env`, `later`, `ranks`."""
+    """Stable name: `restart`, `error`, `batch`, `checks`, `avoid`, `compat`, `env`,
+    `later`, `ranks`."""
     title: str
     lines: list[str] = field(default_factory=list)
     bullets: bool = False
@@ -103,6 +128,8 @@ class Section:
     collapsed: bool = False
     preformatted: bool = False
     """Source code: laid out as written, never wrapped."""
+    svg: str | None = None
+    """An inline SVG picture made by cudadiag (ui.pictures), shown under the lines in HTML."""
 
 
 def header_lines(incident: Incident) -> list[str]:
@@ -139,7 +166,8 @@ def iteration_lines(incident: Incident) -> list[str]:
     if frames and frames[-1].scalars:
         last = frames[-1]
         lines.append(f"locals of {_frame_place(last)}: "
-                     + cut_pairs(last.scalars.items(), SHORT_VALUES, last.scalars_omitted))
+                     + cut_pairs(_unsecret(last.scalars.items()), SHORT_VALUES,
+                                 last.scalars_omitted))
     if incident.step:
         lines.append(_watch_line(incident))
     return lines
@@ -148,8 +176,16 @@ def iteration_lines(incident: Incident) -> list[str]:
 def _loop_values(frame: FrameContext) -> str:
     pairs = [pair for loop in frame.loops for pair in loop.values.items()]
     if pairs:
-        return cut_pairs(pairs, SHORT_VALUES)
+        return cut_pairs(_unsecret(pairs), SHORT_VALUES)
     return "; ".join(loop.header.strip().rstrip(":") for loop in frame.loops)
+
+
+def _unsecret(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (name, value text) pairs of locals with the values the report's scrubber takes
+    for secrets masked (secret environment variables' values, tokens, URL credentials...)."""
+    redactor = Redactor()
+    return [(name, redactor.secrets_masked(value, context=f"{name}={value}"))
+            for name, value in pairs]
 
 
 def _frame_place(frame: FrameContext) -> str:
@@ -184,15 +220,16 @@ def loop_code(incident: Incident) -> list[str]:
             mark = "the call that failed"
         out += [f"# {frame.location()} in {frame.function}", *_frame_code(frame, mark)]
         if frame.scalars:
-            out.append("# locals: " + cut_pairs(frame.scalars.items(), len(frame.scalars),
-                                                frame.scalars_omitted))
+            out.append("# locals: " + cut_pairs(_unsecret(frame.scalars.items()),
+                                                len(frame.scalars), frame.scalars_omitted))
         out.append("")
     return out[:-1]
 
 
 def _frame_code(frame: FrameContext, mark: str) -> list[str]:
     parts = [(loop.line, loop.header.splitlines() or [""],
-              ", ".join(f"{k}={v}" for k, v in loop.values.items())) for loop in frame.loops]
+              ", ".join(f"{k}={v}" for k, v in _unsecret(loop.values.items())))
+             for loop in frame.loops]
     if frame.statement:
         parts.append((frame.statement_line, frame.statement.splitlines(), f"<- {mark}"))
     indent = min((len(line) - len(line.lstrip()) for _, block, _ in parts for line in block
@@ -210,7 +247,9 @@ def sections(incident: Incident) -> list[Section]:
     """Return the report of `incident` as format-independent sections, in reading order."""
     d, e = incident.diagnosis, incident.error
     parts = []
-    if d.sticky:
+    if d.sticky and stopped_before_it_ran(incident):
+        parts.append(Section("restart", "Stopped before it ran", [restart_reminder(incident)]))
+    elif d.sticky:
         parts.append(Section("restart", "Restart required",
                              [restart_reminder(incident), RESTART_FRONTENDS]))
     error = [f"{e.type}: {e.message}"]
@@ -231,6 +270,9 @@ def sections(incident: Incident) -> list[Section]:
         parts.append(_batch_section(incident))
     parts.append(Section("checks", "Check first", list(d.first_checks), bullets=True))
     parts.append(Section("avoid", "Do not conclude", list(d.avoid), bullets=True))
+    if incident.env and incident.env.compat:
+        parts.append(Section("compat", "Compatibility (cudadiag env --check)",
+                             compat_lines(incident.env.compat)))
     if incident.env:
         parts.append(Section("env", "Environment", _env_lines(incident)))
     if e.later:
@@ -306,6 +348,8 @@ def section_html(part: Section) -> str:
         body = "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in part.lines) + "</ul>"
     else:
         body = "".join(f"<div>{escape(line)}</div>" for line in part.lines)
+    if part.svg:
+        body += f'<div class="cd-picture">{part.svg}</div>'
     if part.table:
         header = "".join(f"<th>{escape(c)}</th>" for c in part.table[0])
         rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
@@ -346,7 +390,11 @@ def _batch_section(incident: Incident) -> Section:
     if batch.get("structure"):
         lines.append(f"structure {batch['structure']}")
     table = [list(_TENSOR_COLUMNS), *rows] if rows else None
-    return Section("batch", "Batch", lines, table=table)
+    picture = values_picture(incident)
+    if picture is not None:
+        lines.append(f"picture: {picture.text}")
+    return Section("batch", "Batch", lines, table=table,
+                   svg=picture.svg if picture is not None else None)
 
 
 _TENSOR_COLUMNS = ("path", "shape", "dtype", "device", "stride", "min", "max", "negatives",
@@ -399,7 +447,8 @@ _BANNER_STYLE = ("border: 2px solid #c62828; background: #ffebee; color: #b71c1c
 def render_isolated(result: Any, plan_text: str, verdict: str | None = None) -> str:
     """Return the short text shown after an isolated run (an IsolatedResult); `verdict`, the
     comparison with the original failure, comes first when there is one."""
-    settings = f"{result.settings.note}; {result.wall_s:.1f} s"
+    settings = "; ".join(filter(None, [result.settings.note, result.start,
+                                       f"{result.wall_s:.1f} s"]))
     incident = result.incident
     first = [verdict] if verdict else []
     if incident is None:
@@ -453,22 +502,80 @@ def render_export(minimized: Any, exported: Any) -> str:
     return "\n".join(lines)
 
 
-def render_table(incidents: Iterable[Incident], newer: Iterable[NewerRecord] = ()) -> str:
-    """Return one line per incident, oldest first: id, time, family, where, summary; records
-    of a newer cudadiag get their id, time and `recorded by a newer cudadiag`."""
-    rows = [(i.created_at, f"{i.id:12}  {i.created_at:25}  {i.diagnosis.family:19}  "
-                           f"{_where(i):10}  {_clip(i.diagnosis.summary, 90)}"
-                           f"{_simulated_tag(i)}") for i in incidents]
-    rows += [(r.created_at, f"{r.id:12}  {r.created_at:25}  {r.family or '?':19}  {'?':10}  "
-                            f"{r.describe()}; upgrade cudadiag to read it") for r in newer]
+def render_checkpoints(directory: str, verdicts: list[Verdict]) -> str:
+    """Return the checkpoints of `directory`, newest first, each with its verdict, and the
+    one to resume from."""
+    if not verdicts:
+        return f"no checkpoint in {directory} (files with a manifest or a .pt/.pth/.ckpt name)"
+    trusted = next((v for v in verdicts if v.trusted), None)
+    lines = [f"checkpoints in {directory}, newest first:"]
+    lines += ["  " + v.describe() for v in verdicts]
+    lines.append(f"resume from: {trusted.path}" if trusted else
+                 "no trusted checkpoint: none has a matching hash, finite tensors and a time "
+                 "before the error")
+    return "\n".join(lines)
+
+
+def compat_lines(checks: Iterable[CompatCheck]) -> list[str]:
+    """Return one line per compatibility check (`FAIL  name: reason`), each failure or
+    warning followed by what to install."""
+    lines = []
+    for check in checks:
+        lines.append(f"{check.status.upper():4}  {check.name}: {check.reason}")
+        if check.fix and check.status in ("fail", "warn"):
+            lines.append(f"      fix: {check.fix}")
+    return lines
+
+
+def render_table(entries: Iterable[IndexEntry], empty: str = "no incidents recorded") -> str:
+    """Return one line per index entry, in the order given: id, time, family, where (cell,
+    script or mode), summary; records of a newer cudadiag get their id, time and `recorded
+    by a newer cudadiag`. `empty` when there is no entry."""
+    rows = [f"{e.id:12}  {e.created_at:25}  {e.family or '?':19}  {'?':10}  "
+            f"{e.describe_newer()}; upgrade cudadiag to read it" if e.newer else
+            f"{e.id:12}  {e.created_at:25}  {e.family:19}  {e.where():10}  "
+            f"{e.summary}{' [simulated]' if e.simulated else ''}" for e in entries]
     if not rows:
-        return "no incidents recorded"
+        return empty
     header = f"{'id':12}  {'time':25}  {'family':19}  {'where':10}  summary"
-    return "\n".join([header, *(row for _, row in sorted(rows, key=lambda r: r[0]))])
+    return "\n".join([header, *rows])
 
 
-def _where(incident: Incident) -> str:
-    return f"In[{_raising_cell(incident)}]" if incident.run.cells else incident.run.mode
+def render_stats(stats: LogStats) -> str:
+    """Return what `incidents --stats` prints: the log's files and sizes, the incidents by
+    family and mode, the isolated runs' files, and the retention with where it is set."""
+    lines = [f"incident log: {stats.home} ({stats.files} file{'s' if stats.files != 1 else ''}"
+             f", {_bytes(stats.log_bytes)}; index {_bytes(stats.index_bytes)})"]
+    span = (f", {stats.oldest[:16].replace('T', ' ')} .. {stats.newest[:16].replace('T', ' ')}"
+            if stats.oldest and stats.newest else "")
+    newer = f" ({stats.newer:,} recorded by a newer cudadiag)" if stats.newer else ""
+    lines.append(f"incidents: {stats.incidents:,}{newer}{span}")
+    if stats.families:
+        lines.append("families: " + ", ".join(f"{name} {n:,}"
+                                               for name, n in stats.families.most_common()))
+        lines.append("modes: " + ", ".join(f"{name} {n:,}"
+                                           for name, n in stats.modes.most_common()))
+    lines.append(f"isolated runs' files: {stats.run_folders:,} folders, "
+                 f"{_bytes(stats.run_bytes)}; shipped values {_bytes(stats.shipped_bytes)}")
+    if stats.retention is None:
+        lines.append(f"retention: cannot be read, nothing is pruned: {stats.retention_error}")
+        return "\n".join(lines)
+    lines.append(f"retention: {stats.retention.describe()} ({stats.retention.source}); "
+                 "pruned as the log grows, with their isolated runs' files")
+    if stats.beyond_retention:
+        lines.append(f"  {stats.beyond_retention:,} incident(s) beyond it now, pruned at a "
+                     "later append or by `cudadiag incidents --prune`")
+    if stats.retention.source == "defaults":
+        lines.append(f'  to change it, write {{"retention": {{"incidents": N, "days": D}}}} '
+                     f"to {stats.config}")
+    return "\n".join(lines)
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _wrap(text: str, bullet: str = "  ") -> str:
@@ -519,25 +626,13 @@ def death_line(incident: Incident) -> str | None:
             "(os._exit, or a library that ended the process)")
 
 
-def _raising_cell(incident: Incident) -> int:
-    """The cell a listing names: the kernel's failing cell; for an isolated run, the cell
-    that raised (else the suspect cell), never merely the first cell replayed."""
-    frame = incident.error.reported_at
-    if incident.run.mode != "kernel" and frame is not None and frame.cell is not None:
-        return frame.cell
-    return incident.run.cells[0] if incident.run.mode == "kernel" else incident.run.cells[-1]
-
-
 def _cell_label(incident: Incident) -> str:
-    return f"In[{incident.run.cells[0]}]" if incident.run.cells else "the failing call"
+    cell = failing_cell(incident)
+    return f"In[{cell}]" if cell is not None else "the failing call"
 
 
 def _simulated_tag(incident: Incident) -> str:
     return " [simulated]" if incident.run.simulated else ""
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def render_explanation(explanation: Explanation, source: str) -> str:

@@ -1,0 +1,445 @@
+"""Checkpoints you can trust: written atomically, with a manifest that proves what they hold.
+
+`save()` writes the file the way a crash cannot tear it (a temporary file in the same
+directory, flushed, synced, renamed) and a manifest beside it (`NAME.manifest.json`): the
+file's sha256, the training step, the time, the PyTorch version, whether every floating
+tensor was finite, and what had already gone wrong in this kernel or process (its latest
+incident, the error being handled, a simulated device already faulted). `verify()` and
+`latest_valid()` read the manifests: a file is trusted when its hash matches, its tensors were
+finite and it was written before the error (guide point 11: files written during the failure
+prove nothing).
+
+Which incidents are "of this kernel": the kernel extension, when loaded, hands its capture to
+`follow_incidents()` (anything with `current` and `poisoned_by` incidents); without it there
+is no kernel incident, and only what the manifest itself recorded counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from cudadiag.errors import CudadiagError
+from cudadiag.incident import Incident
+
+MANIFEST_SUFFIX = ".manifest.json"
+MANIFEST_FORMAT = "cudadiag-checkpoint"
+MANIFEST_VERSION = 1
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".tar", ".bin")
+"""Files of a checkpoint directory that are taken for checkpoints even without a manifest
+(and rejected for that reason)."""
+NON_FINITE_NAMED = 8
+"""Non-finite tensors named in a manifest; the count covers the rest."""
+_HASH_CHUNK = 2**20
+_INCIDENT_TIME_RESOLUTION = timedelta(seconds=1)
+"""Incident times are kept to the second: a checkpoint within the second after one is
+ordered by the incident id its manifest recorded."""
+
+
+class CheckpointError(CudadiagError, ValueError):
+    """No trusted checkpoint where one was asked for; the message says why."""
+
+
+class IncidentSource(Protocol):
+    """What the kernel capture offers: its latest incident and the sticky one, if any."""
+
+    current: Incident | None
+    poisoned_by: Incident | None
+
+
+_followed: IncidentSource | None = None
+_saved_to: list[Path] = []
+"""The directories `save()` wrote to in this process, the latest last."""
+
+
+def follow_incidents(source: IncidentSource | None) -> None:
+    """Take `source` (the kernel extension's capture) as the incidents of this kernel; None
+    forgets it. Called by `%load_ext cudadiag` and `%unload_ext cudadiag`."""
+    global _followed
+    _followed = source
+
+
+def followed_incidents() -> IncidentSource | None:
+    """Return the incident source given to `follow_incidents()`, or None."""
+    return _followed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether one checkpoint can be trusted, and why not."""
+
+    path: Path
+    trusted: bool
+    reason: str
+    """`ok`, or why the file is rejected (hash mismatch, non-finite tensor, written after
+    the error, no manifest...), with the particulars."""
+    step: int | None = None
+    written_at: str | None = None
+    manifest: dict[str, Any] | None = field(default=None, repr=False)
+
+    def describe(self) -> str:
+        """Return one line: the file, its step and time, and the verdict with its reason."""
+        step = f"step {self.step}" if self.step is not None else "step ?"
+        when = self.written_at or "time unknown"
+        verdict = "trusted" if self.trusted else f"rejected: {self.reason}"
+        return f"{self.path.name}  {step}  {when}  {verdict}"
+
+
+@dataclass(frozen=True)
+class _ErrorRef:
+    """The incident a checkpoint must predate."""
+
+    id: str
+    created_at: datetime
+    family: str
+
+
+def save(obj: Any, path: str | os.PathLike[str], *, step: int,
+         extra: dict[str, Any] | None = None) -> Verdict:
+    """Write `obj` with `torch.save` to `path` atomically, with its manifest beside it.
+
+    Returns the new checkpoint's Verdict as `verify()` gives it now (one line on stderr
+    says so when it cannot be trusted: saved after the error, non-finite tensors). Raises TypeError
+    when `step` is not an int or `extra` is not JSON-serialisable, ValueError for a negative
+    step, FileNotFoundError when the directory does not exist, and whatever `torch.save`
+    raises (on a CUDA context broken by an earlier error, copying device tensors fails).
+    """
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise TypeError(f"step must be an int (the training step), not {step!r}")
+    if step < 0:
+        raise ValueError(f"step must be 0 or more, not {step}")
+    try:
+        extra_json = json.loads(json.dumps(extra)) if extra is not None else None
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"extra must be JSON-serialisable (numbers, strings, lists, dicts): "
+                        f"{exc}") from None
+    import torch
+
+    from cudadiag.own_work import outside_user_modes
+
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise FileNotFoundError(f"{target.parent} is not a directory: create it first")
+    with outside_user_modes():
+        non_finite = non_finite_tensors(obj)
+        manifest = _manifest_fields(step, extra_json, non_finite)
+        with _atomic_file(target) as handle:
+            torch.save(obj, handle)
+    manifest.update(file=target.name, sha256=_sha256(target), bytes=target.stat().st_size)
+    with _atomic_file(manifest_path(target)) as handle:
+        handle.write(json.dumps(manifest, indent=1).encode())
+    folder = target.parent.resolve()
+    if folder in _saved_to:
+        _saved_to.remove(folder)
+    _saved_to.append(folder)
+    verdict = verify(target)
+    if not verdict.trusted:
+        print(f"cudadiag: saved {target}, but it cannot be trusted: {verdict.reason}",
+              file=sys.stderr)
+    return verdict
+
+
+def verify(path: str | os.PathLike[str], *, before: Incident | str | None = None) -> Verdict:
+    """Return whether the checkpoint at `path` can be trusted: its manifest exists, its
+    hash matches, its floating tensors were finite, and it was written before the error
+    (`before`: an incident or incident id; by default the first sticky incident of this
+    kernel, if there is one). Never loads the file. Raises FileNotFoundError when `path`
+    does not exist, IncidentNotFound when `before` names no incident of the log."""
+    target = Path(path)
+    if not target.is_file():
+        raise FileNotFoundError(f"no checkpoint at {target}")
+    return _verdict(target, _error_ref(before))
+
+
+def review(directory: str | os.PathLike[str], *,
+           before: Incident | str | None = None) -> list[Verdict]:
+    """Return the verdict of every checkpoint of `directory`, newest first (by the time in
+    its manifest; files without one last). Raises NotADirectoryError when `directory` is not
+    one, IncidentNotFound when `before` names no incident of the log."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise NotADirectoryError(f"{folder} is not a directory")
+    ref = _error_ref(before)
+    verdicts = [_verdict(p, ref) for p in _candidates(folder)]
+    return sorted(verdicts, key=lambda v: (v.written_at is not None, v.written_at or "",
+                                           v.path.name), reverse=True)
+
+
+def latest_valid(directory: str | os.PathLike[str], *,
+                 before: Incident | str | None = None) -> Verdict | None:
+    """Return the newest trusted checkpoint of `directory` (see `verify()` for what trusted
+    means and what `before` is), or None. Each rejected file is listed on stderr with its
+    reason. Raises NotADirectoryError and IncidentNotFound as `review()` does."""
+    verdicts = review(directory, before=before)
+    for verdict in verdicts:
+        if not verdict.trusted:
+            print(f"cudadiag: {verdict.path} rejected: {verdict.reason}", file=sys.stderr)
+    return next((v for v in verdicts if v.trusted), None)
+
+
+def resolve(spec: str) -> Verdict:
+    """Return the trusted checkpoint `spec` names: a file, a directory (its newest trusted
+    checkpoint), or `latest` (the newest trusted one of the directory this process last
+    saved to). Raises CheckpointError when there is none, or the file is not trusted."""
+    if spec == "latest":
+        if not _saved_to:
+            raise CheckpointError("no checkpoint was saved with cudadiag.checkpoint.save in "
+                                  "this process: give the checkpoint file or its directory")
+        spec = str(_saved_to[-1])
+    target = Path(spec).expanduser()
+    if target.is_dir():
+        chosen = latest_valid(target)
+        if chosen is None:
+            raise CheckpointError(f"no trusted checkpoint in {target} (%cudadiag checkpoints "
+                                  f"{spec} says why each is rejected)")
+        return chosen
+    if not target.is_file():
+        raise CheckpointError(f"no checkpoint file or directory at {target}")
+    verdict = verify(target)
+    if not verdict.trusted:
+        raise CheckpointError(f"{target} cannot be trusted: {verdict.reason}")
+    return verdict
+
+
+def restore_code(path: Path, assignments: list[tuple[str, str]]) -> str:
+    """Return Python that loads the checkpoint at `path` as `ckpt` and restores each
+    (name, expression): into the object already bound to the name when it has
+    `load_state_dict` and the value is a state dict, else by binding the name."""
+    lines = [
+        "def __cudadiag_restore(name, value):",
+        "    target = globals().get(name)",
+        "    if hasattr(target, 'load_state_dict') and isinstance(value, dict):",
+        "        target.load_state_dict(value)",
+        "    else:",
+        "        globals()[name] = value",
+        f"ckpt = __import__('torch').load({str(path)!r}, weights_only=False)",
+        *(f"__cudadiag_restore({name!r}, {expression})" for name, expression in assignments),
+        "del __cudadiag_restore",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def manifest_path(path: str | os.PathLike[str]) -> Path:
+    """Return where the manifest of the checkpoint at `path` lives."""
+    target = Path(path)
+    return target.with_name(target.name + MANIFEST_SUFFIX)
+
+
+def non_finite_tensors(obj: Any) -> list[str]:
+    """Return the names (`model.fc.weight`, `[2]`) of the floating or complex tensors in
+    `obj` (nested dicts, lists, tuples) holding a NaN or an infinity."""
+    import torch
+
+    found = []
+    for name, tensor in _tensors(obj, ""):
+        if (tensor.is_floating_point() or tensor.is_complex()) and tensor.numel() and not bool(
+                torch.isfinite(tensor.detach()).all()):
+            found.append(name or "(the object)")
+    return found
+
+
+def _tensors(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _tensors(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(obj, list | tuple):
+        for index, value in enumerate(obj):
+            yield from _tensors(value, f"{prefix}[{index}]")
+
+
+def _manifest_fields(step: int, extra: dict[str, Any] | None,
+                     non_finite: list[str]) -> dict[str, Any]:
+    import torch
+
+    latest = _followed.current if _followed is not None else None
+    return {
+        "format": MANIFEST_FORMAT,
+        "version": MANIFEST_VERSION,
+        "step": step,
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+        "torch": torch.__version__,
+        "finite": not non_finite,
+        "non_finite": non_finite[:NON_FINITE_NAMED],
+        "non_finite_count": len(non_finite),
+        "incident": latest.id if latest is not None else None,
+        "incident_at": latest.created_at if latest is not None else None,
+        "during_error": _error_being_handled(),
+        "simulated_device_faulted": _simulated_device_faulted(),
+        "extra": extra,
+    }
+
+
+def _error_being_handled() -> dict[str, Any] | None:
+    """The error of the `except` block `save()` was called from, when it is one cudadiag
+    diagnoses (a Ctrl-C or a KeyError leaves the training state as it was)."""
+    exc = sys.exc_info()[1]
+    if exc is None:
+        return None
+    from cudadiag.classify import classify
+
+    family = classify(exc).family
+    if family == "unknown" and type(exc).__module__.split(".")[0] != "torch":
+        return None
+    return {"type": type(exc).__name__, "message": (str(exc).splitlines() or [""])[0],
+            "family": family}
+
+
+def _simulated_device_faulted() -> bool:
+    testing = sys.modules.get("cudadiag.testing")
+    return bool(testing is not None and testing.is_poisoned())
+
+
+@contextlib.contextmanager
+def _atomic_file(target: Path) -> Iterator[Any]:
+    """Yield a binary file in `target`'s directory; on success it is flushed, synced and
+    renamed over `target` (and the directory synced); on failure it is removed."""
+    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+    # os.open with 0o666 leaves the mode to the umask, as a plain open() would
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _sync_directory(target.parent)
+
+
+def _sync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # Windows cannot open a directory; its renames are durable anyway
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_HASH_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _candidates(folder: Path) -> list[Path]:
+    """The checkpoints of `folder`: files with a manifest, files with a checkpoint suffix,
+    and files a manifest names that are gone."""
+    found: set[Path] = set()
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.startswith(".") and name.endswith(".tmp"):
+            continue  # a save in progress, or one a crash interrupted
+        if name.endswith(MANIFEST_SUFFIX):
+            found.add(entry.with_name(name[: -len(MANIFEST_SUFFIX)]))
+        elif entry.is_file() and entry.suffix in CHECKPOINT_SUFFIXES:
+            found.add(entry)
+    return sorted(found)
+
+
+def _verdict(path: Path, ref: _ErrorRef | None) -> Verdict:
+    manifest_file = manifest_path(path)
+    if not manifest_file.is_file():
+        return Verdict(path, False, "no manifest (not written by cudadiag.checkpoint.save, "
+                                    "or its save was interrupted)")
+    try:
+        manifest = json.loads(manifest_file.read_text())
+        step, written_at, _ = manifest["step"], manifest["written_at"], manifest["sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return Verdict(path, False, f"unreadable manifest {manifest_file.name}: {exc}")
+    problem = _problem(path, manifest, ref)
+    return Verdict(path, problem is None, problem or "ok", step=step, written_at=written_at,
+                   manifest=manifest)
+
+
+def _problem(path: Path, manifest: dict[str, Any], ref: _ErrorRef | None) -> str | None:
+    """Why the checkpoint at `path` cannot be trusted, or None."""
+    if not path.is_file():
+        return "file missing (its manifest is there)"
+    actual, expected = _sha256(path), str(manifest["sha256"])
+    if actual != expected:
+        return (f"hash mismatch: the file changed after it was saved (sha256 {actual[:12]}…, "
+                f"manifest {expected[:12]}…)")
+    if not manifest.get("finite", False):
+        names = ", ".join(manifest.get("non_finite") or []) or "?"
+        count = manifest.get("non_finite_count", 0)
+        more = f" and {count - NON_FINITE_NAMED} more" if count > NON_FINITE_NAMED else ""
+        return f"non-finite tensor (NaN or Inf): {names}{more}"
+    after = _written_after(manifest, ref)
+    return f"written after the error: {after}" if after else None
+
+
+def _written_after(manifest: dict[str, Any], ref: _ErrorRef | None) -> str | None:
+    """Why the checkpoint was written after the error, or None when it predates it."""
+    handled = manifest.get("during_error")
+    if handled:
+        return (f"saved while handling {handled.get('type')} ({handled.get('family')}): "
+                f"{handled.get('message')}")
+    if ref is not None:
+        after = _after_incident(manifest, ref)
+        if after:
+            return after
+    if manifest.get("simulated_device_faulted"):
+        return "saved after the simulated device faulted"
+    return None
+
+
+def _after_incident(manifest: dict[str, Any], ref: _ErrorRef) -> str | None:
+    what = f"incident {ref.id} ({ref.family}) at {ref.created_at.isoformat()}"
+    if manifest.get("incident") == ref.id:
+        return f"saved when {what} had already happened"
+    known = _parse_time(manifest.get("incident_at"))
+    if known is not None and known >= ref.created_at:
+        return f"saved after incident {manifest.get('incident')}, which is not before {what}"
+    written = _parse_time(manifest.get("written_at"))
+    if written is not None and written >= ref.created_at + _INCIDENT_TIME_RESOLUTION:
+        return f"saved at {written.isoformat()}, after {what}"
+    return None
+
+
+def _error_ref(before: Incident | str | None) -> _ErrorRef | None:
+    if before is None:
+        incident = _followed.poisoned_by if _followed is not None else None
+        if incident is None:
+            return None
+    elif isinstance(before, str):
+        from cudadiag.store import IncidentStore
+
+        incident = IncidentStore().get(before)
+    else:
+        incident = before
+    created = _parse_time(incident.created_at)
+    if created is None:
+        raise ValueError(f"incident {incident.id} has no readable time ({incident.created_at!r})")
+    return _ErrorRef(incident.id, created, incident.diagnosis.family)
+
+
+def _parse_time(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)

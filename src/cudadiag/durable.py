@@ -1,0 +1,82 @@
+"""Writing cudadiag's own files so that nothing is half-written or readable by others:
+whole writes, synced files and folders, atomic replacement, private modes (0700 / 0600)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written (a write may be short on a nearly full disk).
+
+    Raises OSError when a write fails or writes nothing."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(f"write returned {written} with {len(view)} bytes left")
+        view = view[written:]
+
+
+def append_whole(path: Path, data: bytes, sync: bool) -> int:
+    """Append `data` to `path` (created 0600) in whole, synced when `sync`; return the offset
+    it starts at. On failure the file is cut back to where it was and OSError is raised."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            write_all(fd, data)
+            if sync:
+                os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise
+    finally:
+        os.close(fd)
+    return start
+
+
+def replace_atomically(target: Path, data: bytes) -> int:
+    """Write `data` to a temporary file beside `target`, sync it, rename it over `target`
+    and sync the folder: readers see the old file or the new one, never a mix. Returns the
+    new file's inode. Raises OSError (the temporary file removed) when it cannot be done."""
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+        inode = os.fstat(fd).st_ino
+    except BaseException:
+        os.close(fd)
+        partial.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    try:
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    sync_folder(target.parent)
+    return inode
+
+
+def make_private(fd: int) -> None:
+    """Files written by older versions may be readable by others: make them the user's."""
+    if os.fstat(fd).st_mode & 0o077:
+        os.fchmod(fd, PRIVATE_FILE)
+
+
+def sync_folder(folder: Path) -> None:
+    """Make a new or renamed file's name durable (no-op where folders cannot be opened)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

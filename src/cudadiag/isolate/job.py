@@ -1,0 +1,172 @@
+"""The job of an isolated run: what the runner (parent) asks the worker (child) to do, and the
+files of its run folder.
+
+The runner fills a Job and writes it (`job.json`, with the values, RNG states and batch it
+needs beside it); the worker reads it, runs it and writes its JobResult (`result.json`). The
+store keeps the RNG states and the batch of a run that failed under the same names beside its
+incident, so an export can replay that run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudadiag.incident import Incident
+from cudadiag.own_work import outside_user_modes
+
+JOB_FILE = "job.json"
+RESULT_FILE = "result.json"
+SHIP_FILE = "ship.pkl"
+"""The values shipped from the kernel, cloudpickled."""
+RNG_FILE = "rng.pt"
+"""The RNG states each cell started from in the kernel, by cell number (torch.save)."""
+BATCH_FILE = "batch.pt"
+"""The one batch a watch() replays (torch.save)."""
+
+
+@dataclass
+class JobCell:
+    """A cell to run: its execution count in the kernel and its source."""
+
+    number: int
+    source: str
+
+
+@dataclass
+class ScriptTarget:
+    """A script (or, with `module`, a module run as `python -m`) and its arguments."""
+
+    target: str
+    argv: list[str] = field(default_factory=list)
+    module: bool = False
+
+    def command(self) -> list[str]:
+        """The command line as the incident records it: `[-m] target args...`."""
+        return (["-m"] if self.module else []) + [self.target, *self.argv]
+
+
+@dataclass
+class Job:
+    """One isolated run. The cells run in order, the last one is the suspect; a script runs
+    before them (a `cudadiag run` job has no cells)."""
+
+    folder: Path
+    cells: list[JobCell]
+    blocking: bool = True
+    trace: bool = True
+    precheck: bool = True
+    backend: str = "cpu"
+    env_vars: dict[str, str] = field(default_factory=dict)
+    ship: Path | None = None
+    """Pickled values loaded into the namespace first: the folder's SHIP_FILE, or the file a
+    stored incident kept."""
+    rng: bool = False
+    """The folder holds RNG_FILE."""
+    batch_step: int | None = None
+    """The folder holds BATCH_FILE, the batch of this step."""
+    script: ScriptTarget | None = None
+    ranks: str | None = None
+    """A multi-process run: the folder where each rank writes its record (isolate/rankfiles)
+    instead of the one result file."""
+
+    @property
+    def path(self) -> Path:
+        """The job file."""
+        return self.folder / JOB_FILE
+
+    @property
+    def result_path(self) -> Path:
+        """Where the worker writes its JobResult."""
+        return self.folder / RESULT_FILE
+
+    @property
+    def rng_path(self) -> Path | None:
+        """The RNG states file, when the job has one."""
+        return self.folder / RNG_FILE if self.rng else None
+
+    @property
+    def batch_path(self) -> Path | None:
+        """The replayed batch's file, when the job has one."""
+        return self.folder / BATCH_FILE if self.batch_step is not None else None
+
+    def ship_values(self, values: dict[str, Any]) -> None:
+        """Pickle `values` into the folder for the worker (cloudpickle: functions and
+        classes defined in the notebook travel too)."""
+        import cloudpickle
+
+        self.ship = self.folder / SHIP_FILE
+        with open(self.ship, "wb") as f:
+            cloudpickle.dump(values, f)
+
+    def save_rng_states(self, states: dict[int, dict[str, Any]]) -> None:
+        """Save the RNG states of the job's cells (those in `states`) for the worker."""
+        wanted = {c.number: states[c.number] for c in self.cells if c.number in states}
+        if wanted:
+            _torch_save(wanted, self.folder / RNG_FILE)
+            self.rng = True
+
+    def save_batch(self, step: int, batch: Any) -> None:
+        """Save the batch the worker's first watch() yields, as step `step`."""
+        _torch_save(batch, self.folder / BATCH_FILE)
+        self.batch_step = step
+
+    def write(self) -> None:
+        """Write the job file."""
+        data = asdict(self)
+        data["folder"] = str(self.folder)
+        data["ship"] = str(self.ship) if self.ship is not None else None
+        self.path.write_text(json.dumps(data))
+
+    @classmethod
+    def read(cls, path: Path) -> Job:
+        """Read a job file written by `write`."""
+        data = json.loads(path.read_text())
+        script = data.pop("script")
+        ship = data.pop("ship")
+        return cls(**{**data, "folder": Path(data["folder"]),
+                      "cells": [JobCell(**c) for c in data["cells"]],
+                      "ship": Path(ship) if ship else None,
+                      "script": ScriptTarget(**script) if script else None})
+
+    def kept_files(self) -> list[Path]:
+        """The files a stored incident keeps beside it: RNG states and the replayed batch."""
+        return [p for p in (self.rng_path, self.batch_path) if p is not None]
+
+
+@dataclass
+class JobResult:
+    """What the worker answers: the incident (None when nothing failed) and its exit code."""
+
+    incident: Incident | None
+    exit_code: int
+    wall_s: float | None = None
+    """The worker's own time, from reading the job to writing this result."""
+    blocking_check: str = ""
+    """Whether the run's blocking variables were in effect in the child (one line)."""
+
+    def write(self, path: Path) -> None:
+        """Write the result as JSON (values that JSON cannot hold as text)."""
+        incident = self.incident.to_dict() if self.incident is not None else None
+        path.write_text(json.dumps({"incident": incident, "exit_code": self.exit_code,
+                                    "wall_s": self.wall_s,
+                                    "blocking_check": self.blocking_check}, default=str))
+
+    @classmethod
+    def read(cls, path: Path) -> JobResult | None:
+        """The result the worker wrote, or None when it wrote none (it died first)."""
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        incident = data["incident"]
+        return cls(Incident.from_dict(incident) if incident else None, data["exit_code"],
+                   data.get("wall_s"), data.get("blocking_check", ""))
+
+
+def _torch_save(value: Any, path: Path) -> None:
+    import torch
+
+    with outside_user_modes():  # cudadiag's own file, not the user's (simulated) device
+        torch.save(value, path)

@@ -1,0 +1,84 @@
+"""`%cudadiag validate [N] [--all]`: re-run a loop's cell in a fresh process over the steps
+that matter, chosen from what its watch() saw in this kernel (guide point 10)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from cudadiag.argtypes import positive_seconds
+from cudadiag.kernel.compare_magics import plan_program
+from cudadiag.kernel.magics import _history, _MagicParser, _split
+from cudadiag.steps import cell_of, choose_steps, profiles, watched_in
+from cudadiag.ui import results
+from cudadiag.ui.validation import ValidationView, viewable
+from cudadiag.validate import validate_program
+
+BAR_WIDTH = 30
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _MagicParser(prog="%cudadiag validate",
+                          description="Re-run a loop's cell in a fresh process over the "
+                                      "steps that matter and count the samples.")
+    parser.add_argument("cell", nargs="?", type=int,
+                        help="execution count of the cell (default: the latest cell that "
+                             "ran watch())")
+    parser.add_argument("--all", action="store_true",
+                        help="run every step, with a progress bar")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the random slice of steps (default 0)")
+    parser.add_argument("--timeout", type=positive_seconds, metavar="S",
+                        help="kill the run (its whole process group) after S seconds")
+    return parser
+
+
+def validate_in_shell(shell: Any, line: str) -> ValidationView:
+    """Run `%cudadiag validate LINE` in `shell`; return the report (it displays itself).
+    Raises UsageError for bad options, a cell that ran no watch() or a plan that cannot run;
+    KeyboardInterrupt when interrupted."""
+    args = _parser().parse_args(_split(line))
+    record = watched_in(args.cell)
+    if record is None:
+        where = f"In[{args.cell}]" if args.cell is not None else "this kernel"
+        raise UsageError(f"no watch() has run in {where} since %load_ext cudadiag: wrap the "
+                         "loop's iterable, for batch in cudadiag.watch(loader): ..., run the "
+                         "cell, then validate it")
+    cell = cell_of(record)
+    if cell is None:
+        raise UsageError("the latest watch() ran outside a notebook cell: name the cell")
+    history = _history(shell)
+    if cell not in history:
+        raise UsageError(f"In[{cell}] is not in this kernel's history")
+    program = plan_program(shell, history, cell)
+    seen = profiles(record)
+    failing = None if record.exhausted else record.step
+    chosen = None if args.all else choose_steps(seen, record.length, failing, seed=args.seed)
+    scope = "every step" if chosen is None else f"steps {sorted(chosen)}"
+    print(f"validating In[{cell}] (watch {record.name!r}) over {scope} in a fresh process",
+          flush=True)
+    total = record.length if record.length is not None else len(seen)
+    progress = _bar(total) if args.all else None
+    try:
+        report = validate_program(program, record.name, chosen, seen, total=record.length,
+                                  timeout=args.timeout, progress=progress)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot run isolated: {exc}") from None
+    if progress is not None:
+        print(file=sys.stdout, flush=True)
+    results.remember(shell, report)
+    return viewable(report)
+
+
+def _bar(total: int) -> Any:
+    """A progress bar on one line, redrawn in place (`\\r`)."""
+
+    def show(done: int) -> None:
+        filled = BAR_WIDTH * done // total if total else 0
+        print(f"\r[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {done}/{total or '?'} steps",
+              end="", flush=True)
+
+    return show

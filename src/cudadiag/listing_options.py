@@ -1,0 +1,38 @@
+"""The options of `incidents`, shared by `%cudadiag incidents` and `cudadiag incidents`.
+
+Light on purpose (argparse only): the CLI builds its parser from it before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from cudadiag.argtypes import at_least_one, positive_seconds
+
+MODES = ("kernel", "isolated", "cli")
+
+
+def add_listing_options(parser: argparse.ArgumentParser) -> None:
+    """Add the filters (--family, --since, --mode, --cell), --stats and --prune (with
+    --keep, --keep-days) to the parser of `incidents`."""
+    parser.add_argument("--family", metavar="F",
+                        help="only incidents of this family (device_assert, oom, ...)")
+    parser.add_argument("--since", metavar="WHEN",
+                        help="only incidents from WHEN on: 2026-11-30, 2026-11-30T14:00, or "
+                             "a span back from now: 90m, 12h, 3d, 2w")
+    parser.add_argument("--mode", choices=MODES,
+                        help="only incidents of the kernel, of isolated runs, or of "
+                             "`cudadiag run`")
+    parser.add_argument("--cell", metavar="N|SCRIPT",
+                        help="only incidents of cell N (In[N]) or of a script (train.py)")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--stats", action="store_true",
+                      help="show the log's size, its incidents by family and mode, and the "
+                           "retention (how many and how old incidents are kept)")
+    what.add_argument("--prune", action="store_true",
+                      help="remove now the incidents the retention does not keep, with their "
+                           "isolated runs' files")
+    parser.add_argument("--keep", type=at_least_one, metavar="N",
+                        help="with --prune: keep only the newest N incidents")
+    parser.add_argument("--keep-days", type=positive_seconds, metavar="D",
+                        help="with --prune: keep only the incidents of the last D days")

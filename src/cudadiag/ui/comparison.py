@@ -1,0 +1,108 @@
+"""The %cuda_compare table as a report section (text and HTML), and the object the magic and
+`cudadiag.compare()` return: a Comparison that displays as that table in a notebook, in
+nbconvert output and in a terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cudadiag.isolate.compare import FAILED, NOT_APPLICABLE, Comparison, OutputDiff, Row
+from cudadiag.ui.render import Section, section_html
+
+HEADER = ["variant", "outcome", "differences", "allclose", "wall", "what it changed"]
+
+
+class ComparisonView(Comparison):
+    """A Comparison that shows itself as the comparison table."""
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, str]:
+        return {"text/plain": render_comparison_text(self),
+                "text/html": render_comparison_html(self)}
+
+    def __str__(self) -> str:
+        return render_comparison_text(self)
+
+
+def viewable(comparison: Comparison) -> ComparisonView:
+    """Return `comparison` as a ComparisonView (same fields, displays as the table)."""
+    return ComparisonView(**vars(comparison))
+
+
+def comparison_section(comparison: Comparison) -> Section:
+    """Return the comparison as a report section: the warnings, then one row per run."""
+    against = comparison.baseline or "no baseline"
+    header = [*HEADER[:2], f"{HEADER[2]} (from {against})", *HEADER[3:]]
+    table = [header, *(_cells(row) for row in comparison.rows)]
+    return Section("compare", f"Compare In[{comparison.cell}]: one change at a time",
+                   list(comparison.warnings), table=table)
+
+
+def outcome_text(row: Row) -> str:
+    """Return a row's outcome in a few words: `ok`, `failed: FAMILY at OP`,
+    `not applicable: WHY`, `timed out`."""
+    if row.outcome == FAILED:
+        where = f" at {row.op}" if row.op else ""
+        return f"failed: {row.family}{where}"
+    if row.outcome == NOT_APPLICABLE:
+        return f"not applicable: {row.reason}"
+    return row.outcome
+
+
+def _cells(row: Row) -> list[str]:
+    diffs = "; ".join(_diff_text(d) for d in row.diffs) or ("—" if row.ok else "")
+    closes = [d for d in row.diffs if d.allclose is not None]
+    if not closes:
+        allclose = ""
+    elif all(d.allclose for d in closes):
+        allclose = "yes"
+    else:
+        allclose = "no: " + ", ".join(d.name for d in closes if not d.allclose)
+    wall = f"{row.wall_s * 1000:.0f} ms" if row.wall_s is not None else ""
+    changed = ", ".join(f"{what} ×{n}" for what, n in row.changes.items())
+    if row.variant != "reference" and row.outcome != NOT_APPLICABLE and not changed:
+        changed = row.change if row.variant in _FLAG_VARIANTS else "nothing"
+    return [row.variant, outcome_text(row), diffs, allclose, wall, changed]
+
+
+_FLAG_VARIANTS = ("no_cudnn", "no_tf32", "deterministic")
+"""Variants that set a flag rather than count changes: the flag is what they changed."""
+
+
+def _diff_text(diff: OutputDiff) -> str:
+    if diff.max_abs is None:
+        return f"{diff.name}: {diff.note or 'empty'}"
+    text = f"{diff.name}: abs {diff.max_abs:.3g}, rel {_rel(diff.max_rel)}"
+    return f"{text} ({diff.note})" if diff.note else text
+
+
+def _rel(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
+
+
+def render_comparison_text(comparison: Comparison) -> str:
+    """Return the comparison as plain text: the title, aligned columns, the warnings."""
+    part = comparison_section(comparison)
+    lines = [part.title, "", *text_table(part.table or []), ""]
+    lines += [f"- {warning}" for warning in part.lines]
+    return "\n".join(lines)
+
+
+def text_table(table: list[list[str]]) -> list[str]:
+    """Return a table (header first) as aligned plain-text lines, a rule under the header."""
+    if not table:
+        return []
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = []
+    for number, row in enumerate(table):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        if number == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+def render_comparison_html(comparison: Comparison) -> str:
+    """Return the comparison as one self-contained HTML block (the panel section and the
+    static fallback)."""
+    return (f'<div class="cudadiag-compare" data-cell="{comparison.cell}">'
+            f"{section_html(comparison_section(comparison))}</div>")
+

@@ -1,0 +1,176 @@
+"""Pictures where people look rather than read: the offending tensor's values against the
+operator's valid range, as inline SVG (it shows in the widget panel, in the HTML fallback, in
+nbconvert output and in JupyterLab's dark theme: text and axes use `currentColor`).
+
+With the tensor's value counts (integer tensors with few distinct values), a histogram over
+the valid range with the out-of-range bars in red; without them, the tensor's [min, max]
+against the valid range on a number line. The offending value and its position are named in
+the picture's text, which is also given as one line for text views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+from cudadiag.incident import Incident
+
+WIDTH, HEIGHT = 600, 210
+LEFT, RIGHT, TOP, BOTTOM = 40, 20, 58, 170
+"""The plot area inside the picture."""
+IN_RANGE, OUT_OF_RANGE = "#4c78a8", "#d62728"
+TICKS_ALL_UP_TO = 24
+"""Up to this many slots every value gets a tick label; beyond, only the notable ones."""
+
+
+@dataclass
+class Picture:
+    """An inline SVG and the same facts in one line of text."""
+
+    svg: str
+    text: str
+
+
+def values_picture(incident: Incident) -> Picture | None:
+    """Return the picture of the incident's offending tensor against the valid range, or
+    None when the incident names no valid range or no tensor to draw."""
+    details = incident.diagnosis.details
+    valid = details.get("valid_range")
+    if not valid or len(valid) != 2:
+        return None
+    low, high = int(valid[0]), int(valid[1])
+    tensor = _offending_tensor(incident.batch or {}, low, high, details.get("value"))
+    if tensor is None:
+        return None
+    caption = _caption(details)
+    title = f"{tensor['path']}: values against the valid range [{low}, {high})"
+    if tensor.get("counts"):
+        counts = [(int(v), int(c)) for v, c in tensor["counts"]]
+        outside = [f"{v} ×{c}" for v, c in counts if not low <= v < high]
+        text = f"{title}; outside: {', '.join(outside) or 'none'}" + (
+            f"; {caption}" if caption else "")
+        return Picture(_histogram(title, caption, counts, low, high), text)
+    span = (int(tensor["min"]), int(tensor["max"]))
+    text = f"{title}; values span {span[0]}..{span[1]}" + (f"; {caption}" if caption else "")
+    return Picture(_number_line(title, caption, span, low, high, details.get("value")), text)
+
+
+def _offending_tensor(batch: dict[str, Any], low: int, high: int,
+                      value: Any) -> dict[str, Any] | None:
+    """The batch's integer tensor with values outside [low, high) (the one holding the
+    offending value first)."""
+    outside = [t for t in batch.get("tensors", [])
+               if t.get("dtype", "").startswith(("int", "uint")) and t.get("min") is not None
+               and (t["min"] < low or t["max"] >= high)]
+    holding = [t for t in outside if isinstance(value, int) and t["min"] <= value <= t["max"]]
+    return (holding or outside or [None])[0]
+
+
+def _caption(details: dict[str, Any]) -> str:
+    value, position = details.get("value"), details.get("position")
+    if value is None:
+        return ""
+    where = f" at position {tuple(position) if len(position) > 1 else position[0]}" \
+        if position else ""
+    op = f" ({details['op']}, argument {details.get('argument', '?')})" if details.get("op") \
+        else ""
+    return f"{value}{where} is outside the valid range{op}"
+
+
+def _frame(title: str, caption: str, body: list[str], label: str) -> str:
+    head = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="cd-values-picture" role="img" '
+        f'width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'aria-label="{escape(label)}" font-family="sans-serif" font-size="12" '
+        f'style="color: inherit; max-width: 100%">',
+        f"<title>{escape(label)}</title>",
+        _text(LEFT, 18, title, weight="bold"),
+    ]
+    if caption:
+        head.append(_text(LEFT, 36, caption, fill=OUT_OF_RANGE))
+    axis = (f'<line x1="{LEFT}" y1="{BOTTOM}" x2="{WIDTH - RIGHT}" y2="{BOTTOM}" '
+            'stroke="currentColor" stroke-width="1"/>')
+    return "\n".join([*head, *body, axis, "</svg>"])
+
+
+def _text(x: float, y: float, text: str, *, anchor: str = "start", weight: str = "normal",
+          fill: str = "currentColor") -> str:
+    return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-weight="{weight}" '
+            f'fill="{fill}">{escape(text)}</text>')
+
+
+class _Scale:
+    """Maps values of [first, last] to slots across the plot's width."""
+
+    def __init__(self, first: int, last: int) -> None:
+        self.first, self.slots = first, last - first + 1
+        self.slot = (WIDTH - LEFT - RIGHT) / self.slots
+
+    def x(self, value: float) -> float:
+        return LEFT + (value - self.first + 0.5) * self.slot
+
+
+def _band(scale: _Scale, low: int, high: int) -> list[str]:
+    left, right = scale.x(low - 0.5), scale.x(high - 0.5)
+    return [f'<rect class="cd-valid-range" x="{left:.1f}" y="{TOP}" width="{right - left:.1f}" '
+            f'height="{BOTTOM - TOP}" fill="currentColor" fill-opacity="0.08"/>',
+            _text(right, TOP - 4, f"valid [{low}, {high})", anchor="end")]
+
+
+def _histogram(title: str, caption: str, counts: list[tuple[int, int]], low: int,
+               high: int) -> str:
+    values = [v for v, _ in counts]
+    scale = _Scale(min(low, *values), max(high - 1, *values))
+    tallest = max(c for _, c in counts)
+    width = max(2.0, scale.slot * 0.7)
+    body = _band(scale, low, high)
+    for value, count in counts:
+        bad = not low <= value < high
+        height = (BOTTOM - TOP - 24) * count / tallest
+        x = scale.x(value)
+        body.append(f'<rect class="{"cd-bar-out" if bad else "cd-bar"}" x="{x - width / 2:.1f}" '
+                    f'y="{BOTTOM - height:.1f}" width="{width:.1f}" height="{height:.1f}" '
+                    f'fill="{OUT_OF_RANGE if bad else IN_RANGE}"><title>value {value}: {count}'
+                    f"</title></rect>")
+        if scale.slots <= TICKS_ALL_UP_TO or bad:
+            body.append(_text(x, BOTTOM - height - 4, str(count), anchor="middle",
+                              fill=OUT_OF_RANGE if bad else "currentColor"))
+    ticks = set(range(scale.first, scale.first + scale.slots)) \
+        if scale.slots <= TICKS_ALL_UP_TO else {scale.first, low, high - 1, *values}
+    for value in sorted(ticks):
+        bad = not low <= value < high
+        body.append(_text(scale.x(value), BOTTOM + 16, str(value), anchor="middle",
+                          fill=OUT_OF_RANGE if bad else "currentColor"))
+    body.append(_text(WIDTH - RIGHT, BOTTOM + 34, "value (bar height: count)", anchor="end"))
+    return _frame(title, caption, body, f"{title}. {caption}")
+
+
+def _number_line(title: str, caption: str, span: tuple[int, int], low: int, high: int,
+                 value: Any) -> str:
+    scale = _Scale(min(low, span[0]), max(high - 1, span[1]))
+    body = _band(scale, low, high)
+    y = (TOP + BOTTOM) / 2 + 10
+    inside = (max(span[0], low), min(span[1], high - 1))
+    if inside[0] <= inside[1]:
+        body.append(_segment(scale, inside, y, IN_RANGE))
+    for part in ((span[0], min(span[1], low - 1)), (max(span[0], high), span[1])):
+        if part[0] <= part[1]:
+            body.append(_segment(scale, part, y, OUT_OF_RANGE))
+    marked = {value} if isinstance(value, int) else set()
+    for tick in sorted({scale.first, low, high - 1, *span, *marked}):
+        bad = not low <= tick < high
+        body.append(_text(scale.x(tick), BOTTOM + 16, str(tick), anchor="middle",
+                          fill=OUT_OF_RANGE if bad else "currentColor"))
+    if isinstance(value, int):
+        body.append(f'<circle cx="{scale.x(value):.1f}" cy="{y:.1f}" r="6" fill="none" '
+                    'stroke="currentColor" stroke-width="2"/>')
+    body.append(_text(WIDTH - RIGHT, BOTTOM + 34, "values of the tensor (min..max)",
+                      anchor="end"))
+    return _frame(title, caption, body, f"{title}. {caption}")
+
+
+def _segment(scale: _Scale, part: tuple[int, int], y: float, color: str) -> str:
+    left, right = scale.x(part[0] - 0.4), scale.x(part[1] + 0.4)
+    return (f'<rect x="{left:.1f}" y="{y - 6:.1f}" width="{max(right - left, 2):.1f}" '
+            f'height="12" fill="{color}"/>')

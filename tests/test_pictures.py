@@ -1,0 +1,73 @@
+"""The Batch section's picture: the offending tensor's values against the valid range, as
+inline SVG that stays readable without widgets and in a dark theme."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import torch
+
+from cudadiag.batch import summarize
+from cudadiag.classify import classify
+from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.ui import render
+from cudadiag.ui.pictures import values_picture
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def incident_with(target, valid=(0, 4), value=4, position=(2,)):
+    diagnosis = classify("RuntimeError: CUDA error: device-side assert triggered")
+    if valid is not None:
+        diagnosis.details.update(op="aten::nll_loss_forward", argument="target", value=value,
+                                 position=list(position), valid_range=list(valid))
+    batch = summarize((torch.randn(len(target), 3), target)).to_dict()
+    return Incident(error=ErrorInfo(type="PrecheckError", message="target out of range",
+                                     text="target out of range"),
+                    diagnosis=diagnosis, run=RunInfo(mode="isolated"), batch=batch)
+
+
+def texts(svg):
+    return [t.text for t in ET.fromstring(svg).iter(f"{SVG}text")]
+
+
+def test_targets_become_a_histogram_with_the_out_of_range_bar_in_red():
+    picture = values_picture(incident_with(torch.tensor([0, 1, 4, 2, 3, 1])))
+    root = ET.fromstring(picture.svg)  # well-formed, self-contained
+    bars = [r for r in root.iter(f"{SVG}rect") if r.get("class", "").startswith("cd-bar")]
+    red = [r for r in bars if r.get("class") == "cd-bar-out"]
+    assert len(bars) == 5 and len(red) == 1
+    assert red[0].find(f"{SVG}title").text == "value 4: 1"
+    labels = texts(picture.svg)
+    assert "batch[1]: values against the valid range [0, 4)" in labels
+    assert "valid [0, 4)" in labels
+    assert ("4 at position 2 is outside the valid range (aten::nll_loss_forward, argument "
+            "target)") in labels
+    assert [t for t in labels if t in {"0", "1", "2", "3", "4"}] == ["1", "2", "1", "1", "1",
+                                                                      "0", "1", "2", "3", "4"]
+    assert 'fill="currentColor"' in picture.svg  # text follows the theme's foreground
+    assert picture.text.endswith("outside: 4 ×1; 4 at position 2 is outside the valid range "
+                                 "(aten::nll_loss_forward, argument target)")
+
+
+def test_many_distinct_values_are_drawn_as_their_span_on_a_number_line():
+    ids = torch.arange(100)
+    picture = values_picture(incident_with(ids, valid=(0, 90), value=95, position=(95,)))
+    root = ET.fromstring(picture.svg)
+    red = [r for r in root.iter(f"{SVG}rect") if r.get("fill") == "#d62728"]
+    assert len(red) == 1 and root.find(f"{SVG}circle") is not None
+    assert {"0", "89", "99"} <= set(texts(picture.svg))
+    assert "values span 0..99" in picture.text
+
+
+def test_no_picture_without_a_valid_range_or_an_offending_tensor():
+    assert values_picture(incident_with(torch.tensor([0, 1, 4]), valid=None)) is None
+    assert values_picture(incident_with(torch.tensor([0, 1, 2]))) is None
+
+
+def test_batch_section_carries_the_picture_in_html_and_its_line_in_text():
+    incident = incident_with(torch.tensor([0, 1, 4, 2, 3, 1]))
+    html = render.render_html(incident)
+    assert '<div class="cd-picture"><svg' in html and "cd-bar-out" in html
+    assert "picture: batch[1]: values against the valid range [0, 4)" in \
+        render.render_text(incident)
