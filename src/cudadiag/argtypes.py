@@ -30,3 +30,18 @@ def at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+PROCESS_COUNT_WORDS = ("auto", "cpu", "gpu", "xpu")
+"""What torchrun accepts for --nproc-per-node besides a number: one rank per device or core."""
+
+
+def processes_per_node(text: str) -> str:
+    """Return `text` as torchrun's `--nproc-per-node` value; raises
+    argparse.ArgumentTypeError unless it is a whole number of at least 1 or one of
+    PROCESS_COUNT_WORDS."""
+    if text in PROCESS_COUNT_WORDS or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"expected a number of processes (1 or more) or one of {', '.join(PROCESS_COUNT_WORDS)}"
+        f", like torchrun; got {text!r}")

@@ -90,3 +90,8 @@ class GuardError(CudadiagError, ValueError):
         self.rule = rule
         self.values = list(values)
         self.positions = list(positions)
+
+
+class TorchrunOptionsError(CudadiagError, ValueError):
+    """Options torchrun does not know or would refuse, or that cudadiag sets itself
+    (`cudadiag run --nproc-per-node N [torchrun options] -- SCRIPT`)."""

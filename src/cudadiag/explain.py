@@ -419,9 +419,14 @@ def _timestamp(raw: bytes) -> tuple[str, ...] | None:
 
 
 def _is_consequence(error: RankError) -> bool:
-    """A collective's failure, or a wrapper (an uncaught C++ exception, a launcher's report)
-    that does not show the error it carries: what other ranks' errors lead to."""
-    d = error.diagnosis
+    return is_consequence(error.diagnosis)
+
+
+def is_consequence(diagnosis: Diagnosis | None) -> bool:
+    """Return True for what other ranks' errors lead to: a collective's failure (a timeout,
+    an aborted communicator, a peer that closed the connection), or a wrapper (an uncaught
+    C++ exception, a launcher's report) that does not show the error it carries."""
+    d = diagnosis
     return d is None or d.family == "distributed" or bool(d.details.get("carrier_only"))
 
 

@@ -68,6 +68,9 @@ class Job:
     batch_step: int | None = None
     """The folder holds BATCH_FILE, the batch of this step."""
     script: ScriptTarget | None = None
+    ranks: str | None = None
+    """A multi-process run: the folder where each rank writes its record (isolate/rankfiles)
+    instead of the one result file."""
 
     @property
     def path(self) -> Path:

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from cudadiag.isolate import rankfiles
 from cudadiag.isolate.job import Job, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
 from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
@@ -50,6 +51,7 @@ def main(argv: list[str]) -> int:
     ones when the process aborts.
     """
     job = Job.read(Path(argv[1]))
+    rankfiles.begin(job.ranks)
     started = time.perf_counter()
     check = blocking_check(job)
     try:
@@ -59,7 +61,8 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
     result.wall_s = time.perf_counter() - started
     result.blocking_check = check
-    result.write(job.result_path)
+    if not rankfiles.finish(result.exit_code, result.incident):
+        result.write(job.result_path)
     return result.exit_code
 
 
@@ -118,6 +121,7 @@ def run_job(job: Job) -> JobResult:
             try:
                 _run_cell(cell.number, cell.source, namespace)
             except (Exception, SystemExit) as exc:
+                rankfiles.note_exception(exc)
                 failures.append((exc, cell.number))
                 if len(failures) == 1:  # read now: later cells change the namespace
                     loop = loop_context(exc, cell_of)
@@ -192,7 +196,9 @@ def _run_script(script: ScriptTarget, failures: list[tuple[BaseException, int | 
 def _print_traceback(exc: BaseException) -> None:
     """Print `exc` as `python SCRIPT` would (through sys.excepthook, which the script may have
     replaced): from the script's frame down to the call that failed, without the frames of
-    this worker and runpy above it, nor those of cudadiag's tracer or simulator below it."""
+    this worker and runpy above it, nor those of cudadiag's tracer or simulator below it.
+    In a rank of a multi-process run, record it with the same frames (torchrun's summary
+    shows them)."""
     frames = _script_frames(exc.__traceback__)
     tb = None
     for frame in reversed(frames):
@@ -201,6 +207,7 @@ def _print_traceback(exc: BaseException) -> None:
     exc.__traceback__ = tb  # the hook may read the exception's own traceback
     try:
         sys.excepthook(type(exc), exc, tb)
+        rankfiles.note_exception(exc)
     finally:
         exc.__traceback__ = recorded
         sys.stderr.flush()

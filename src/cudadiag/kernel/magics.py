@@ -11,7 +11,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from cudadiag.argtypes import positive_seconds
+from cudadiag.argtypes import positive_seconds, processes_per_node
 from cudadiag.errors import CudadiagError, IsolatedRunFailed
 from cudadiag.kernel.hooks import KernelCapture
 from cudadiag.listing_options import add_listing_options
@@ -114,6 +114,10 @@ def _isolation_options(func: Any) -> Any:
         argument("--batch", metavar="last|STEP",
                  help="replay one batch recorded by watch(): the child's watch() yields "
                       "only that batch, with its original step number"),
+        argument("--nproc-per-node", type=processes_per_node, metavar="N",
+                 help="run the cells as N ranks of a torchrun job (torch.distributed.run "
+                      "--standalone; cells call init_process_group): the incident names the "
+                      "rank that failed first, the others' errors are its consequences"),
     ]
     for option in reversed(options):
         func = option(func)
@@ -412,6 +416,8 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
 
     ship = args.ship if args.ship in ("auto", "none") else [
         n.strip() for n in args.ship.split(",") if n.strip()]
+    if ship == "auto" and args.nproc_per_node is not None:
+        ship = "none"  # each rank makes its own values: its rank, its process group
     restore = _restore_assignments(args)
     try:
         cells = [int(n) for n in args.cells.split(",")] if args.cells else None
@@ -494,10 +500,15 @@ def _restore_cell(spec: str, assignments: list[tuple[str, str]]) -> tuple[int, s
 def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, str],
                   recorded: tuple[int, Any] | None,
                   restore_cell: tuple[int, str] | None = None) -> Any:
+    from cudadiag.isolate.ranks import TorchrunJob
     from cudadiag.isolate.runner import run_isolated
     from cudadiag.isolate.warm import WarmLauncher
 
     capture = capture_for(shell)
+    ranks = None
+    if args.nproc_per_node is not None:
+        ranks = TorchrunJob(["--nproc-per-node", args.nproc_per_node, "--standalone"],
+                            sys.executable)
     return run_isolated(
         plan.sources[target],
         cells=[(n, plan.sources[n]) for n in plan.replay if n != target]
@@ -512,7 +523,8 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
         precheck=not args.no_precheck,
         batch=recorded,
         show_replay=args.show_replay,
-        launcher=WarmLauncher(cold=args.cold),
+        ranks=ranks,
+        launcher=WarmLauncher(cold=args.cold) if ranks is None else None,
     )
 
 

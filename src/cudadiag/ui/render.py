@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.incident import CompatCheck, Frame, FrameContext, Incident
+from cudadiag.incident import (
+    CompatCheck,
+    Frame,
+    FrameContext,
+    Incident,
+    LaterError,
+    RankRecord,
+)
 from cudadiag.incident_index import IndexEntry, failing_cell
 from cudadiag.repro.redact import Redactor
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
@@ -112,7 +119,7 @@ class Section:
 
     key: str
     """Stable name: `restart`, `error`, `batch`, `checks`, `avoid`, `compat`, `env`,
-    `later`."""
+    `later`, `ranks`."""
     title: str
     lines: list[str] = field(default_factory=list)
     bullets: bool = False
@@ -271,10 +278,32 @@ def sections(incident: Incident) -> list[Section]:
     if e.later:
         parts.append(Section(
             "later", f"Later errors ({len(e.later)}, probable consequences of the first)",
-            [f"In[{x.cell}] {x.type}: {x.message}"
+            [f"{_later_place(x)} {x.type}: {x.message}"
              + ("" if x.probable_consequence else " (unrelated)") for x in e.later],
             collapsed=True))
+    if incident.run.ranks:
+        parts.append(Section("ranks", f"Ranks ({len(incident.run.ranks)})",
+                             [rank_line(r) for r in incident.run.ranks]))
     return parts
+
+
+def _later_place(error: LaterError) -> str:
+    return f"rank {error.rank}:" if error.rank is not None else f"In[{error.cell}]"
+
+
+def rank_line(rank: RankRecord) -> str:
+    """`rank 1 (local 1, node gpu3, pid 812): raised device_assert in aten::nll_loss_forward
+    at 12:00:01.250`: one rank of a multi-process run."""
+    what = rank.outcome
+    if rank.outcome == "raised":
+        what += f" {rank.family}" + ("" if not rank.consequence else " (a consequence)")
+    elif rank.signal or rank.exit_status:
+        what += f" ({rank.signal or f'exit status {rank.exit_status}'})"
+    if rank.where:
+        what += f" in {rank.where}"
+    if rank.at:
+        what += f" at {rank.at[11:23]}"
+    return f"rank {rank.rank} (local {rank.local_rank}, node {rank.node}, pid {rank.pid}): {what}"
 
 
 def render_text(incident: Incident) -> str:
