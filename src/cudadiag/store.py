@@ -635,7 +635,7 @@ class IncidentStore:
             self._drop_oldest_values(blobs, room=size)
             _private_copy(pickled, blob)
         pointer = self._private_dir("runs", incident_id) / SHIPPED_POINTER
-        _private_write(pointer, json.dumps({"sha256": digest, "bytes": size}).encode())
+        replace_atomically(pointer, json.dumps({"sha256": digest, "bytes": size}).encode())
         return None
 
     def shipped_file(self, incident_id: str) -> Path | None:
@@ -867,22 +867,8 @@ def _write_unsaved_at_exit() -> None:
                   file=sys.stderr)
 
 
-def _private_write(target: Path, data: bytes) -> None:
-    """Write `data` to `target` as a 0600 file, through a temporary name and a rename."""
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
-    try:
-        write_all(fd, data)
-    except BaseException:
-        os.close(fd)
-        partial.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    os.replace(partial, target)
-
-
 def _private_copy(source: Path, target: Path) -> Path:
-    _private_write(target, source.read_bytes())
+    replace_atomically(target, source.read_bytes())
     return target
 
 
