@@ -103,10 +103,6 @@ class NewerRecord:
     schema: Any
     family: str | None = None
 
-    def describe(self) -> str:
-        """Return `recorded by a newer cudadiag (schema N)`."""
-        return f"recorded by a newer cudadiag (schema {self.schema})"
-
 
 @dataclass
 class LogContents:
