@@ -18,7 +18,6 @@ is caught up from the synced log.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
@@ -254,11 +253,6 @@ class IncidentIndex:
         except OSError:
             return False
         return True
-
-    def remove(self) -> None:
-        """Delete the file (it will be rebuilt from the log)."""
-        with contextlib.suppress(OSError):
-            self.path.unlink()
 
 
 def parse_index(data: bytes) -> IndexState | None:
