@@ -57,8 +57,6 @@ from cudadiag.incident_index import (
     IncidentIndex,
     IndexEntry,
     IndexState,
-    by_creation,
-    by_id,
     cover_line,
     entry_for_incident,
     entry_for_newer,
@@ -229,11 +227,8 @@ class IncidentStore:
         """Return one index entry per incident (its latest record), oldest first, with the
         records still unsaved in this process and those of a newer cudadiag (`newer`).
         Reads the index only, caught up with the log or rebuilt from it first when needed."""
-        entries = self._index_state().entries
-        latest = dict(zip(map(by_id, entries), entries, strict=True))
-        for _record, entry in _unsaved.get(self._key, {}).values():
-            latest[entry.id] = entry
-        return sorted(latest.values(), key=by_creation)
+        unsaved = _unsaved.get(self._key, {}).values()
+        return self._index_state().latest(entry for _record, entry in unsaved)
 
     def get(self, incident_id: str | None = None) -> Incident:
         """Return the incident whose id starts with `incident_id` (the newest when None).
