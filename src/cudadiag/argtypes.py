@@ -10,14 +10,24 @@ import math
 def positive_seconds(text: str) -> float:
     """Return `text` as a number of seconds; raises argparse.ArgumentTypeError unless it is a
     finite number greater than zero (`nan`, `inf`, `0`, `-5` and words are refused)."""
+    return _positive_number(text, "seconds", "30 or 2.5")
+
+
+def positive_days(text: str) -> float:
+    """Return `text` as a number of days; raises argparse.ArgumentTypeError unless it is a
+    finite number greater than zero."""
+    return _positive_number(text, "days", "180 or 1.5")
+
+
+def _positive_number(text: str, unit: str, example: str) -> float:
     try:
-        seconds = float(text)
+        value = float(text)
     except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(
-            f"expected a number of seconds greater than 0, like 30 or 2.5; got {text!r}")
-    return seconds
+            f"expected a number of {unit} greater than 0, like {example}; got {text!r}")
+    return value
 
 
 def at_least_one(text: str) -> int:

@@ -28,6 +28,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from cudadiag.durable import sync_folder
 from cudadiag.errors import CudadiagError
 from cudadiag.incident import Incident
 
@@ -319,20 +320,7 @@ def _atomic_file(target: Path) -> Iterator[Any]:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
-    _sync_directory(target.parent)
-
-
-def _sync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # Windows cannot open a directory; its renames are durable anyway
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    sync_folder(target.parent)
 
 
 def _sha256(path: Path) -> str:

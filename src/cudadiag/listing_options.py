@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from cudadiag.argtypes import at_least_one, positive_seconds
+from cudadiag.argtypes import at_least_one, positive_days
 
 MODES = ("kernel", "isolated", "cli")
 
@@ -34,5 +34,5 @@ def add_listing_options(parser: argparse.ArgumentParser) -> None:
                            "isolated runs' files")
     parser.add_argument("--keep", type=at_least_one, metavar="N",
                         help="with --prune: keep only the newest N incidents")
-    parser.add_argument("--keep-days", type=positive_seconds, metavar="D",
+    parser.add_argument("--keep-days", type=positive_days, metavar="D",
                         help="with --prune: keep only the incidents of the last D days")
