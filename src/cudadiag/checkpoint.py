@@ -28,8 +28,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from cudadiag.durable import sync_folder
-from cudadiag.errors import CudadiagError
+from cudadiag.durable import sync_folder, write_failure
+from cudadiag.errors import CheckpointNotSaved, CudadiagError
 from cudadiag.incident import Incident
 
 MANIFEST_SUFFIX = ".manifest.json"
@@ -111,8 +111,10 @@ def save(obj: Any, path: str | os.PathLike[str], *, step: int,
     Returns the new checkpoint's Verdict as `verify()` gives it now (one line on stderr
     says so when it cannot be trusted: saved after the error, non-finite tensors). Raises TypeError
     when `step` is not an int or `extra` is not JSON-serialisable, ValueError for a negative
-    step, FileNotFoundError when the directory does not exist, and whatever `torch.save`
-    raises (on a CUDA context broken by an earlier error, copying device tensors fails).
+    step, FileNotFoundError when the directory does not exist, CheckpointNotSaved (an
+    OSError) when the file cannot be written (a full disk: nothing is left, an earlier file of
+    that name is unchanged), and whatever else `torch.save` raises (on a CUDA context broken by
+    an earlier error, copying device tensors fails).
     """
     if isinstance(step, bool) or not isinstance(step, int):
         raise TypeError(f"step must be an int (the training step), not {step!r}")
@@ -123,7 +125,6 @@ def save(obj: Any, path: str | os.PathLike[str], *, step: int,
     except (TypeError, ValueError) as exc:
         raise TypeError(f"extra must be JSON-serialisable (numbers, strings, lists, dicts): "
                         f"{exc}") from None
-    import torch
 
     from cudadiag.own_work import outside_user_modes
 
@@ -134,7 +135,7 @@ def save(obj: Any, path: str | os.PathLike[str], *, step: int,
         non_finite = non_finite_tensors(obj)
         manifest = _manifest_fields(step, extra_json, non_finite)
         with _atomic_file(target) as handle:
-            torch.save(obj, handle)
+            _torch_save(obj, handle, target)
     manifest.update(file=target.name, sha256=_sha256(target), bytes=target.stat().st_size)
     with _atomic_file(manifest_path(target)) as handle:
         handle.write(json.dumps(manifest, indent=1).encode())
@@ -301,6 +302,40 @@ def _error_being_handled() -> dict[str, Any] | None:
 def _simulated_device_faulted() -> bool:
     testing = sys.modules.get("cudadiag.testing")
     return bool(testing is not None and testing.is_poisoned())
+
+
+class _WriteErrors:
+    """A file that remembers the OSError of a failed write: torch.save reports a full disk as
+    `unexpected pos` and loses the reason."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            written: int = self.handle.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+        return written
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def _torch_save(obj: Any, handle: Any, target: Path) -> None:
+    import torch
+
+    recording = _WriteErrors(handle)
+    try:
+        torch.save(obj, recording)
+    except Exception as exc:
+        if recording.error is None:
+            raise
+        why = write_failure(target.name, target.parent.resolve(), recording.error)
+        raise CheckpointNotSaved(f"{why}; nothing was written, an earlier {target.name} is "
+                                 "unchanged") from exc
 
 
 @contextlib.contextmanager
