@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.step_hooks import YIELD, add_step_hook
+from cudadiag.step_hooks import YIELD, add_step_hook, remove_step_hook
 
 if TYPE_CHECKING:
     from cudadiag.batch import WatchRecord
@@ -54,6 +54,12 @@ def start_profiling(cell_now: Callable[[], int | None]) -> None:
     cell running (a kernel's execution count), recorded with each watch."""
     _cell_now[:] = [cell_now]
     add_step_hook(_profile_step)
+
+
+def stop_profiling() -> None:
+    """Profile no later watch() step (`%unload_ext`); the profiles taken are kept."""
+    remove_step_hook(_profile_step)
+    _cell_now.clear()
 
 
 def profiles(record: WatchRecord) -> list[StepProfile]:

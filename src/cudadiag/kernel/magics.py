@@ -574,10 +574,12 @@ def load(shell: Any) -> None:
 
 def unload(shell: Any) -> None:
     """Remove the callbacks and the sticky warnings from `shell`; stop the kernel's warm
-    interpreter."""
+    interpreter; profile no more watch() steps."""
     from cudadiag import checkpoint
     from cudadiag.isolate import warm
+    from cudadiag.steps import stop_profiling
 
+    stop_profiling()
     capture = _captures.pop(id(shell), None)
     if capture is not None:
         capture.unregister()
