@@ -85,9 +85,11 @@ def _recorded(incident: Incident, store: IncidentStore, shell: Any) -> Program:
 def _isolated_rerun(incident: Incident, store: IncidentStore) -> Incident | None:
     cell = str(incident.run.cells[0]) if incident.run.cells else None
     source = incident.run.sources.get(cell) if cell else None
-    for other in reversed(store.load()):
-        if (other.run.mode == "isolated" and other.run.cells and
-                str(other.run.cells[-1]) == cell and other.run.sources.get(cell) == source):
+    isolated = [e for e in store.entries() if e.mode == "isolated" and not e.newer]
+    for entry in reversed(isolated):
+        other = store.read(entry)
+        if (other.run.cells and str(other.run.cells[-1]) == cell
+                and other.run.sources.get(cell) == source):
             return other
     return None
 
