@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from cudadiag.argtypes import positive_seconds
-from cudadiag.kernel.magics import _history, _recorded_batch, capture_for
+from cudadiag.kernel.magics import capture_for, cell_history, parse_magic_line, recorded_batch
 
 if TYPE_CHECKING:  # loaded on first use: %load_ext only registers the magic
     from cudadiag.isolate.compare import Program, Row
@@ -44,7 +44,7 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
         variants = parse_variants(variants)
     except CompareError as exc:
         raise UsageError(str(exc)) from None
-    history = _history(shell)
+    history = cell_history(shell)
     if isinstance(cell, str):
         target = max(history, default=0) + 1
         history[target] = cell
@@ -103,7 +103,7 @@ def plan_program(shell: Any, history: dict[int, str], target: int, *, ship: str 
         code=plan.sources[target], target=target,
         cells=[(n, plan.sources[n]) for n in plan.replay if n != target],
         rng_states=capture_for(shell).rng_states_including_running(target),
-        batch=_recorded_batch(batch) if batch else None,
+        batch=recorded_batch(batch) if batch else None,
         ship={name: shell.user_ns[name] for name in plan.ship},
     )
 
@@ -148,10 +148,7 @@ class CompareMagics(Magics):
         the cell (only the failing watch() step of its data); "failed before, passes now"
         only when the old code fails, the new one passes and its outputs are finite.
         """
-        try:
-            args = parse_argstring(self.cuda_compare, line)
-        except ValueError as exc:
-            raise UsageError(f"{exc} in: {line}") from None
+        args = parse_magic_line(self.cuda_compare, line)
         if cell is not None and args.cell is not None:
             raise UsageError("%%cuda_compare compares its own body: drop the cell number")
         if args.before:
