@@ -334,14 +334,10 @@ def _warnings(rows: list[Row], baseline: str | None) -> list[str]:
         warnings.append(f"Passed with one change each: {', '.join(passed)}. Each row changes "
                         "one thing; a row that passes points at what matters, it is not a "
                         "fix yet.")
-    idle = [r.variant for r in rows[1:] if r.outcome != NOT_APPLICABLE and r.variant in
-            _COUNTED and not r.changes]
+    idle = [r.variant for r in rows[1:] if r.outcome != NOT_APPLICABLE
+            and not VARIANTS[r.variant].sets_flag and not r.changes]
     if idle:
         warnings.append(f"Changed nothing in this cell: {', '.join(idle)} (their rows "
                         "repeat the reference).")
     warnings.append(TIMING_NOTE)
     return warnings
-
-
-_COUNTED = ("cpu", "fp32", "sdpa_math", "contiguous", "eager")
-"""Variants that count their changes: zero means the row ran the reference again."""
