@@ -96,6 +96,12 @@ class Row:
         """True when the run ended without error."""
         return self.outcome == OK
 
+    @property
+    def failure(self) -> str:
+        """The error of a failed run in a few words: `FAMILY at OP` (`FAMILY` when the
+        operator is not known)."""
+        return f"{self.family}" + (f" at {self.op}" if self.op else "")
+
     def to_dict(self) -> dict[str, Any]:
         """Return the row as JSON-ready data (outputs by name, shape and dtype only)."""
         return {

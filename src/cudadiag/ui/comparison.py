@@ -42,8 +42,7 @@ def outcome_text(row: Row) -> str:
     """Return a row's outcome in a few words: `ok`, `failed: FAMILY at OP`,
     `not applicable: WHY`, `timed out`."""
     if row.outcome == FAILED:
-        where = f" at {row.op}" if row.op else ""
-        return f"failed: {row.family}{where}"
+        return f"failed: {row.failure}"
     if row.outcome == NOT_APPLICABLE:
         return f"not applicable: {row.reason}"
     return row.outcome
