@@ -250,6 +250,8 @@ class WatchRecord:
         self.current: Any = None
         self.current_size: int | None = None
         self.current_indices: list[int] | None = None
+        self.current_tensors: list[torch.Tensor] = []
+        """The tensors of the item in flight (found once per step, for every reader)."""
         self.kept: deque[KeptBatch] = deque()
         self.kept_bytes = 0
         self.active = True
@@ -266,7 +268,7 @@ class WatchRecord:
         self.step += 1
         self.current = item
         self.current_indices = indices
-        tensors = tensors_of(item)
+        tensors = self.current_tensors = tensors_of(item)
         size = next((int(t.shape[0]) for t in tensors if t.dim() > 0), None)
         self.current_size = size
         if self.first_batch_size is None:

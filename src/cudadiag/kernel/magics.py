@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _captures: dict[int, KernelCapture] = {}
 
 
-class _MagicParser(argparse.ArgumentParser):
+class MagicParser(argparse.ArgumentParser):
     """argparse that reports bad input as an IPython UsageError instead of exiting."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -37,8 +37,8 @@ class _MagicParser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _MagicParser(prog="%cudadiag", description="Browse cudadiag's incident log.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_MagicParser)
+    parser = MagicParser(prog="%cudadiag", description="Browse cudadiag's incident log.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=MagicParser)
     listing = sub.add_parser("incidents", help="list recorded incidents, oldest first; "
                                                "--stats, --prune")
     add_listing_options(listing)
@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _split(line: str) -> list[str]:
+def split_line(line: str) -> list[str]:
     """The words of a magic's line as a shell splits them; UsageError for bad quoting."""
     try:
         return shlex.split(line)
@@ -75,7 +75,7 @@ def _split(line: str) -> list[str]:
         raise UsageError(f"{exc} in: {line}") from None
 
 
-def _parse_magic_line(magic: Any, line: str) -> Any:
+def parse_magic_line(magic: Any, line: str) -> Any:
     """parse_argstring, with bad quoting reported as a UsageError like any bad option."""
     try:
         return parse_argstring(magic, line)
@@ -157,7 +157,7 @@ class CudadiagMagics(Magics):
             from cudadiag.kernel.validating import validate_in_shell
 
             return validate_in_shell(self.shell, rest)
-        args = _parser().parse_args(_split(line))
+        args = _parser().parse_args(split_line(line))
         store = capture_for(self.shell).store
         if args.command == "incidents":
             from cudadiag.listing import run_listing
@@ -232,8 +232,8 @@ class CudadiagMagics(Magics):
         reason. Interrupting it kills the run's process group and raises KeyboardInterrupt,
         like interrupting any cell; bad options raise UsageError.
         """
-        args = _parse_magic_line(self.cuda_isolate, line)
-        history = _history(self.shell)
+        args = parse_magic_line(self.cuda_isolate, line)
+        history = cell_history(self.shell)
         target = args.cell if args.cell is not None else self._latest_incident_cell()
         result = _run_isolated_cell(self.shell, args, history, target)
         if result is not None and result.interrupted:
@@ -252,8 +252,8 @@ class CudadiagMagics(Magics):
         isolated incident is the record (the kernel does not file it again). Interrupting
         it kills the run's process group and raises KeyboardInterrupt.
         """
-        args = _parse_magic_line(self.blocking_launch, line)
-        history = _history(self.shell)
+        args = parse_magic_line(self.blocking_launch, line)
+        history = cell_history(self.shell)
         target = max(history, default=0) + 1
         history[target] = cell
         result = _run_isolated_cell(self.shell, args, history, target)
@@ -375,7 +375,7 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
         return stored_inputs(incident, store)
     from cudadiag.isolate.plan import PlanError, make_plan
 
-    history = _history(shell)
+    history = cell_history(shell)
     cell = incident.run.cells[0] if incident.run.cells else None
     if cell is None or cell not in history:
         raise ExportError(f"incident {incident.id} did not come from this kernel's history; "
@@ -387,7 +387,7 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
     batch = None
     if incident.step is not None:
         try:
-            batch = _recorded_batch(str(incident.step.iteration))
+            batch = recorded_batch(str(incident.step.iteration))
         except UsageError:
             batch = None
     return ReproInputs(cells={n: plan.sources[n] for n in plan.replay},
@@ -395,7 +395,7 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
                        cwd=os.getcwd(), failed_at=failed_cells(incident))
 
 
-def _history(shell: Any) -> dict[int, str]:
+def cell_history(shell: Any) -> dict[int, str]:
     """Earlier cells by execution count, as typed (the running cell, the last one, excluded).
 
     `In` holds the cells after IPython's transformations (`get_ipython().run_line_magic`);
@@ -433,7 +433,7 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
         return None
     if plan.refusal:
         raise UsageError(plan.refusal)
-    recorded = _recorded_batch(args.batch) if args.batch else None
+    recorded = recorded_batch(args.batch) if args.batch else None
     original = _original_incident(shell, target, history[target])
     try:
         result = _isolated_run(shell, plan, target, args, env, recorded, restore_cell)
@@ -528,7 +528,7 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
     )
 
 
-def _recorded_batch(which: str) -> tuple[int, Any]:
+def recorded_batch(which: str) -> tuple[int, Any]:
     """The (step, CPU copy) kept by the latest watch() of this kernel."""
     batch = sys.modules.get("cudadiag.batch")
     record = batch.latest_watch() if batch is not None else None
@@ -574,10 +574,12 @@ def load(shell: Any) -> None:
 
 def unload(shell: Any) -> None:
     """Remove the callbacks and the sticky warnings from `shell`; stop the kernel's warm
-    interpreter."""
+    interpreter; profile no more watch() steps."""
     from cudadiag import checkpoint
     from cudadiag.isolate import warm
+    from cudadiag.steps import stop_profiling
 
+    stop_profiling()
     capture = _captures.pop(id(shell), None)
     if capture is not None:
         capture.unregister()
