@@ -23,6 +23,7 @@ child's group and exits.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -163,10 +164,8 @@ class _Server:
     def _warm_imports(self, job: dict[str, Any], cwd: str, skip: list[str]) -> Iterator[str]:
         """Import, one at a time, the installed modules the job's cells import at their top
         level (not those in `skip`); yield each name once it is imported."""
-        from cudadiag.isolate.cellfacts import unconditional_imports
-
         for cell in job.get("cells", []):
-            for name in unconditional_imports(cell["source"]):
+            for name in _unconditional_imports(cell["source"]):
                 top = name.partition(".")[0]
                 if name in sys.modules or top in skip or not is_installed(top, cwd):
                     continue
@@ -221,6 +220,16 @@ def is_installed(top: str, cwd: str) -> bool:
     roots |= {*site.getsitepackages(), site.getusersitepackages()}
     path = os.path.realpath(where)
     return any(path.startswith(os.path.join(os.path.realpath(root), "")) for root in roots)
+
+
+@functools.lru_cache(maxsize=4096)
+def _unconditional_imports(source: str) -> tuple[str, ...]:
+    """cellfacts.unconditional_imports, parsed once per cell source: the same cells come
+    back run after run (a kernel's history, the minimizer's candidates), and parsing them
+    each time cost milliseconds per cell before every fork."""
+    from cudadiag.isolate.cellfacts import unconditional_imports
+
+    return tuple(unconditional_imports(source))
 
 
 def _pidfd(pid: int) -> int | None:
