@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudadiag.isolate.procgroup import kill_group
+
 POLL_S = 0.01
 """How often children are checked on where the system has no pidfd."""
 WORKER_IMPORTS = ("ctypes", "cloudpickle", "cudadiag.advice", "cudadiag.batch",
@@ -249,8 +251,7 @@ def _mtime(top: str) -> float:
 
 
 def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+    kill_group(pid)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)  # not yet the leader of its own group
     with contextlib.suppress(ChildProcessError):
