@@ -17,6 +17,7 @@ from nbclient import NotebookClient
 
 from cudadiag import classify, cli, incidents
 from cudadiag.explain import is_consequence
+from cudadiag.incident import Incident
 
 JOB_LIMIT_S = 60
 """Each two-rank job must end within this (2 busy cores: torch imports dominate)."""
@@ -98,18 +99,26 @@ def cudadiag_ranks(script: str, tmp_path: Path, *args: str, options: tuple[str, 
     return ran
 
 
+def failed_job(script: str, tmp_path: Path, *args: str, options: tuple[str, ...] = ()
+               ) -> tuple[subprocess.CompletedProcess[str], Incident]:
+    """Run `script` as a two-rank job that must fail (torchrun's status 1) and leave one
+    incident; return the run and the incident."""
+    ran = cudadiag_ranks(script, tmp_path, *args, options=options)
+    assert ran.returncode == 1, ran.stderr[-3000:]  # torchrun's status
+    (incident,) = incidents()
+    return ran, incident
+
+
 @pytest.mark.slow
 def test_the_rank_that_failed_first_is_the_incident_and_the_waiting_rank_a_consequence(
         tmp_path):
-    ran = cudadiag_ranks(BAD_TARGET, tmp_path, options=("--json", "incident.json"))
-    assert ran.returncode == 1, ran.stderr[-3000:]  # torchrun's status
+    ran, incident = failed_job(BAD_TARGET, tmp_path, options=("--json", "incident.json"))
     assert ("rank 1 failed first at step 3 (nll_loss, target 4); rank 0 failed afterwards in "
             "all_reduce — consequences") in ran.stderr
     assert "Root Cause (first observed failure)" in ran.stderr  # torchrun's own summary...
     root_cause = ran.stderr.split("Root Cause (first observed failure)")[1]
     assert "rank      : 1 (local_rank: 1)" in root_cause  # ...reads the error file we wrote
     assert "target 4 at position 3 outside [0, 4)" in root_cause
-    (incident,) = incidents()
     assert incident.diagnosis.family == "device_assert" and incident.diagnosis.rank == 1
     assert incident.op.name == "aten::nll_loss_forward"
     assert incident.diagnosis.details["value"] == 4
@@ -139,9 +148,7 @@ def test_a_clean_job_exits_0_without_an_incident(tmp_path):
 
 @pytest.mark.slow
 def test_when_only_a_collective_timed_out_the_hung_rank_is_named_not_a_kernel(tmp_path):
-    ran = cudadiag_ranks(RANK0_HANGS, tmp_path)
-    assert ran.returncode == 1, ran.stderr[-3000:]
-    (incident,) = incidents()
+    ran, incident = failed_job(RANK0_HANGS, tmp_path)
     assert incident.diagnosis.family == "distributed"
     summary = incident.diagnosis.summary
     assert summary.startswith("no rank raised an error of its own: only collectives failed "
@@ -165,9 +172,7 @@ def test_a_hang_without_any_error_ends_at_the_timeout_with_where_each_rank_was(t
 
 @pytest.mark.slow
 def test_a_rank_that_ended_while_the_other_waits_is_named(tmp_path):
-    ran = cudadiag_ranks(RANK0_LEAVES, tmp_path)
-    assert ran.returncode == 1, ran.stderr[-3000:]
-    (incident,) = incidents()
+    _, incident = failed_job(RANK0_LEAVES, tmp_path)
     assert incident.diagnosis.rank == 1 and incident.diagnosis.family == "distributed"
     assert "rank 0 had already ended (exit status 0)" in incident.diagnosis.summary
 

@@ -23,6 +23,7 @@ child's group and exits.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -36,6 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cudadiag.isolate.procgroup import kill_group
 
 POLL_S = 0.01
 """How often children are checked on where the system has no pidfd."""
@@ -163,10 +166,8 @@ class _Server:
     def _warm_imports(self, job: dict[str, Any], cwd: str, skip: list[str]) -> Iterator[str]:
         """Import, one at a time, the installed modules the job's cells import at their top
         level (not those in `skip`); yield each name once it is imported."""
-        from cudadiag.isolate.cellfacts import unconditional_imports
-
         for cell in job.get("cells", []):
-            for name in unconditional_imports(cell["source"]):
+            for name in _unconditional_imports(cell["source"]):
                 top = name.partition(".")[0]
                 if name in sys.modules or top in skip or not is_installed(top, cwd):
                     continue
@@ -223,6 +224,16 @@ def is_installed(top: str, cwd: str) -> bool:
     return any(path.startswith(os.path.join(os.path.realpath(root), "")) for root in roots)
 
 
+@functools.lru_cache(maxsize=4096)
+def _unconditional_imports(source: str) -> tuple[str, ...]:
+    """cellfacts.unconditional_imports, parsed once per cell source: the same cells come
+    back run after run (a kernel's history, the minimizer's candidates), and parsing them
+    each time cost milliseconds per cell before every fork."""
+    from cudadiag.isolate.cellfacts import unconditional_imports
+
+    return tuple(unconditional_imports(source))
+
+
 def _pidfd(pid: int) -> int | None:
     """A file descriptor that turns readable when `pid` exits, where the system has them."""
     try:
@@ -240,8 +251,7 @@ def _mtime(top: str) -> float:
 
 
 def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+    kill_group(pid)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)  # not yet the leader of its own group
     with contextlib.suppress(ChildProcessError):

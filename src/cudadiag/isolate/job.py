@@ -58,7 +58,6 @@ class Job:
     blocking: bool = True
     trace: bool = True
     precheck: bool = True
-    backend: str = "cpu"
     env_vars: dict[str, str] = field(default_factory=dict)
     ship: Path | None = None
     """Pickled values loaded into the namespace first: the folder's SHIP_FILE, or the file a

@@ -209,7 +209,7 @@ class ForkServer:
     """One fork server process, seen from the parent. Starting it does not wait: it says
     when it is ready (torch imported). Forks may come from several threads at once."""
 
-    def __init__(self, env: dict[str, str], python: str | None = None) -> None:
+    def __init__(self, env: dict[str, str]) -> None:
         self.env = server_environment(env)
         self.started_at = time.monotonic()
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -218,7 +218,7 @@ class ForkServer:
         self._ready = False
         try:
             self.process = subprocess.Popen(
-                [python or sys.executable, "-m", "cudadiag.isolate.forkserver",
+                [sys.executable, "-m", "cudadiag.isolate.forkserver",
                  str(theirs.fileno())],
                 pass_fds=[theirs.fileno()], env=self.env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=self._log, start_new_session=True,
@@ -316,41 +316,6 @@ class ForkServer:
             kill_group(self.process.pid)
             self.process.wait()
         self._log.close()
-
-
-class ForkServerLauncher:
-    """Forks each run from a pre-started interpreter that imported torch but never
-    initialised CUDA, started on the first run and waited for: a fresh process in
-    milliseconds instead of seconds, for a caller with many runs (the minimizer). Runs go in
-    the working directory `cwd` (default: this process's at each run). `close()` stops the
-    server."""
-
-    def __init__(self, python: str | None = None, cwd: str | None = None) -> None:
-        self.python = python
-        self.cwd = cwd
-        self._server: ForkServer | None = None
-
-    def start(self, job_path: str, env: dict[str, str]) -> ForkedProcess:
-        """Fork a child for the job; raises OSError when the server cannot be started."""
-        server = self._server
-        if server is None or not server.alive or startup_difference(server.env, env):
-            self.close()
-            server = self._server = ForkServer(env, self.python)
-        if not server.ready(wait=None):
-            raise OSError(f"the fork server did not start ({server.why_dead()})")
-        return server.fork(job_path, env, self.cwd or os.getcwd())
-
-    def close(self) -> None:
-        """Stop the server this launcher started, if any."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-
-    def __enter__(self) -> ForkServerLauncher:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 def _read_line(channel: socket.socket, timeout: float | None, what: list[str]) -> str:

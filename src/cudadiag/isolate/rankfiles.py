@@ -26,6 +26,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from cudadiag.durable import PRIVATE_FILE, replace_atomically
+
 if TYPE_CHECKING:
     from cudadiag.incident import Incident
 
@@ -58,9 +60,7 @@ class _Rank:
 
     def write(self, **fields: Any) -> None:
         self.record.update(fields)
-        temporary = self.path("json.tmp")
-        temporary.write_text(json.dumps(self.record, default=str))
-        os.replace(temporary, self.path("json"))  # a reader never sees half a record
+        replace_atomically(self.path("json"), json.dumps(self.record, default=str).encode())
 
 
 _this: _Rank | None = None
@@ -80,7 +80,8 @@ def begin(folder: str | None) -> bool:
                 pid=os.getpid(), world_size=int(os.environ.get("WORLD_SIZE", "1")),
                 attempt=_this.attempt, outcome="running", at=now())
     # kept open for the life of the process: faulthandler writes to it from a signal handler
-    _this.stack_file = open(_this.path("stack"), "w")
+    _this.stack_file = open(os.open(_this.path("stack"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                                    PRIVATE_FILE), "w")
     faulthandler.register(signal.SIGTERM, file=_this.stack_file, all_threads=True, chain=True)
     from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 

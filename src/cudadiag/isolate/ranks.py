@@ -121,8 +121,10 @@ class TorchrunJob:
         it left running, read every rank's record and return the result of the job: the
         first failure's incident, None when no rank raised or died."""
         assert self.folder is not None, "prepare() first"
-        self._stop_leftovers(read_rank_files(self.folder))
-        files = {f.rank: f for f in read_rank_files(self.folder)}
+        found = read_rank_files(self.folder)
+        if self._stop_leftovers(found):
+            found = read_rank_files(self.folder)  # with the stacks the stopped ranks dumped
+        files = {f.rank: f for f in found}
         failures = self._torchrun_failures()
         ranks = sorted(set(files) | set(failures))
         self.records = [_record(r, files.get(r), failures.get(r), stopped) for r in ranks]
@@ -181,14 +183,15 @@ class TorchrunJob:
         self.root_cause = reported.get("root_cause")
         return {f["rank"]: f for f in reported.get("failures", [])}
 
-    def _stop_leftovers(self, files: list[RankFiles]) -> None:
+    def _stop_leftovers(self, files: list[RankFiles]) -> bool:
         """Stop the ranks still running after torchrun ended (it was killed itself: the
         timeout, Ctrl-C): SIGTERM, which dumps their stacks, then SIGKILL; name them. Each
-        rank leads its own process group (torchrun starts it in a new session)."""
+        rank leads its own process group (torchrun starts it in a new session). Return True
+        when any rank was stopped."""
         pids = {f.rank: int(f.record["pid"]) for f in files if f.record.get("pid")}
         left = {rank: members for rank, pid in pids.items() if (members := group_members(pid))}
         if not left:
-            return
+            return False
         for rank in left:
             kill_group(pids[rank], signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
@@ -199,6 +202,7 @@ class TorchrunJob:
         named = "; ".join(f"rank {rank}: {describe(members)}" for rank, members in left.items())
         print(f"cudadiag: stopped what torchrun left running: {named}", file=sys.stderr,
               flush=True)
+        return True
 
 
 def _record(rank: int, files: RankFiles | None, failure: dict[str, Any] | None,

@@ -165,7 +165,7 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
     with tempfile.TemporaryDirectory(prefix="cudadiag-isolate-") as workdir:
         job = Job(Path(workdir), [JobCell(n, s) for n, s in numbered], blocking=blocking,
                   trace=trace and blocking, precheck=precheck and blocking,
-                  backend=settings.backend, env_vars=extra, script=script)
+                  env_vars=extra, script=script)
         _fill_job(job, ship, rng_states, batch)
         if ranks is not None:
             launcher = ranks.prepare(Path(workdir))

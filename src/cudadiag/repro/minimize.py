@@ -26,7 +26,7 @@ from typing import Any
 from cudadiag.errors import MinimizeError, MinimizeInterrupted
 from cudadiag.incident import Incident
 from cudadiag.isolate import warm
-from cudadiag.isolate.launcher import ForkServerLauncher, Launcher
+from cudadiag.isolate.launcher import Launcher
 from cudadiag.isolate.runner import run_isolated
 from cudadiag.isolate.warm import WarmLauncher
 from cudadiag.repro import loops
@@ -233,10 +233,11 @@ def minimize(
     MinimizeError when the program does not fail, or fails as another family.
     """
     started = time.monotonic()
-    # the kernel's warm interpreter when there is one, else our own; cold without a safe fork
+    # the kernel's warm interpreter; where none runs, one started for this minimization
     owned = launcher is None and warm.current() is None and warm.unsupported() is None
-    if launcher is None:
-        launcher = ForkServerLauncher(cwd=cwd) if owned else WarmLauncher(cwd=cwd, wait=None)
+    if owned:
+        warm.start()
+    launcher = launcher or WarmLauncher(cwd=cwd, wait=None)
     units = statements(cells)
     site = loops.find_loop(units, list(failed_at))
     try:
@@ -282,7 +283,7 @@ def minimize(
             )
     finally:
         if owned:
-            launcher.close()
+            warm.stop("stopped by the minimizer that started it")
 
 
 @dataclass
