@@ -1,6 +1,10 @@
-"""Start-up cost of an isolated run: `x = 1` through %%blocking_launch against a cold
-`python -c "import torch"`, medians of several runs side by side, and their ratio; plus the
-same run through the fork-server launcher (a pre-started interpreter, as the minimizer uses).
+"""What an isolated run costs against a cold `python -c "import torch"`, both sides measured in
+one run, alternating which goes first, medians side by side with their ratio and the target:
+
+- `%%blocking_launch x = 1`, forked from the kernel's warm interpreter: ratio <= 0.04;
+- `%cuda_isolate` of the guide's example (imports, data, a failing cross_entropy on the
+  simulated device), warm: ratio <= 0.25, each run checked to name the op and the value;
+- for reference, `%%blocking_launch --cold x = 1` (a new interpreter per run).
 
     python bench/isolate_overhead.py [--runs 7]
 """
@@ -8,12 +12,26 @@ same run through the fork-server launcher (a pre-started interpreter, as the min
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+
+GUIDE_CELLS = [
+    "import torch\nimport torch.nn.functional as F\nfrom cudadiag.testing import simulated_cuda\n"
+    "sim = simulated_cuda().start()",
+    "torch.manual_seed(0)\nmodel = torch.nn.Linear(8, 4)\nx = torch.randn(3, 8)\n"
+    "target = torch.tensor([0, 2, 4])",
+    "loss = F.cross_entropy(model(x), target)\nprint('loss', loss.item())",
+]
+NAMED = ("aten::nll_loss_forward", "target 4 at position 2")
+"""What the isolated run of the guide's example must say: the op, the value and position."""
+TARGETS = {"blocking_launch": 0.04, "cuda_isolate": 0.25}
 
 
 def cold_import_torch() -> float:
@@ -22,10 +40,35 @@ def cold_import_torch() -> float:
     return time.perf_counter() - start
 
 
-def blocking_launch(shell) -> float:
+def timed_cell(shell, source: str, must_say: tuple[str, ...] = ()) -> float:
+    out = io.StringIO()
     start = time.perf_counter()
-    shell.run_cell("%%blocking_launch\nx = 1", store_history=True)
-    return time.perf_counter() - start
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        shell.run_cell(source, store_history=True)
+    wall = time.perf_counter() - start
+    text = out.getvalue()
+    missing = [word for word in must_say if word not in text]
+    if missing or ("warm start" not in text and "--cold" not in source):
+        sys.exit(f"bench: the run did not say {missing or 'warm start'}:\n{text}")
+    return wall
+
+
+def side_by_side(runs: int, cold: Callable[[], float], other: Callable[[], float]
+                 ) -> tuple[float, float]:
+    """Medians of `runs` runs of each, alternating which goes first."""
+    times: dict[Callable[[], float], list[float]] = {cold: [], other: []}
+    for i in range(runs):
+        for side in (cold, other) if i % 2 == 0 else (other, cold):
+            times[side].append(side())
+    return statistics.median(times[cold]), statistics.median(times[other])
+
+
+def report(label: str, cold: float, other: float, target: float | None) -> None:
+    ratio = other / cold
+    verdict = "" if target is None else (
+        f"   target <= {target}: {'met' if ratio <= target else 'NOT met'}")
+    print(f"{label:38} median {other:7.3f} s   cold import {cold:6.3f} s   "
+          f"ratio {ratio:.3f}{verdict}")
 
 
 def main() -> None:
@@ -35,31 +78,32 @@ def main() -> None:
     os.environ["CUDADIAG_HOME"] = tempfile.mkdtemp(prefix="cudadiag-bench-")
     from IPython.core.interactiveshell import InteractiveShell
 
+    from cudadiag.isolate import warm
+
     shell = InteractiveShell.instance()
     shell.run_cell("%load_ext cudadiag", store_history=True)
-    from cudadiag.isolate.launcher import ForkServerLauncher
-    from cudadiag.isolate.runner import run_isolated
+    if not warm.wait_ready(300):
+        sys.exit("bench: the warm interpreter did not start")
+    timed_cell(shell, "%%blocking_launch\nx = 1")  # the kernel's own first-use costs
 
-    cold, isolated, forked = [], [], []
-    with ForkServerLauncher() as launcher:
-        run_isolated("x = 1", launcher=launcher, stream=False, store=False)  # start it
-        def forked_run() -> float:
-            start = time.perf_counter()
-            run_isolated("x = 1", launcher=launcher, stream=False, store=False)
-            return time.perf_counter() - start
-
-        sides = [(cold, cold_import_torch), (isolated, lambda: blocking_launch(shell)),
-                 (forked, forked_run)]
-        for run_number in range(args.runs):  # each side leads in turn
-            shift = run_number % len(sides)
-            for times, measure in sides[shift:] + sides[:shift]:
-                times.append(measure())
-    c, i, f = statistics.median(cold), statistics.median(isolated), statistics.median(forked)
-    print(f"runs: {args.runs}")
-    print(f"python -c 'import torch' (cold): median {c:.3f} s")
-    print(f"%%blocking_launch x = 1:         median {i:.3f} s")
-    print(f"ratio isolated / cold import:    {i / c:.2f}")
-    print(f"fork-server run of x = 1 (warm): median {f:.3f} s, ratio to cold import {f / c:.3f}")
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
+          f"{args.runs} runs of each side")
+    report("%%blocking_launch x = 1 (warm)", *side_by_side(
+        args.runs, cold_import_torch, lambda: timed_cell(shell, "%%blocking_launch\nx = 1")),
+        TARGETS["blocking_launch"])
+    report("%%blocking_launch --cold x = 1", *side_by_side(
+        args.runs, cold_import_torch,
+        lambda: timed_cell(shell, "%%blocking_launch --cold\nx = 1")), None)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        for cell in GUIDE_CELLS:  # only now: x = 1 above replays none of them
+            shell.run_cell(cell, store_history=True)
+    failing = shell.execution_count - 1
+    report("%cuda_isolate guide example (warm)", *side_by_side(
+        args.runs, cold_import_torch,
+        lambda: timed_cell(shell, f"%cuda_isolate {failing}", NAMED)),
+        TARGETS["cuda_isolate"])
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+    shell.run_cell("%unload_ext cudadiag")
 
 
 if __name__ == "__main__":

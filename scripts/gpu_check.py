@@ -12,10 +12,15 @@ Two parts, one JSON line per case:
 - notebook scenarios: each in a fresh ipykernel (nbclient), the live-kernel capture first,
   then `%cuda_isolate`: family, sticky, the operator named, where it was reported, the
   offending value, the device's own lines, seconds.
+- the warm case (WARM_CASE): in a fresh ipykernel, an out-of-range index whose kernel is
+  queued asynchronously, run by `%%blocking_launch --no-precheck` forked from the kernel's
+  warm interpreter; it must be raised by the indexing op itself (blocking launches really
+  in effect after the fork), not at the later `.item()`. Its line says `ok`; a failure makes
+  the exit status 1. With --simulated it runs on the simulated device.
 
     python scripts/gpu_check.py              # everything: about 3-5 minutes on one GPU
     python scripts/gpu_check.py --dry-run    # list the cases, run nothing
-    python scripts/gpu_check.py --simulated  # the contract cases on the simulated device only
+    python scripts/gpu_check.py --simulated  # contract cases and warm case, simulated device
     python scripts/gpu_check.py --simulated --case take --case two_violations
 """
 
@@ -109,6 +114,21 @@ SCENARIOS = {
         "print(loss.item())",
     ],
 }
+
+
+WARM_CASE = "warm_fork_blocking_async_assert"
+WARM_CELLS = [
+    "from cudadiag.isolate import warm\n"
+    "assert warm.wait_ready(300), 'the warm interpreter did not start'",
+    "%%blocking_launch --no-precheck\n"
+    "x = torch.randn(5, device=dev)\n"
+    "bad = x[torch.tensor([1, 9], device=dev)]  # the faulty op\n"
+    "y = bad * 2\n"
+    "print(y.sum().item())  # where an asynchronous launch reports it",
+]
+DEVICE_CELL = {"cuda": "dev = 'cuda'",
+               "simulated": "from cudadiag.testing import simulated_cuda\n"
+                            "sim = simulated_cuda().start()\ndev = 'cpu'"}
 
 
 def contract_cases() -> list[Case]:
@@ -263,11 +283,48 @@ def run_scenario(name: str, cells: list[str]) -> list[dict]:
     return rows
 
 
+def run_warm_case(simulated: bool) -> dict:
+    """Run WARM_CASE in a fresh kernel; return its row, `ok` when the run was forked from the
+    warm interpreter, the child checked its blocking variables, and the indexing op raised."""
+    from nbclient import NotebookClient
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    home = tempfile.mkdtemp(prefix="gpucheck-warm-")
+    os.environ["CUDADIAG_HOME"] = home
+    cells = [PRELUDE, DEVICE_CELL["simulated" if simulated else "cuda"], *WARM_CELLS]
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    started = time.perf_counter()
+    NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True).execute()
+    seconds = round(time.perf_counter() - started, 1)
+    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    from cudadiag.store import IncidentStore
+
+    isolated = [i for i in IncidentStore(home).load() if i.run.mode == "isolated"]
+    at = isolated[-1].error.reported_at if isolated else None
+    row = {
+        "case": WARM_CASE,
+        "device": "simulated" if simulated else "cuda",
+        "warm": "warm start" in text,
+        "blocking_checked": "checked in the child before CUDA initialised" in text,
+        "op": isolated[-1].op.name if isolated and isolated[-1].op else None,
+        "family": isolated[-1].diagnosis.family if isolated else None,
+        "reported_at": at.source if at else None,
+        "raised_at_the_faulty_op": bool(at and at.source.startswith("bad = x[")),
+        "seconds": seconds,
+    }
+    row["ok"] = row["warm"] and row["blocking_checked"] and row["raised_at_the_faulty_op"]
+    if not row["ok"]:
+        row["output"] = text[-2000:]
+    return row
+
+
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="list the cases, run nothing")
     parser.add_argument("--simulated", action="store_true",
-                        help="run the contract cases on the simulated device only (no GPU)")
+                        help="run the contract cases and the warm case on the simulated "
+                             "device only (no GPU)")
     parser.add_argument("--case", action="append", default=[], metavar="NAME",
                         help="only this contract case or scenario (repeatable)")
     parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
@@ -279,14 +336,15 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the check; return the exit status (2: no GPU, or an unknown case name)."""
+    """Run the check; return the exit status (1: the warm case failed; 2: no GPU, or an
+    unknown case name)."""
     args = _arguments(argv)
     cases = contract_cases()
     if args.child:
         case = next(c for c in cases if c.name == args.child)
         Path(args.result).write_text(json.dumps(run_case_here(case, args.device)))
         return 0
-    known = {c.name for c in cases} | set(SCENARIOS)
+    known = {c.name for c in cases} | set(SCENARIOS) | {WARM_CASE}
     unknown = sorted(set(args.case) - known)
     if unknown:
         print(f"gpu_check: unknown case {', '.join(unknown)}; --dry-run lists them",
@@ -295,15 +353,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.case:
         cases = [c for c in cases if c.name in args.case]
     scenarios = {n: s for n, s in SCENARIOS.items() if not args.case or n in args.case}
+    warm_case = not args.case or WARM_CASE in args.case
     if args.dry_run:
         for case in cases:
             print(json.dumps({"case": case.name, "op": case.op, "code": case.code}))
         for name in scenarios:
             print(json.dumps({"scenario": name}))
+        if warm_case:
+            print(json.dumps({"scenario": WARM_CASE, "cells": WARM_CELLS}))
         return 0
     if args.simulated:
         check_contracts(cases, ["simulated"], args.jobs)
-        return 0
+        return _report_warm_case(simulated=True) if warm_case else 0
     import torch
 
     if not torch.cuda.is_available():
@@ -316,7 +377,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, cells in scenarios.items():
         for row in run_scenario(name, cells):
             print(json.dumps(row), flush=True)
-    return 0
+    return _report_warm_case(simulated=False) if warm_case else 0
+
+
+def _report_warm_case(simulated: bool) -> int:
+    row = run_warm_case(simulated)
+    print(json.dumps(row), flush=True)
+    return 0 if row["ok"] else 1
 
 
 if __name__ == "__main__":

@@ -46,3 +46,19 @@ def shell():
     # a new history session too: the plan replays earlier cells that set process-wide state
     # (seeds, the simulated device), and a test's cells are no earlier cells of the next
     ip.reset(new_session=True)
+
+
+@pytest.fixture(params=["cold", "warm"])
+def launcher(request):
+    """Each way an isolated run's process is made: a new interpreter, or a fork of the
+    kernel's warm interpreter (started for the test, stopped after it)."""
+    from cudadiag.isolate import warm
+    from cudadiag.isolate.launcher import SubprocessLauncher
+
+    if request.param == "cold":
+        yield SubprocessLauncher()
+        return
+    warm.start()
+    assert warm.wait_ready(180), "the kernel's warm interpreter did not start"
+    yield warm.WarmLauncher()
+    warm.stop()

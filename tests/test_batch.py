@@ -145,10 +145,47 @@ def test_kept_copies_are_bounded_and_independent_of_in_place_changes():
     for b in watch(batches, keep=2):
         b.add_(100)  # the loop changes the batch in place
     record = latest_watch()
+    assert not record.by_reference  # seen at step 1: copies from then on
     assert [k.step for k in record.kept] == [3, 4]
     assert record.batch_at("last").batch.tolist() == [4.0] * 4
     with pytest.raises(LookupError, match="step 0 is not kept"):
         record.batch_at(0)
+
+
+def test_batches_the_loop_leaves_alone_are_kept_by_reference_not_copied():
+    batches = [(torch.full((4,), float(i)), torch.arange(4)) for i in range(3)]
+    for _ in watch(batches, keep=2):
+        pass
+    record = latest_watch()
+    assert record.by_reference
+    assert all(k.batch is batches[k.step] for k in record.kept)
+
+
+def test_a_batch_changed_in_place_in_its_own_step_says_so():
+    batch = torch.zeros(3)
+    for b in watch([batch]):
+        b.add_(1)
+        break
+    record = latest_watch()
+    assert record.batch_at("last").batch.tolist() == [1.0] * 3
+    assert "changed this batch in place" in record.batch_info().note
+
+
+def test_a_batch_whose_container_gets_other_tensors_is_given_back_as_received():
+    received = torch.arange(3)
+    for b in watch([{"x": received, "name": "first"}]):
+        b["x"] = b["x"] * 10  # e.g. batch[k] = batch[k].to(device)
+    kept = latest_watch().batch_at("last").batch
+    assert kept["x"] is received and kept["name"] == "first"
+
+
+def test_inference_tensors_without_version_counters_are_copied():
+    with torch.inference_mode():
+        batches = [torch.ones(2)]
+    for _ in watch(batches):
+        pass
+    kept = latest_watch().batch_at("last").batch
+    assert kept is not batches[0] and kept.tolist() == [1.0, 1.0]
 
 
 def test_a_batch_above_max_bytes_keeps_only_its_summary():

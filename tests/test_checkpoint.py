@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -133,6 +135,30 @@ def test_a_failed_save_leaves_the_previous_checkpoint_whole(tmp_path):
         checkpoint.save({"fn": lambda: 0}, tmp_path / "ckpt.pt", step=2)
     assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "ckpt.pt.manifest.json"]
     assert checkpoint.verify(tmp_path / "ckpt.pt").trusted
+    assert checkpoint.verify(tmp_path / "ckpt.pt").step == 1
+
+
+@pytest.mark.slow
+def test_a_file_that_cannot_be_written_says_why_and_leaves_the_previous_one(tmp_path):
+    # a file-size limit makes the write fail as a full disk does (torch alone would say
+    # "unexpected pos" and lose the reason)
+    code = (
+        "import resource, signal, sys, torch\n"
+        "from cudadiag import checkpoint\n"
+        "from cudadiag.errors import CheckpointNotSaved\n"
+        "checkpoint.save({'w': torch.zeros(4)}, 'ckpt.pt', step=1)\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (64_000, 64_000))\n"
+        "try:\n"
+        "    checkpoint.save({'w': torch.zeros(100_000)}, 'ckpt.pt', step=2)\n"
+        "except CheckpointNotSaved as exc:\n"
+        "    print(exc, isinstance(exc, OSError))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.strip() == (
+        f"could not write ckpt.pt in {tmp_path.resolve()}: File too large; nothing was "
+        "written, an earlier ckpt.pt is unchanged True"), done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "ckpt.pt.manifest.json"]
     assert checkpoint.verify(tmp_path / "ckpt.pt").step == 1
 
 

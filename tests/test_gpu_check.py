@@ -33,7 +33,8 @@ def test_dry_run_lists_every_contract_row_the_extra_cases_and_the_scenarios():
         assert cases[op]["code"] == f"out = {row.example}" and cases[op]["op"] == op
     scenarios = {r["scenario"] for r in rows if "scenario" in r}
     assert {"item_after_assert_async_report",
-            "backward_after_bad_target_in_a_training_step"} <= scenarios
+            "backward_after_bad_target_in_a_training_step",
+            "warm_fork_blocking_async_assert"} <= scenarios
 
 
 def test_an_unknown_case_is_a_usage_error():
@@ -68,3 +69,13 @@ def test_the_simulated_side_reports_assertions_surfacing_and_stickiness():
     assert rows["one_hot_class_equals_num_classes"]["assertions"] == [
         'ScatterGatherKernel.cu:367 operator(): idx_dim >= 0 && idx_dim < index_size && '
         '"index out of bounds"']
+
+
+@pytest.mark.slow
+def test_the_warm_case_raises_at_the_faulty_op_after_the_fork_on_the_simulated_device():
+    done = gpu_check("--simulated", "--case", "warm_fork_blocking_async_assert", timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = map(json.loads, done.stdout.splitlines())
+    assert row["ok"] and row["warm"] and row["blocking_checked"]
+    assert row["op"] == "aten::index" and row["family"] == "device_assert"
+    assert row["reported_at"].startswith("bad = x[")

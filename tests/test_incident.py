@@ -24,6 +24,7 @@ from cudadiag.incident import (
     Observed,
     OpCall,
     OpInfo,
+    RankRecord,
     ReproInfo,
     RunInfo,
     Signature,
@@ -66,7 +67,7 @@ def _every_field_set() -> Incident:
     return Incident(
         error=ErrorInfo(type="torch.AcceleratorError", message="m", text="t", traceback=[frame],
                         reported_at=frame,
-                        later=[LaterError("RuntimeError", "again", "device_assert", "at", 7)]),
+                        later=[LaterError("RuntimeError", "again", "device_assert", "at", 7, rank=1)]),
         diagnosis=Diagnosis(family="device_assert", sticky=True, first_checks=["c"],
                             avoid=["a"], details={"value": 4}, summary="s", asynchronous=True,
                             evidence="e", alternatives=[Alternative("oom", "x")], rank=1),
@@ -74,7 +75,12 @@ def _every_field_set() -> Incident:
                     signal="SIGSEGV", wall_s=1.5, cells=[5], simulated=True,
                     ingested_late=True, batch_replay=3, sources={"5": "x"},
                     command=["train.py"], cwd="/w", files_read=["/w/d.csv"],
-                    shipped=["model"]),
+                    shipped=["model"], launcher=["--nproc-per-node", "2"],
+                    ranks=[RankRecord(rank=1, local_rank=1, node="gpu3", pid=812,
+                                      outcome="raised", at="t", exit_status=1,
+                                      signal="SIGABRT", error_type="RuntimeError",
+                                      message="m", family="device_assert",
+                                      where="aten::mm", consequence=True)]),
         env=EnvInfo(python="3.11", platform="Linux", torch="2.13", cuda="12.4", hip="6.0",
                     cudnn="9", backend="cuda", device_name="H200", capability="sm_90",
                     arch_list=["sm_90"], device_in_arch_list=True, gpu_count="1",
@@ -123,6 +129,7 @@ def test_round_trip_through_json_keeps_every_field():
     assert _unset(back) == []
     assert isinstance(back.error.reported_at, Frame)
     assert isinstance(back.batch.tensors[0], TensorSummary)
+    assert isinstance(back.run.ranks[0], RankRecord)
     assert back.repro.signature.valid_range == (0, 4)
 
 

@@ -1,6 +1,7 @@
 """%cuda_isolate, %%blocking_launch and run_isolated through a real IPython shell.
 
-Each isolated run starts a fresh Python that imports torch: a few seconds each.
+Each test with a shell waits for the kernel's warm interpreter (a torch import); its
+isolated runs fork from it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ from cudadiag.isolate.launcher import blocking_settings
 from scenarios import MODEL, SETUP, run
 
 pytestmark = pytest.mark.slow
+
+@pytest.fixture
+def shell(shell):
+    """The shell once its warm interpreter is ready: these isolated runs fork from it."""
+    from cudadiag.isolate import warm
+
+    assert warm.wait_ready(180), "the kernel's warm interpreter did not start"
+    return shell
+
 
 PLOT = "history = []\nlabel = 'unrelated plotting cell'"
 
@@ -160,10 +170,11 @@ def test_abort_timeout_and_flood_leave_the_kernel_alive(shell, capsys):
     assert result.success and shell.user_ns["alive"] == 2
 
 
-def test_run_isolated_api(capsys):
+def test_run_isolated_api(capsys, launcher):
     result = run_isolated("import os, sys\nprint(os.environ['CUDA_LAUNCH_BLOCKING'], "
                           "os.environ['EXTRA'])\nraise ValueError('boom')",
-                          env={"EXTRA": "yes"}, cells=["a = 1"], store=False)
+                          env={"EXTRA": "yes"}, cells=["a = 1"], store=False,
+                          launcher=launcher)
     assert result.returncode == 1 and result.stdout.strip() == "1 yes"
     assert result.incident.error.type == "ValueError" and result.wall_s > 0
     assert result.incident.error.reported_at.cell == 2
@@ -172,7 +183,7 @@ def test_run_isolated_api(capsys):
         run_isolated("x = 1", timeout=0)
 
 
-def test_rocm_gets_the_hip_variables_never_the_nvidia_one_alone(monkeypatch):
+def test_rocm_gets_the_hip_variables_never_the_nvidia_one_alone(monkeypatch, launcher):
     monkeypatch.setattr(torch.version, "hip", "6.2.0")
     settings = blocking_settings(True)
     assert settings.backend == "rocm"
@@ -180,7 +191,8 @@ def test_rocm_gets_the_hip_variables_never_the_nvidia_one_alone(monkeypatch):
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
     result = run_isolated("import os\nprint(sorted(k for k in os.environ if k in "
                           "('CUDA_LAUNCH_BLOCKING', 'HIP_LAUNCH_BLOCKING', "
-                          "'AMD_SERIALIZE_KERNEL')))", store=False, blocking=False)
+                          "'AMD_SERIALIZE_KERNEL')))", store=False, blocking=False,
+                          launcher=launcher)
     assert result.stdout.strip() == "[]"
     assert os.environ["CUDA_LAUNCH_BLOCKING"] == "1"
 
@@ -211,29 +223,30 @@ GRANDCHILD = ("import subprocess, sys\n"
               "p.wait()")
 
 
-def test_timeout_kills_the_whole_process_group():
-    result = run_isolated(GRANDCHILD, timeout=8, store=False)  # room for torch's import
+def test_timeout_kills_the_whole_process_group(launcher):
+    # cold: room for torch's import
+    result = run_isolated(GRANDCHILD, timeout=8, store=False, launcher=launcher)
     grandchild = int(result.stdout.split()[1])
     assert result.timed_out and result.incident is None
     assert not _alive(grandchild) and not _alive(result.pid)
 
 
-def test_an_interrupt_kills_the_whole_process_group_and_says_so():
+def test_an_interrupt_kills_the_whole_process_group_and_says_so(launcher):
     import _thread
     import threading
 
     threading.Timer(8.0, _thread.interrupt_main).start()  # room for torch's import
-    result = run_isolated(GRANDCHILD, store=False)
+    result = run_isolated(GRANDCHILD, store=False, launcher=launcher)
     grandchild = int(result.stdout.split()[1])
     assert result.interrupted
     assert result.message == "cudadiag: interrupted; the isolated run's process group was killed"
     assert not _alive(grandchild) and not _alive(result.pid)
 
 
-def test_os_exit_without_an_exception_is_an_incident(capsys):
+def test_os_exit_without_an_exception_is_an_incident(capsys, launcher):
     result = run_isolated("import os, sys\nsys.stderr.write('CUDA error: an illegal memory "
                           "access was encountered\\n')\nsys.stderr.flush()\nos._exit(3)",
-                          store=False)
+                          store=False, launcher=launcher)
     assert result.returncode == 3
     assert result.incident.error.type == "ProcessDied(3)"
     assert result.incident.diagnosis.family == "illegal_memory"

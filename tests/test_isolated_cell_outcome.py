@@ -2,7 +2,8 @@
 interrupts, failing bodies, left-over processes, the comparison with the original failure,
 folded replay output, bad options.
 
-Each isolated run starts a fresh Python that imports torch: a few seconds each.
+Each test with a shell waits for the kernel's warm interpreter (a torch import); its
+isolated runs fork from it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ pytestmark = pytest.mark.slow
 GRANDCHILD = ("import subprocess\n"
               "p = subprocess.Popen(['sleep', '30'])  # inherits stdout: keeps the pipe open\n"
               "print('grandchild', p.pid, flush=True)")
+
+
+@pytest.fixture
+def shell(shell):
+    """The shell once its warm interpreter is ready: these isolated runs fork from it."""
+    from cudadiag.isolate import warm
+
+    assert warm.wait_ready(180), "the kernel's warm interpreter did not start"
+    return shell
 
 
 def _pids(text: str, word: str) -> list[int]:
@@ -277,6 +287,9 @@ def test_a_real_kernel_interrupt_ends_the_cell_with_keyboard_interrupt(tmp_path)
                                        env={**os.environ})
     try:
         client.execute_interactive("%load_ext cudadiag", timeout=120)
+        ready = client.execute_interactive(  # the run below forks from the warm interpreter
+            "from cudadiag.isolate import warm\nassert warm.wait_ready(180)", timeout=200)
+        assert ready["content"]["status"] == "ok"
         seen: list[str] = []
 
         def watch(message):

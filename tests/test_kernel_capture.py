@@ -172,3 +172,17 @@ def test_loading_the_extension_imports_no_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.slow
+def test_loading_the_extension_leaves_compare_validate_and_fix_check_unloaded():
+    # %load_ext registers %cuda_compare; what it runs is loaded on its first use
+    heavy = ["cudadiag.isolate.compare", "cudadiag.isolate.cellfacts", "cudadiag.validate",
+             "cudadiag.isolate.fixcheck", "cudadiag.ui.results"]
+    code = ("import sys\n"
+            "from IPython.core.interactiveshell import InteractiveShell\n"
+            "InteractiveShell.instance().run_line_magic('load_ext', 'cudadiag')\n"
+            f"print([m for m in {heavy!r} if m in sys.modules])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -125,3 +125,11 @@ def test_the_magic_lists_with_the_same_filters(log, shell, capsys):
         shell.run_line_magic("cudadiag", "incidents --since soon")
     with pytest.raises(UsageError, match="invalid choice: 'gpu'"):
         shell.run_line_magic("cudadiag", "incidents --mode gpu")
+
+
+def test_keep_days_refuses_a_bad_number_in_days(capsys):
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["incidents", "--prune", "--keep-days", "0"])
+    assert caught.value.code == 2
+    assert "--keep-days: expected a number of days greater than 0, like 180 or 1.5; got '0'" \
+        in capsys.readouterr().err

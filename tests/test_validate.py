@@ -66,6 +66,16 @@ def run(shell, source):
     return shell.run_cell(source, store_history=True)
 
 
+def test_a_loop_run_while_the_extension_was_unloaded_is_not_validated(shell):
+    shell.run_line_magic("unload_ext", "cudadiag")
+    run(shell, "import torch, cudadiag\n"
+               "for x in cudadiag.watch(torch.arange(6).view(3, 2), name='unloaded'):\n"
+               "    pass")
+    shell.run_line_magic("load_ext", "cudadiag")
+    with pytest.raises(UsageError, match=r"no watch\(\) has run in this kernel since"):
+        shell.run_line_magic("cudadiag", "validate")
+
+
 @pytest.mark.slow
 def test_before_the_fix_validate_reports_the_failing_step(shell):
     run(shell, SETUP)

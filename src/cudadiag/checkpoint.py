@@ -26,10 +26,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 from cudadiag import probes
-from cudadiag.errors import CudadiagError
+from cudadiag.durable import sync_folder, write_failure
+from cudadiag.errors import CheckpointNotSaved, CudadiagError
 from cudadiag.incident import Incident
 
 MANIFEST_SUFFIX = ".manifest.json"
@@ -116,8 +117,10 @@ def save(obj: Any, path: str | os.PathLike[str], *, step: int,
     Returns the new checkpoint's Verdict as `verify()` gives it now (one line on stderr
     says so when it cannot be trusted: saved after the error, non-finite tensors). Raises TypeError
     when `step` is not an int or `extra` is not JSON-serialisable, ValueError for a negative
-    step, FileNotFoundError when the directory does not exist, and whatever `torch.save`
-    raises (on a CUDA context broken by an earlier error, copying device tensors fails).
+    step, FileNotFoundError when the directory does not exist, CheckpointNotSaved (an
+    OSError) when the file cannot be written (a full disk: nothing is left, an earlier file of
+    that name is unchanged), and whatever else `torch.save` raises (on a CUDA context broken by
+    an earlier error, copying device tensors fails).
     """
     if isinstance(step, bool) or not isinstance(step, int):
         raise TypeError(f"step must be an int (the training step), not {step!r}")
@@ -128,7 +131,6 @@ def save(obj: Any, path: str | os.PathLike[str], *, step: int,
     except (TypeError, ValueError) as exc:
         raise TypeError(f"extra must be JSON-serialisable (numbers, strings, lists, dicts): "
                         f"{exc}") from None
-    import torch
 
     from cudadiag.own_work import outside_user_modes
 
@@ -139,7 +141,7 @@ def save(obj: Any, path: str | os.PathLike[str], *, step: int,
         non_finite = non_finite_tensors(obj)
         manifest = _manifest_fields(step, extra_json, non_finite)
         with _atomic_file(target) as handle:
-            torch.save(obj, handle)
+            _torch_save(obj, handle, target)
     manifest.update(file=target.name, sha256=_sha256(target), bytes=target.stat().st_size)
     with _atomic_file(manifest_path(target)) as handle:
         handle.write(json.dumps(manifest, indent=1).encode())
@@ -307,6 +309,40 @@ def _simulated_device_faulted() -> bool:
     return probes.simulator_poisoned()
 
 
+class _WriteErrors:
+    """A file that remembers the OSError of a failed write: torch.save reports a full disk as
+    `unexpected pos` and loses the reason."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            written: int = self.handle.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+        return written
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def _torch_save(obj: Any, handle: Any, target: Path) -> None:
+    import torch
+
+    recording = _WriteErrors(handle)
+    try:
+        torch.save(obj, cast("IO[bytes]", recording))  # it only writes and flushes
+    except Exception as exc:
+        if recording.error is None:
+            raise
+        why = write_failure(target.name, target.parent.resolve(), recording.error)
+        raise CheckpointNotSaved(f"{why}; nothing was written, an earlier {target.name} is "
+                                 "unchanged") from exc
+
+
 @contextlib.contextmanager
 def _atomic_file(target: Path) -> Iterator[Any]:
     """Yield a binary file in `target`'s directory; on success it is flushed, synced and
@@ -324,20 +360,7 @@ def _atomic_file(target: Path) -> Iterator[Any]:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
-    _sync_directory(target.parent)
-
-
-def _sync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # Windows cannot open a directory; its renames are durable anyway
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    sync_folder(target.parent)
 
 
 def _sha256(path: Path) -> str:

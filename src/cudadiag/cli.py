@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cudadiag.argtypes import positive_seconds
+from cudadiag.argtypes import positive_seconds, processes_per_node
 from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
 from cudadiag.listing_options import add_listing_options
 from cudadiag.repro.options import add_export_options
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from cudadiag.incident import EnvInfo
+    from cudadiag.isolate.ranks import TorchrunJob
     from cudadiag.isolate.runner import IsolatedResult
     from cudadiag.store import IncidentStore
 
@@ -49,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupted)."""
     try:
         parser = _parser()
-        args = parser.parse_args(argv)
+        words = list(sys.argv[1:] if argv is None else argv)
+        args = _multi_rank_run(words) or parser.parse_args(words)
         status: int = args.handler(args)
         return status
     except KeyboardInterrupt:  # a running script's group is killed by the runner already
@@ -105,20 +107,16 @@ def _parser() -> argparse.ArgumentParser:
                     "incident is stored. The exit status is the script's (130 after Ctrl-C). "
                     "Processes it leaves behind are killed and named. A leading "
                     "interpreter is accepted: `cudadiag run -- python train.py --epochs 1`, "
-                    "`cudadiag run -- python -m package.module`.",
+                    "`cudadiag run -- python -m package.module`. With --nproc-per-node N the "
+                    "script runs as N ranks under torchrun (torch.distributed.run), each with "
+                    "the tracer and prechecks; torchrun's own options go before `--`: "
+                    "`cudadiag run --nproc-per-node 2 --standalone -- train.py`. The incident "
+                    "names the rank that failed first; the other ranks' errors are marked "
+                    "consequences. The exit status is then torchrun's.",
     )
-    blocking = run.add_mutually_exclusive_group()
-    blocking.add_argument("--blocking", dest="blocking", action="store_true", default=True,
-                          help="synchronous kernel launches (the default)")
-    blocking.add_argument("--no-blocking", dest="blocking", action="store_false",
-                          help="a faithful asynchronous run, without tracer and prechecks")
-    run.add_argument("--timeout", type=positive_seconds, metavar="S",
-                     help="kill the run (its whole process group) after S seconds")
-    run.add_argument("--json", metavar="PATH", help="also write the incident as JSON here")
-    run.add_argument("--no-precheck", action="store_true",
-                     help="let index-taking kernels run unchecked")
+    _add_run_options(run)
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="[--] SCRIPT [ARGS...]")
-    run.set_defaults(handler=_cmd_run, parser=run)
+    run.set_defaults(handler=_cmd_run, parser=run, torchrun=[])
     report = sub.add_parser("report", help="print a scrubbed Markdown report of an incident",
                             description="Print a Markdown report ready for an issue tracker, "
                                         "with personal data and needless paths removed.")
@@ -173,6 +171,42 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_run_options(run: argparse.ArgumentParser) -> None:
+    blocking = run.add_mutually_exclusive_group()
+    blocking.add_argument("--blocking", dest="blocking", action="store_true", default=True,
+                          help="synchronous kernel launches (the default)")
+    blocking.add_argument("--no-blocking", dest="blocking", action="store_false",
+                          help="a faithful asynchronous run, without tracer and prechecks")
+    run.add_argument("--timeout", type=positive_seconds, metavar="S",
+                     help="kill the run (its whole process group) after S seconds")
+    run.add_argument("--json", metavar="PATH", help="also write the incident as JSON here")
+    run.add_argument("--no-precheck", action="store_true",
+                     help="let index-taking kernels run unchecked")
+    run.add_argument("--nproc-per-node", "--nproc_per_node", type=processes_per_node,
+                     metavar="N", help="run the script as N ranks under torchrun (a number, "
+                                       "or auto, cpu, gpu as torchrun takes it)")
+
+
+_NPROC_OPTIONS = ("--nproc-per-node", "--nproc_per_node")
+
+
+def _multi_rank_run(words: list[str]) -> argparse.Namespace | None:
+    """For `run --nproc-per-node N [torchrun options] -- SCRIPT ...`: the arguments, with
+    the options cudadiag does not know (torchrun's) kept apart; None for anything else."""
+    if words[:1] != ["run"] or "--" not in words:
+        return None
+    head = words[1:words.index("--")]
+    if not any(w.split("=")[0] in _NPROC_OPTIONS for w in head):
+        return None
+    run = argparse.ArgumentParser(prog="cudadiag run", allow_abbrev=False)
+    _add_run_options(run)
+    args, torchrun = run.parse_known_args(head)
+    args.command = words[words.index("--"):]
+    args.torchrun = torchrun
+    args.handler, args.parser = _cmd_run, run
+    return args
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from cudadiag.isolate.runner import run_script
     from cudadiag.store import IncidentStore
@@ -187,9 +221,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"cudadiag run: {target}: no such script", file=sys.stderr)
         return 2
     try:
+        ranks = _torchrun_job(args, python)
         result = run_script(target, argv, module=module, python=python,
                             blocking=args.blocking, timeout=args.timeout,
-                            precheck=not args.no_precheck)
+                            precheck=not args.no_precheck, ranks=ranks)
     except (OSError, ValueError) as exc:
         print(f"cudadiag run: {exc}", file=sys.stderr)
         return 2
@@ -202,12 +237,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         if args.json:
             Path(args.json).write_text(json.dumps(result.incident.to_dict(), indent=2))
-    elif result.message and result.returncode == 0:
-        print(f"cudadiag: the script finished without error ({result.settings.note})",
-              file=sys.stderr)
     elif result.message:
         print(result.message, file=sys.stderr)
     return _exit_status(result)
+
+
+def _torchrun_job(args: argparse.Namespace, python: str | None) -> TorchrunJob | None:
+    """The torchrun job for `--nproc-per-node N`, None without it. Raises
+    TorchrunOptionsError (a ValueError) for options torchrun would refuse."""
+    if args.nproc_per_node is None:
+        return None
+    from cudadiag.isolate.ranks import TorchrunJob, check_torchrun_options
+
+    options = ["--nproc-per-node", args.nproc_per_node, *args.torchrun]
+    check_torchrun_options(options)
+    return TorchrunJob(options, python or sys.executable)
 
 
 def _exit_status(result: IsolatedResult) -> int:

@@ -4,11 +4,24 @@ whole writes, synced files and folders, atomic replacement, private modes (0700 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from pathlib import Path
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
+
+_WRITE_HINTS = {errno.ENOSPC: "; free some space or choose another directory",
+                errno.EDQUOT: "; free some space or choose another directory",
+                errno.EROFS: "; choose a writable directory",
+                errno.EACCES: "; choose a directory you can write to"}
+
+
+def write_failure(name: str, folder: Path, exc: OSError) -> str:
+    """Return `could not write NAME in FOLDER: REASON; WHAT TO DO` for a failed write (the
+    what-to-do part for a full disk, a read-only or forbidden directory)."""
+    reason = exc.strerror or str(exc)
+    return f"could not write {name} in {folder}: {reason}{_WRITE_HINTS.get(exc.errno or 0, '')}"
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -40,6 +40,11 @@ class IncidentNotSaved(CudadiagError, OSError):
     the next write and at exit. Its message says what failed, where, and that."""
 
 
+class CheckpointNotSaved(CudadiagError, OSError):
+    """A checkpoint could not be written (a full disk, a read-only directory); nothing of it
+    is left and the previous checkpoint of that name is unchanged. The message says why."""
+
+
 class PlanError(CudadiagError, ValueError):
     """The plan of an isolated run cannot provide what the cell needs, or was asked for
     something it cannot do; nothing was run."""
@@ -90,3 +95,8 @@ class GuardError(CudadiagError, ValueError):
         self.rule = rule
         self.values = list(values)
         self.positions = list(positions)
+
+
+class TorchrunOptionsError(CudadiagError, ValueError):
+    """Options torchrun does not know or would refuse, or that cudadiag sets itself
+    (`cudadiag run --nproc-per-node N [torchrun options] -- SCRIPT`)."""

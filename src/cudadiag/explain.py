@@ -342,7 +342,8 @@ class _Scanner:
         multi = bool(self.ranks)
         if first is not None and multi:
             diagnosis.rank = first.rank
-        only_collective = multi and bool(errors) and all(map(_is_consequence, errors))
+        only_collective = multi and bool(errors) and all(
+            is_consequence(e.diagnosis) for e in errors)
         failed = {e.rank for e in errors}
         return Explanation(
             diagnosis=diagnosis, first=first,
@@ -418,11 +419,12 @@ def _timestamp(raw: bytes) -> tuple[str, ...] | None:
     return None
 
 
-def _is_consequence(error: RankError) -> bool:
-    """A collective's failure, or a wrapper (an uncaught C++ exception, a launcher's report)
-    that does not show the error it carries: what other ranks' errors lead to."""
-    d = error.diagnosis
-    return d is None or d.family == "distributed" or bool(d.details.get("carrier_only"))
+def is_consequence(diagnosis: Diagnosis | None) -> bool:
+    """Return True for what other ranks' errors lead to: a collective's failure (a timeout,
+    an aborted communicator, a peer that closed the connection), or a wrapper (an uncaught
+    C++ exception, a launcher's report) that does not show the error it carries."""
+    return diagnosis is None or diagnosis.family == "distributed" or bool(
+        diagnosis.details.get("carrier_only"))
 
 
 def _first_failure(errors: list[RankError], named: int | None) -> RankError | None:
@@ -432,7 +434,7 @@ def _first_failure(errors: list[RankError], named: int | None) -> RankError | No
     the first."""
     if not errors:
         return None
-    causes = [e for e in errors if not _is_consequence(e)]
+    causes = [e for e in errors if not is_consequence(e.diagnosis)]
     if not causes:
         named_error = next((e for e in errors if e.rank == named), None)
         return named_error or min(errors, key=lambda e: e.line)

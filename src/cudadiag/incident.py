@@ -59,6 +59,8 @@ class LaterError:
     at: str
     cell: int | None = None
     probable_consequence: bool = True
+    rank: int | None = None
+    """In a multi-process run, the rank that raised it (another process than the first)."""
 
 
 @dataclass
@@ -412,6 +414,32 @@ class EnvInfo:
 
 
 @dataclass
+class RankRecord:
+    """What one rank of a multi-process run (`cudadiag run --nproc-per-node N`) did."""
+
+    rank: int
+    local_rank: int
+    node: str
+    """The host the rank ran on."""
+    pid: int | None = None
+    outcome: str = "unknown"
+    """`raised` (a Python exception), `finished` (exit status 0 or sys.exit), `stopped` (killed
+    while still running, e.g. by torchrun after another rank failed), `died` (ended without an
+    exception: a signal, os._exit), `unknown` (no trace of it: never started)."""
+    at: str | None = None
+    """When it raised, finished or was stopped (UTC, ISO 8601 with milliseconds)."""
+    exit_status: int | None = None
+    signal: str | None = None
+    error_type: str | None = None
+    message: str | None = None
+    family: str | None = None
+    where: str | None = None
+    """The call it failed or was stopped in (`all_reduce`, `train.py:12 in main`)."""
+    consequence: bool = False
+    """A collective's failure, or a rank stopped because another one failed."""
+
+
+@dataclass
 class RunInfo:
     """How the incident was obtained."""
 
@@ -439,6 +467,10 @@ class RunInfo:
     modules, the Python installation and cudadiag's own files are left out."""
     shipped: list[str] = field(default_factory=list)
     """Names whose values were sent from the kernel instead of replaying their cells."""
+    launcher: list[str] = field(default_factory=list)
+    """For a multi-process run: torchrun's options (`--nproc-per-node 2 --standalone`)."""
+    ranks: list[RankRecord] = field(default_factory=list)
+    """For a multi-process run: every rank's outcome, in rank order."""
 
 
 @dataclass

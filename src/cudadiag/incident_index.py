@@ -18,10 +18,10 @@ is caught up from the synced log.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
@@ -111,9 +111,11 @@ class IndexState:
         if self.covered.get(segment, -1) < end:
             self.covered[segment] = end
 
-    def latest(self) -> list[IndexEntry]:
-        """Return one entry per incident (its last record), oldest first by creation."""
+    def latest(self, pending: Iterable[IndexEntry] = ()) -> list[IndexEntry]:
+        """Return one entry per incident (its last record, those of `pending` last), oldest
+        first by creation."""
         latest = dict(zip(map(by_id, self.entries), self.entries, strict=True))
+        latest.update((entry.id, entry) for entry in pending)
         return sorted(latest.values(), key=by_creation)
 
 
@@ -254,11 +256,6 @@ class IncidentIndex:
         except OSError:
             return False
         return True
-
-    def remove(self) -> None:
-        """Delete the file (it will be rebuilt from the log)."""
-        with contextlib.suppress(OSError):
-            self.path.unlink()
 
 
 def parse_index(data: bytes) -> IndexState | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from cudadiag.argtypes import positive_seconds
+from cudadiag.argtypes import at_least_one, positive_days
 
 MODES = ("kernel", "isolated", "cli")
 
@@ -32,17 +32,7 @@ def add_listing_options(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--prune", action="store_true",
                       help="remove now the incidents the retention does not keep, with their "
                            "isolated runs' files")
-    parser.add_argument("--keep", type=_at_least_one, metavar="N",
+    parser.add_argument("--keep", type=at_least_one, metavar="N",
                         help="with --prune: keep only the newest N incidents")
-    parser.add_argument("--keep-days", type=positive_seconds, metavar="D",
+    parser.add_argument("--keep-days", type=positive_days, metavar="D",
                         help="with --prune: keep only the incidents of the last D days")
-
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value

@@ -27,6 +27,12 @@ def add_step_hook(hook: StepHook) -> None:
         _step_hooks.append(hook)
 
 
+def remove_step_hook(hook: StepHook) -> None:
+    """Stop calling `hook` (nothing happens when it was not added)."""
+    if hook in _step_hooks:
+        _step_hooks.remove(hook)
+
+
 def step_hooks() -> list[StepHook]:
     """Return the hooks registered, in the order they were added."""
     return list(_step_hooks)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.step_hooks import YIELD, add_step_hook
+from cudadiag.own_work import outside_user_modes
+from cudadiag.step_hooks import YIELD, add_step_hook, remove_step_hook
 
 if TYPE_CHECKING:
     from cudadiag.batch import WatchRecord
@@ -56,6 +57,12 @@ def start_profiling(cell_now: Callable[[], int | None]) -> None:
     add_step_hook(_profile_step)
 
 
+def stop_profiling() -> None:
+    """Profile no later watch() step (`%unload_ext`); the profiles taken are kept."""
+    remove_step_hook(_profile_step)
+    _cell_now.clear()
+
+
 def profiles(record: WatchRecord) -> list[StepProfile]:
     """Return the profiles of `record`'s steps, in order (empty when not profiled)."""
     return list(_profiles.get(record, []))
@@ -79,8 +86,8 @@ def _profile_step(record: WatchRecord, item: Any, done: bool) -> str:
         _cells[record] = _cell_now[0]() if _cell_now else None
     kept = _profiles.setdefault(record, [])
     if len(kept) < PROFILES_KEPT:
-        kept.append(profile_of(record.step, item, record.current_size,
-                               record.current_indices))
+        kept.append(_profile(record.step, record.current_tensors, record.current_size,
+                             record.current_indices))
     return YIELD
 
 
@@ -88,18 +95,21 @@ def profile_of(step: int, item: Any, size: int | None,
                indices: list[int] | None) -> StepProfile:
     """Return the StepProfile of one batch (CPU integer tensors are read, nothing else)."""
     from cudadiag.batch import tensors_of
-    from cudadiag.own_work import outside_user_modes
 
-    tensors = tensors_of(item)
+    return _profile(step, tensors_of(item), size, indices)
+
+
+def _profile(step: int, tensors: list[Any], size: int | None,
+             indices: list[int] | None) -> StepProfile:
+    """The StepProfile of a batch of `tensors` (this runs every step of watch())."""
     lengths = [int(t.shape[1]) for t in tensors if t.dim() >= 2]
+    scanned = [t for t in tensors if t.is_cpu and 0 < t.numel() <= RANGE_MAX_NUMEL
+               and not (t.is_floating_point() or t.is_complex())]
     low = high = None
-    with outside_user_modes():
-        for t in tensors:
-            if (t.device.type == "cpu" and t.numel() and t.numel() <= RANGE_MAX_NUMEL
-                    and not (t.dtype.is_floating_point or t.dtype.is_complex)):
-                t_low, t_high = int(t.min()), int(t.max())
-                low = t_low if low is None else min(low, t_low)
-                high = t_high if high is None else max(high, t_high)
+    if scanned:
+        with outside_user_modes():
+            ranges = [[int(v) for v in t.aminmax()] for t in scanned]  # one pass each
+        low, high = min(r[0] for r in ranges), max(r[1] for r in ranges)
     return StepProfile(step, size, indices, max(lengths) if lengths else None, low, high)
 
 

@@ -57,8 +57,6 @@ from cudadiag.incident_index import (
     IncidentIndex,
     IndexEntry,
     IndexState,
-    by_creation,
-    by_id,
     cover_line,
     entry_for_incident,
     entry_for_newer,
@@ -102,10 +100,6 @@ class NewerRecord:
     created_at: str
     schema: Any
     family: str | None = None
-
-    def describe(self) -> str:
-        """Return `recorded by a newer cudadiag (schema N)`."""
-        return f"recorded by a newer cudadiag (schema {self.schema})"
 
 
 @dataclass
@@ -233,11 +227,8 @@ class IncidentStore:
         """Return one index entry per incident (its latest record), oldest first, with the
         records still unsaved in this process and those of a newer cudadiag (`newer`).
         Reads the index only, caught up with the log or rebuilt from it first when needed."""
-        entries = self._index_state().entries
-        latest = dict(zip(map(by_id, entries), entries, strict=True))
-        for _record, entry in _unsaved.get(self._key, {}).values():
-            latest[entry.id] = entry
-        return sorted(latest.values(), key=by_creation)
+        unsaved = _unsaved.get(self._key, {}).values()
+        return self._index_state().latest(entry for _record, entry in unsaved)
 
     def get(self, incident_id: str | None = None) -> Incident:
         """Return the incident whose id starts with `incident_id` (the newest when None).
@@ -635,7 +626,7 @@ class IncidentStore:
             self._drop_oldest_values(blobs, room=size)
             _private_copy(pickled, blob)
         pointer = self._private_dir("runs", incident_id) / SHIPPED_POINTER
-        _private_write(pointer, json.dumps({"sha256": digest, "bytes": size}).encode())
+        replace_atomically(pointer, json.dumps({"sha256": digest, "bytes": size}).encode())
         return None
 
     def shipped_file(self, incident_id: str) -> Path | None:
@@ -867,22 +858,8 @@ def _write_unsaved_at_exit() -> None:
                   file=sys.stderr)
 
 
-def _private_write(target: Path, data: bytes) -> None:
-    """Write `data` to `target` as a 0600 file, through a temporary name and a rename."""
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
-    try:
-        write_all(fd, data)
-    except BaseException:
-        os.close(fd)
-        partial.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    os.replace(partial, target)
-
-
 def _private_copy(source: Path, target: Path) -> Path:
-    _private_write(target, source.read_bytes())
+    replace_atomically(target, source.read_bytes())
     return target
 
 

@@ -173,4 +173,4 @@ def _report(cell: int, watch: str | None, chosen: dict[int, list[str]],
 def _failure(row: Row) -> str:
     if row.outcome == TIMED_OUT:
         return row.reason
-    return f"{row.family}" + (f" at {row.op}" if row.op else "")
+    return row.failure

@@ -2,9 +2,10 @@
 
 While a watch is active the kernel hook and the isolated worker attach the step and the
 batch to every incident (watch() registers itself with cudadiag.probes when imported). The
-per-step cost is a reference and a CPU copy; summaries are computed only when an incident
-asks for them. For a DataLoader the dataset indices of each batch are recorded by watching
-its batch sampler, without drawing anything extra from it.
+per-step cost is a reference to the batch and its tensors' version counters (a CPU copy only
+once the loop is seen changing batches in place); summaries are computed only when an
+incident asks for them. For a DataLoader the dataset indices of each batch are recorded by
+watching its batch sampler, without drawing anything extra from it.
 """
 
 from __future__ import annotations
@@ -28,17 +29,45 @@ _INDEX_SAMPLER = "_index_sampler"
 """The DataLoader property its iterator reads the batch sampler through."""
 
 
-
 @dataclass
 class KeptBatch:
-    """One recorded step: its number, a CPU copy of the batch (or None), and its size."""
+    """One recorded step: its number, the batch as the step received it (or None), its size.
+
+    A CPU batch is kept by reference, with its tensors and their version counters, as long
+    as the loop does not change batches in place; else `item` is a copy."""
 
     step: int
-    batch: Any
+    item: Any
     nbytes: int
     batch_size: int | None
     indices: list[int] | None
     note: str | None = None
+    tensors: list[torch.Tensor] | None = None
+    """For a batch kept by reference: its tensors as received..."""
+    versions: list[int] | None = None
+    """...and their version counters then."""
+
+    @property
+    def batch(self) -> Any:
+        """Return the batch as the step received it, or None when only its summary was kept.
+        A reference whose tensors were changed in place since is returned as the loop left
+        it, and `note` says so; one whose containers got other tensors (`batch[k] =
+        batch[k].cuda()`) is rebuilt with the tensors it had."""
+        if self.tensors is None or self.versions is None:
+            return self.item
+        if self.changed_in_place():
+            self.note = ("the loop changed this batch in place after receiving it (tensor "
+                         "version counters): kept as the loop left it")
+        now = tensors_of(self.item)
+        if len(now) == len(self.tensors) and any(
+                a is not b for a, b in zip(now, self.tensors, strict=True)):
+            received = iter(self.tensors)
+            return map_tensors(self.item, lambda _: next(received))
+        return self.item
+
+    def changed_in_place(self) -> bool:
+        """True when a batch kept by reference had a tensor changed in place since."""
+        return self.tensors is not None and [t._version for t in self.tensors] != self.versions
 
 
 class WatchRecord:
@@ -56,12 +85,16 @@ class WatchRecord:
         self.current: Any = None
         self.current_size: int | None = None
         self.current_indices: list[int] | None = None
+        self.current_tensors: list[torch.Tensor] = []
+        """The tensors of the item in flight (found once per step, for every reader)."""
         self.kept: deque[KeptBatch] = deque()
         self.kept_bytes = 0
         self.active = True
         self.exhausted = False
         self.closed_in_cell: int | None = None
         self.replayed_step: int | None = None
+        self.by_reference = True
+        """Batches are kept by reference until one is seen changed in place."""
 
     def record(self, item: Any, indices: list[int] | None) -> None:
         """Note the next item (called once per step, before it is yielded)."""
@@ -70,7 +103,7 @@ class WatchRecord:
         self.step += 1
         self.current = item
         self.current_indices = indices
-        tensors = tensors_of(item)
+        tensors = self.current_tensors = tensors_of(item)
         size = next((int(t.shape[0]) for t in tensors if t.dim() > 0), None)
         self.current_size = size
         if self.first_batch_size is None:
@@ -117,24 +150,42 @@ class WatchRecord:
 
     def _keep(self, item: Any, tensors: list[torch.Tensor], size: int | None,
               indices: list[int] | None) -> None:
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
         if self.keep == 0:
             return
+        if self.by_reference and self.kept and self.kept[-1].changed_in_place():
+            self.by_reference = False  # the loop changes its batches in place: copy them
+        nbytes, on_cpu = 0, True
+        for t in tensors:  # one pass: this runs every step
+            nbytes += t.nbytes
+            on_cpu = on_cpu and t.is_cpu
         if nbytes > self.max_bytes:
             kept = KeptBatch(self.step, None, 0, size, indices,
                              note=f"batch of {nbytes:,} bytes is above max_bytes: summary only")
-        elif any(t.device.type != "cpu" for t in tensors):
+        elif not on_cpu:
             kept = KeptBatch(self.step, None, 0, size, indices,
                              note="batch on a GPU: no CPU copy (copying would synchronise)")
-        elif torch._C._len_torch_dispatch_stack():
-            with outside_user_modes():  # the copy is cudadiag's, not the user's work
-                kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)
         else:
-            kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)
+            versions = _versions(tensors) if self.by_reference else None
+            if versions is not None:
+                kept = KeptBatch(self.step, item, nbytes, size, indices, tensors=tensors,
+                                 versions=versions)
+            elif torch._C._len_torch_dispatch_stack():
+                with outside_user_modes():  # the copy is cudadiag's, not the user's work
+                    kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)
+            else:
+                kept = KeptBatch(self.step, _cpu_copy(item), nbytes, size, indices)
         self.kept.append(kept)
         self.kept_bytes += kept.nbytes
         while len(self.kept) > self.keep or self.kept_bytes > self.max_bytes:
             self.kept_bytes -= self.kept.popleft().nbytes
+
+
+def _versions(tensors: list[torch.Tensor]) -> list[int] | None:
+    """The tensors' version counters, or None when one has none (an inference tensor)."""
+    try:
+        return [t._version for t in tensors]
+    except RuntimeError:
+        return None
 
 
 _lock = threading.Lock()

@@ -720,3 +720,21 @@ def _stored_names(target: ast.AST) -> list[str]:
 def _call_text(node: ast.Call) -> str:
     text = ast.unparse(node)
     return text if len(text) <= _CALL_TEXT_MAX else text[: _CALL_TEXT_MAX - 3] + "..."
+
+
+def unconditional_imports(raw: str) -> list[str]:
+    """Return the absolute modules a cell imports at its top level, in order (`import a.b`
+    gives `a.b`, `from a.b import c` gives `a.b`): the imports every run of the cell does.
+    Imports under a condition, a `try`, a loop or inside a function, and relative ones, are
+    left out; a cell that does not parse gives []."""
+    try:
+        tree = ast.parse(python_source(raw)[0])
+    except SyntaxError:
+        return []
+    found: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append(node.module)
+    return list(dict.fromkeys(found))

@@ -96,6 +96,12 @@ class Row:
         """True when the run ended without error."""
         return self.outcome == OK
 
+    @property
+    def failure(self) -> str:
+        """The error of a failed run in a few words: `FAMILY at OP` (`FAMILY` when the
+        operator is not known)."""
+        return f"{self.family}" + (f" at {self.op}" if self.op else "")
+
     def to_dict(self) -> dict[str, Any]:
         """Return the row as JSON-ready data (outputs by name, shape and dtype only)."""
         return {
@@ -213,6 +219,7 @@ def run_row(program: Program, variant: str | None, outputs: list[str],
     import torch
 
     from cudadiag.isolate.runner import run_isolated
+    from cudadiag.isolate.warm import WarmLauncher
     from cudadiag.own_work import outside_user_modes
 
     spec = VARIANTS[variant] if variant else None
@@ -227,7 +234,8 @@ def run_row(program: Program, variant: str | None, outputs: list[str],
         result = run_isolated(
             finish[1], cells=cells, target_cell=finish[0], rng_states=program.rng_states,
             batch=program.batch, ship=program.ship, timeout=timeout,
-            env={**program.env, **(spec.env if spec else {})}, stream=False, store=False)
+            env={**program.env, **(spec.env if spec else {})}, stream=False, store=False,
+            launcher=WarmLauncher())
         if before_cleanup is not None:
             before_cleanup()
         if result.interrupted:
@@ -333,14 +341,10 @@ def _warnings(rows: list[Row], baseline: str | None) -> list[str]:
         warnings.append(f"Passed with one change each: {', '.join(passed)}. Each row changes "
                         "one thing; a row that passes points at what matters, it is not a "
                         "fix yet.")
-    idle = [r.variant for r in rows[1:] if r.outcome != NOT_APPLICABLE and r.variant in
-            _COUNTED and not r.changes]
+    idle = [r.variant for r in rows[1:] if r.outcome != NOT_APPLICABLE
+            and not VARIANTS[r.variant].sets_flag and not r.changes]
     if idle:
         warnings.append(f"Changed nothing in this cell: {', '.join(idle)} (their rows "
                         "repeat the reference).")
     warnings.append(TIMING_NOTE)
     return warnings
-
-
-_COUNTED = ("cpu", "fp32", "sdpa_math", "contiguous", "eager")
-"""Variants that count their changes: zero means the row ran the reference again."""

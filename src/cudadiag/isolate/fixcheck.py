@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cudadiag.isolate.compare import OK, Program, Row, assigned_names, run_row
+from cudadiag.isolate.compare import FAILED, OK, Program, Row, assigned_names, run_row
 from cudadiag.shortlist import cut_list
 
 PASSES_NOW = "failed before, passes now"
@@ -71,9 +71,7 @@ class FixCheck:
 
 
 def _failure(row: Row) -> str:
-    if row.outcome != "failed":
-        return row.outcome
-    return f"{row.family}" + (f" at {row.op}" if row.op else "")
+    return row.failure if row.outcome == FAILED else row.outcome
 
 
 def check_fix(incident_id: str, before: Program, after: Program, *,

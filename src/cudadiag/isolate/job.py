@@ -58,7 +58,6 @@ class Job:
     blocking: bool = True
     trace: bool = True
     precheck: bool = True
-    backend: str = "cpu"
     env_vars: dict[str, str] = field(default_factory=dict)
     ship: Path | None = None
     """Pickled values loaded into the namespace first: the folder's SHIP_FILE, or the file a
@@ -68,6 +67,9 @@ class Job:
     batch_step: int | None = None
     """The folder holds BATCH_FILE, the batch of this step."""
     script: ScriptTarget | None = None
+    ranks: str | None = None
+    """A multi-process run: the folder where each rank writes its record (isolate/rankfiles)
+    instead of the one result file."""
 
     @property
     def path(self) -> Path:
@@ -139,12 +141,17 @@ class JobResult:
 
     incident: Incident | None
     exit_code: int
+    wall_s: float | None = None
+    """The worker's own time, from reading the job to writing this result."""
+    blocking_check: str = ""
+    """Whether the run's blocking variables were in effect in the child (one line)."""
 
     def write(self, path: Path) -> None:
         """Write the result as JSON (values that JSON cannot hold as text)."""
         incident = self.incident.to_dict() if self.incident is not None else None
-        path.write_text(json.dumps({"incident": incident, "exit_code": self.exit_code},
-                                   default=str))
+        path.write_text(json.dumps({"incident": incident, "exit_code": self.exit_code,
+                                    "wall_s": self.wall_s,
+                                    "blocking_check": self.blocking_check}, default=str))
 
     @classmethod
     def read(cls, path: Path) -> JobResult | None:
@@ -153,7 +160,8 @@ class JobResult:
             return None
         data = json.loads(path.read_text())
         incident = data["incident"]
-        return cls(Incident.from_dict(incident) if incident else None, data["exit_code"])
+        return cls(Incident.from_dict(incident) if incident else None, data["exit_code"],
+                   data.get("wall_s"), data.get("blocking_check", ""))
 
 
 def _torch_save(value: Any, path: Path) -> None:

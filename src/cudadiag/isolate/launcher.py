@@ -1,23 +1,33 @@
-"""How a fresh process is obtained, with its environment fixed before the interpreter starts.
+"""How a fresh process is obtained, with its environment fixed before CUDA can initialise.
 
-Blocking launches only work when the variable is in the environment before CUDA initialises,
-so the child gets them in its `env`, never through `os.environ` inside the child. The way the
-process is made (today: a new interpreter per run) is one replaceable class; a pool of
-pre-started interpreters that imported torch without initialising CUDA could take its place.
+Blocking launches only work when the variable is in the environment before CUDA initialises.
+A new interpreter per run (SubprocessLauncher) gets them in its `env`; a child forked from a
+fork server (ForkServer: an interpreter that imported torch and never initialised CUDA) sets
+its run's environment first thing after the fork, before any CUDA call. The kernel's own warm
+server, with its fallbacks, is in `cudadiag.isolate.warm`.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
+
+from cudadiag.errors import CudadiagError
+from cudadiag.isolate.procgroup import kill_group
 
 NVIDIA_BLOCKING = {"CUDA_LAUNCH_BLOCKING": "1"}
 ROCM_BLOCKING = {"HIP_LAUNCH_BLOCKING": "1", "AMD_SERIALIZE_KERNEL": "3"}
@@ -111,6 +121,18 @@ class ChildProcess(Protocol):
     def wait(self, timeout: float | None = None) -> int:
         """Return the exit status; raises subprocess.TimeoutExpired after `timeout`."""
 
+    how: str
+    """How it was made, in words (`warm start (forked from ...)`); '' when not said."""
+    fallback: str | None
+    """Why it was not made the faster way (a cold start's reason), or None."""
+
+
+class WorkerProcess(subprocess.Popen[bytes]):
+    """A worker started as a new interpreter: a Popen that says how it was made."""
+
+    how: str = ""
+    fallback: str | None = None
+
 
 class Launcher(Protocol):
     """Starts the worker for a job file in a fresh process with the given environment."""
@@ -119,27 +141,32 @@ class Launcher(Protocol):
         """Return the running process (`pid`, `stdout`, `stderr`, `returncode`, `poll()`,
         `wait(timeout)` as Popen has them); its stdout/stderr are pipes, which the caller
         closes, and it is in its own process group (so a timeout or an interrupt can kill
-        everything it started)."""
+        everything it started). `how` says in words how it was made; `fallback`, when not
+        None, why it was not made the faster way."""
         ...
 
 
 class SubprocessLauncher:
-    """A new interpreter per run: `python -m cudadiag.isolate.worker JOB`."""
+    """A new interpreter per run: `python -m cudadiag.isolate.worker JOB`, in the working
+    directory `cwd` (default: this process's at each run)."""
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, cwd: str | None = None) -> None:
         self.python = python or sys.executable
+        self.cwd = cwd
 
-    def start(self, job_path: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(self, job_path: str, env: dict[str, str]) -> WorkerProcess:
         """Start the worker; raises OSError when the interpreter cannot be started."""
-        return subprocess.Popen(
+        process = WorkerProcess(
             [self.python, "-m", "cudadiag.isolate.worker", job_path],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
             start_new_session=True,
-            cwd=os.getcwd(),
+            cwd=self.cwd or os.getcwd(),
         )
+        process.how = "cold start (a new interpreter)"
+        return process
 
 
 def child_environment(extra: dict[str, str]) -> dict[str, str]:
@@ -151,9 +178,40 @@ def child_environment(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+STARTUP_VARIABLES = ("PYTHON", "OMP_", "MKL_", "OPENBLAS_", "TORCH_", "LD_")
+"""Prefixes of variables read when an interpreter starts or imports torch: a fork server
+started under other values cannot give a run what a new interpreter would."""
+SERVER_ONLY = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "PYTHONUNBUFFERED": "1"}
+"""The fork server's own settings: NVML answers `torch.cuda.is_available()` without
+initialising the CUDA driver (a library may ask while it is imported), which would break every
+child forked after; unbuffered output as in every run."""
+START_TIMEOUT_S = 300.0
+"""How long a fork may take, warm imports included."""
+
+
+class ForkRefused(CudadiagError, OSError):
+    """The fork server would not fork (CUDA was initialised in it, an installed module
+    changed on disk); it has stopped."""
+
+
+def server_environment(env: dict[str, str]) -> dict[str, str]:
+    """Return the environment a fork server starts with for runs under `env`: the same minus
+    the blocking variables (each child sets its run's), plus SERVER_ONLY."""
+    neutral = {k: v for k, v in env.items() if k not in NVIDIA_BLOCKING and k not in ROCM_BLOCKING}
+    return {**neutral, **SERVER_ONLY}
+
+
+def startup_difference(server_env: dict[str, str], env: dict[str, str]) -> str | None:
+    """Return the first variable read at start-up (STARTUP_VARIABLES) whose value differs
+    between a fork server's environment and a run's, or None when none does."""
+    names = sorted({*server_env, *env} - set(SERVER_ONLY))
+    return next((n for n in names if n.startswith(STARTUP_VARIABLES)
+                 and server_env.get(n) != env.get(n)), None)
+
+
 class ForkedProcess:
-    """The parent's handle on a child forked by the fork server; quacks like Popen for what
-    the runner uses (pid, stdout, stderr, returncode, poll, wait)."""
+    """The parent's handle on a child forked by a fork server; quacks like Popen for what
+    the runner uses (pid, stdout, stderr, returncode, poll, wait, how)."""
 
     def __init__(self, channel: socket.socket, pid: int, stdout: int, stderr: int) -> None:
         self._channel = channel
@@ -161,6 +219,8 @@ class ForkedProcess:
         self.stdout = os.fdopen(stdout, "rb", buffering=0)
         self.stderr = os.fdopen(stderr, "rb", buffering=0)
         self.returncode: int | None = None
+        self.how = "warm start (forked from a pre-started interpreter)"
+        self.fallback: str | None = None
 
     def poll(self) -> int | None:
         """Return the exit code if the child has exited (the server said so), else None."""
@@ -171,69 +231,132 @@ class ForkedProcess:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        """Return the exit code; raises subprocess.TimeoutExpired after `timeout` seconds."""
+        """Return the exit code; raises subprocess.TimeoutExpired after `timeout` seconds,
+        OSError (after killing the child's group) when the server died during the run."""
         if self.returncode is None:
-            line = _read_line(self._channel, timeout, ["fork server", str(self.pid)])
+            try:
+                line = _read_line(self._channel, timeout, ["fork server", str(self.pid)])
+            except OSError:
+                kill_group(self.pid)
+                raise OSError("the warm interpreter died during the run; the run was "
+                              "killed: run it again") from None
             _, _, code = line.split()
             self.returncode = int(code)
+            self._channel.close()
         return self.returncode
 
 
-class ForkServerLauncher:
-    """Forks each run from a pre-started interpreter that imported torch but never
-    initialised CUDA: a fresh process in milliseconds instead of seconds. One server per
-    environment, started with that environment (blocking variables set before Python
-    starts) in the working directory `cwd` (default: this process's). Runs go one at a
-    time. `close()` stops the servers."""
+class ForkServer:
+    """One fork server process, seen from the parent. Starting it does not wait: it says
+    when it is ready (torch imported). Forks may come from several threads at once."""
 
-    def __init__(self, python: str | None = None, cwd: str | None = None) -> None:
-        self.python = python or sys.executable
-        self.cwd = cwd
-        self._servers: dict[tuple[tuple[str, str], ...], tuple[subprocess.Popen[bytes],
-                                                              socket.socket]] = {}
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = server_environment(env)
+        self.started_at = time.monotonic()
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._log = tempfile.TemporaryFile()
+        self._lock = threading.Lock()
+        self._ready = False
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "cudadiag.isolate.forkserver",
+                 str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], env=self.env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=self._log, start_new_session=True,
+                cwd=os.getcwd(),
+            )
+        except OSError:
+            self._control.close()
+            self._log.close()
+            raise
+        finally:
+            theirs.close()
 
-    def start(self, job_path: str, env: dict[str, str]) -> ForkedProcess:
-        """Fork a child for the job; raises OSError when the server cannot be reached."""
-        _, channel = self._server(env)
+    @property
+    def alive(self) -> bool:
+        """True while the server process runs."""
+        return self.process.poll() is None
+
+    def ready(self, wait: float | None = 0) -> bool:
+        """Return True once the server has said it is ready, waiting up to `wait` seconds
+        for it (None: until it does or dies); False when it is not (yet) or died."""
+        deadline = None if wait is None else time.monotonic() + wait
+        with self._lock:
+            while not self._ready and self.alive:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                readable, _, _ = select.select([self._control], [], [],
+                                               0.1 if left is None else min(left, 0.1))
+                if readable:
+                    self._ready = self._control.recv(64) == b"ready"
+                    if not self._ready:
+                        break
+                elif left is not None and left <= 0:
+                    break
+        return self._ready and self.alive
+
+    def fork(self, job_path: str, env: dict[str, str], cwd: str,
+             skip_imports: Iterable[str] = ()) -> ForkedProcess:
+        """Fork a child for the job, to run in `env` and `cwd`, after the server's warm
+        imports (top-level modules in `skip_imports` left out); raises ForkRefused when the
+        server refused (it stops), OSError when it cannot be reached."""
+        from cudadiag.isolate.forkserver import launch_file
+
+        launch = launch_file(job_path)
+        with open(os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            json.dump({"env": env, "cwd": cwd, "skip": sorted(skip_imports)}, f)
+        ours, theirs = socket.socketpair()
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         try:
-            socket.send_fds(channel, [job_path.encode()], [out_write, err_write])
+            with self._lock:
+                socket.send_fds(self._control, [f"run {job_path}".encode()],
+                                [theirs.fileno(), out_write, err_write])
+        except OSError:
+            for fd in (out_read, err_read):
+                os.close(fd)
+            ours.close()
+            raise
         finally:
-            os.close(out_write)
-            os.close(err_write)
-        _, pid = _read_line(channel, 60, ["fork server", "start"]).split()
-        return ForkedProcess(channel, int(pid), out_read, err_read)
+            for fd in (out_write, err_write):
+                os.close(fd)
+            theirs.close()
+        try:
+            word, _, rest = _read_line(ours, START_TIMEOUT_S, ["fork server", "start"]
+                                       ).partition(" ")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            for fd in (out_read, err_read):
+                os.close(fd)
+            ours.close()
+            raise OSError(f"the warm interpreter did not start the run: {exc}") from None
+        if word == "refused":
+            for fd in (out_read, err_read):
+                os.close(fd)
+            ours.close()
+            raise ForkRefused(rest)
+        return ForkedProcess(ours, int(rest), out_read, err_read)
+
+    def why_dead(self) -> str:
+        """Return how the server ended: its exit status and the last line it printed."""
+        code = self.process.poll()
+        how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
+               else f"exit status {code}")
+        self._log.seek(0)
+        lines = self._log.read().decode(errors="replace").strip().splitlines()
+        return f"{how}: {lines[-1]}" if lines else how
 
     def close(self) -> None:
-        """Stop every server this launcher started."""
-        for process, channel in self._servers.values():
-            channel.close()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        self._servers.clear()
-
-    def __enter__(self) -> ForkServerLauncher:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _server(self, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], socket.socket]:
-        key = tuple(sorted(env.items()))
-        server = self._servers.get(key)
-        if server is None or server[0].poll() is not None:
-            ours, theirs = socket.socketpair()
-            process = subprocess.Popen(
-                [self.python, "-m", "cudadiag.isolate.forkserver", str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.cwd or os.getcwd(),
-            )
-            theirs.close()
-            server = self._servers[key] = (process, ours)
-        return server
+        """Stop the server: a ready one kills the children still running, then exits; one
+        still importing torch (it has no children) is killed at once, so that leaving a
+        kernel never waits for an import."""
+        self._control.close()
+        if not self._ready:
+            kill_group(self.process.pid)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            kill_group(self.process.pid)
+            self.process.wait()
+        self._log.close()
 
 
 def _read_line(channel: socket.socket, timeout: float | None, what: list[str]) -> str:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudadiag.diagnose import add_device_lines, incident_of_dead_process
 from cudadiag.incident import Incident, RunInfo
@@ -36,6 +36,9 @@ from cudadiag.isolate.launcher import (
 from cudadiag.isolate.output import ChildOutput
 from cudadiag.isolate.procgroup import describe, group_members, kill_group
 from cudadiag.store import IncidentStore
+
+if TYPE_CHECKING:
+    from cudadiag.isolate.ranks import TorchrunJob
 
 KILL_GRACE_S = 2.0
 """After SIGTERM, how long the child may take to exit before its group gets SIGKILL."""
@@ -62,6 +65,9 @@ class IsolatedResult:
     """The child's pid, which is also its process group id."""
     message: str = ""
     """One line for the user when the run ended without an incident to show."""
+    start: str = ""
+    """How the process was made (warm or cold, and why cold) and whether the blocking
+    variables were in effect in it, as the child checked."""
 
 
 def run_isolated(
@@ -81,6 +87,7 @@ def run_isolated(
     stream: bool = True,
     store: bool = True,
     show_replay: bool = False,
+    ranks: TorchrunJob | None = None,
 ) -> IsolatedResult:
     """Run `code` in a fresh Python process with blocking launches, the op tracer and the
     index prechecks; return an IsolatedResult.
@@ -95,13 +102,15 @@ def run_isolated(
     line (`show_replay`: printed live too). The incident, if any, is appended to the incident
     log unless `store` is False. An interrupt (KeyboardInterrupt) kills the child's process
     group and returns a result with `interrupted` set: the caller decides whether to raise.
+    With `ranks`, the cells run as every rank of a torchrun job (isolate/ranks.py).
     Raises ValueError for a timeout that is not a positive finite number and OSError when
     no process can be started (or on Windows).
     """
     numbered = _numbered(cells or [], code, target_cell)
     return _execute(numbered, None, blocking=blocking, timeout=timeout, env=env, ship=ship,
                     trace=trace, precheck=precheck, rng_states=rng_states, batch=batch,
-                    launcher=launcher, output=ChildOutput(stream, show_replay), store=store)
+                    launcher=launcher, output=ChildOutput(stream, show_replay), store=store,
+                    ranks=ranks)
 
 
 def run_script(
@@ -117,27 +126,30 @@ def run_script(
     precheck: bool = True,
     stream: bool = True,
     store: bool = True,
+    ranks: TorchrunJob | None = None,
 ) -> IsolatedResult:
     """Run a script (or `python -m` module when `module`) the way
     `CUDA_LAUNCH_BLOCKING=1 python train.py` does, plus the tracer, prechecks and watch(),
     under the interpreter `python` (default: this one, which must be able to import
     cudadiag). The script's output, and its traceback as Python prints it, stream live.
     Returns an IsolatedResult whose returncode is the script's; the incident, if any, has
-    `run.mode = "cli"`. Raises ValueError for a timeout that is not a positive finite number,
-    OSError when the interpreter cannot be started."""
+    `run.mode = "cli"`. With `ranks`, the script runs as every rank of a torchrun job
+    (isolate/ranks.py) and the returncode is torchrun's. Raises ValueError for a timeout that
+    is not a positive finite number, OSError when the interpreter cannot be started."""
     script = ScriptTarget(target, list(argv), module)
     launcher = SubprocessLauncher(python) if python else None
     return _execute([], script, blocking=blocking, timeout=timeout, env=env, ship=None,
                     trace=trace, precheck=precheck, rng_states=None, batch=None,
                     launcher=launcher, output=ChildOutput(stream, shown_limit=None),
-                    store=store)
+                    store=store, ranks=ranks)
 
 
 def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
              blocking: bool, timeout: float | None, env: dict[str, str] | None,
              ship: dict[str, Any] | Path | None, trace: bool, precheck: bool,
              rng_states: dict[int, dict[str, Any]] | None, batch: tuple[int, Any] | None,
-             launcher: Launcher | None, output: ChildOutput, store: bool) -> IsolatedResult:
+             launcher: Launcher | None, output: ChildOutput, store: bool,
+             ranks: TorchrunJob | None = None) -> IsolatedResult:
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout}")
     if os.name == "nt":
@@ -153,29 +165,46 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
     with tempfile.TemporaryDirectory(prefix="cudadiag-isolate-") as workdir:
         job = Job(Path(workdir), [JobCell(n, s) for n, s in numbered], blocking=blocking,
                   trace=trace and blocking, precheck=precheck and blocking,
-                  backend=settings.backend, env_vars=extra, script=script)
+                  env_vars=extra, script=script)
         _fill_job(job, ship, rng_states, batch)
+        if ranks is not None:
+            launcher = ranks.prepare(Path(workdir))
+            job.ranks = str(ranks.folder)
+            job.write()
         started = time.perf_counter()
-        what = "the script" if script is not None else "the isolated run"
+        what = ("the job" if ranks is not None else "the script" if script is not None
+                else "the isolated run")
         with _interrupt_deferred() as interrupted:
             process = (launcher or SubprocessLauncher()).start(str(job.path), child_env)
             pump = _Pump(process, timeout, output, what)
+        if output.stream and process.fallback:
+            print(f"cudadiag: cold start: {process.fallback}", flush=True)
         pump.run(interrupted=bool(interrupted))
         wall = time.perf_counter() - started
-        child_result = JobResult.read(job.result_path)
+        child_result: JobResult | None
+        if ranks is not None:
+            child_result = ranks.collect(pump.timed_out or pump.interrupted)
+        else:
+            child_result = JobResult.read(job.result_path)
         result = IsolatedResult(
             incident=None, returncode=process.returncode, stdout=output.text("stdout"),
             stderr=output.text("stderr"), wall_s=wall, settings=settings,
             timed_out=pump.timed_out, interrupted=pump.interrupted,
             cells=[n for n, _ in numbered], pid=process.pid,
+            start="; ".join(filter(None, [child_result.blocking_check if child_result else "",
+                                          process.how])),
         )
         result.incident = _incident_of(result, child_result, blocking, extra)
         if result.incident is not None:
             _complete(result.incident, output, wall, process.returncode, numbered, script)
+            if ranks is not None:
+                ranks.complete(result.incident)
             result.incident.run.shipped = sorted(ship) if isinstance(ship, dict) else []
             if store:
                 _store(result.incident, job)
     result.message = _message(result, timeout, what)
+    if ranks is not None and result.incident is None:
+        result.message = ranks.message(result.message, result)
     return result
 
 

@@ -44,6 +44,9 @@ class Variant:
     change: str
     missing: Callable[[Any], str | None] = lambda torch: None
     env: dict[str, str] = field(default_factory=dict)
+    sets_flag: bool = False
+    """It sets a flag (the flag is what it changed) instead of counting its changes, where
+    zero means its row ran the reference again."""
 
 
 def _no_cudnn(torch: Any) -> str | None:
@@ -67,12 +70,12 @@ def _no_compile(torch: Any) -> str | None:
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("cpu", "modules and tensors on the CPU (the simulated device off)"),
     Variant("fp32", "autocast off; .half()/.bfloat16() and fp16/bf16 dtypes made fp32"),
-    Variant("no_cudnn", "torch.backends.cudnn.enabled = False", _no_cudnn),
+    Variant("no_cudnn", "torch.backends.cudnn.enabled = False", _no_cudnn, sets_flag=True),
     Variant("sdpa_math", "scaled_dot_product_attention on the math backend", _no_sdpa),
     Variant("no_tf32", "TF32 off in matmul and cuDNN; float32 matmul precision 'highest'",
-            _no_tf32),
+            _no_tf32, sets_flag=True),
     Variant("deterministic", "torch.use_deterministic_algorithms(True)",
-            env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}),
+            env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}, sets_flag=True),
     Variant("contiguous", "non-contiguous tensor arguments copied contiguous before each "
                           "operator that does not write in place"),
     Variant("eager", "torch.compile disabled (compiled code runs eagerly)", _no_compile,
@@ -145,8 +148,6 @@ def finish(namespace: dict[str, Any]) -> None:
     except Exception as exc:  # reported in the row, never raised
         info["error"] = f"{type(exc).__name__}: {exc}"
     (folder / INFO_FILE).write_text(json.dumps(info, default=str))
-
-
 
 
 def _device_used() -> str:

@@ -1,10 +1,12 @@
 """The isolated child: `python -m cudadiag.isolate.worker JOB.json`.
 
-Its environment (blocking launches) was fixed by the launcher before this interpreter
-started. It replays the planned cells in a fresh `__main__`, each from the RNG states recorded
-before it ran in the kernel, compiled under `<cudadiag In[N]>` so tracebacks point at notebook
-cells, with the op tracer active. The first exception becomes the incident; later ones are its
-consequences. The incident is written as JSON to the job's result path.
+Its environment (blocking launches) was fixed by the launcher before anything could initialise
+CUDA (before this interpreter started, or first thing after a fork server forked it); the
+worker checks it and says so in the run's result. It replays the planned cells in a fresh
+`__main__`, each from the RNG states recorded before it ran in the kernel, compiled under
+`<cudadiag In[N]>` so tracebacks point at notebook cells, with the op tracer active. The first
+exception becomes the incident; later ones are its consequences. The incident is written as
+JSON to the job's result path.
 """
 
 from __future__ import annotations
@@ -17,14 +19,19 @@ import re
 import runpy
 import site
 import sys
+import time
 import types
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudadiag.incident import Incident, LoopContext, RunInfo
+from cudadiag.isolate import rankfiles
 from cudadiag.isolate.job import Job, JobResult, ScriptTarget
+from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
 from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
+
+BLOCKING_VARIABLES = (*NVIDIA_BLOCKING, *ROCM_BLOCKING)
 
 if TYPE_CHECKING:
     from cudadiag.trace import OpTracer
@@ -47,13 +54,42 @@ def main(argv: list[str]) -> int:
     ones when the process aborts.
     """
     job = Job.read(Path(argv[1]))
+    rankfiles.begin(job.ranks)
+    started = time.perf_counter()
+    check = blocking_check(job)
     try:
         result = run_job(job)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    result.write(job.result_path)
+    result.wall_s = time.perf_counter() - started
+    result.blocking_check = check
+    if not rankfiles.finish(result.exit_code, result.incident):
+        result.write(job.result_path)
     return result.exit_code
+
+
+def blocking_check(job: Job) -> str:
+    """Return one line saying whether the run's blocking variables are in effect: set in the
+    process's C environment (what the CUDA and HIP runtimes read when they initialise) with
+    the run's values, CUDA not yet initialised. Reads only; call it before any CUDA work."""
+    import ctypes
+
+    import torch
+
+    getenv = ctypes.CDLL(None).getenv
+    getenv.argtypes, getenv.restype = [ctypes.c_char_p], ctypes.c_char_p
+    seen = {name: (getenv(name.encode()) or b"").decode() for name in BLOCKING_VARIABLES}
+    wanted = {k: v for k, v in job.env_vars.items() if k in BLOCKING_VARIABLES}
+    if torch.cuda.is_initialized():
+        return "NOT in effect: CUDA was initialised before the run's variables could act"
+    wrong = [f"{k}={seen[k] or '(unset)'}" for k, v in wanted.items() if seen[k] != v]
+    if wrong:
+        return f"NOT in effect in the child: {', '.join(wrong)}"
+    if not wanted:
+        return "no blocking variable in the child" if not any(seen.values()) else (
+            "set in the child: " + ", ".join(f"{k}={v}" for k, v in seen.items() if v))
+    return "checked in the child before CUDA initialised"
 
 
 def run_job(job: Job) -> JobResult:
@@ -88,6 +124,7 @@ def run_job(job: Job) -> JobResult:
             try:
                 _run_cell(cell.number, cell.source, namespace)
             except (Exception, SystemExit) as exc:
+                rankfiles.note_exception(exc)
                 failures.append((exc, cell.number))
                 if len(failures) == 1:  # read now: later cells change the namespace
                     loop = loop_context(exc, cell_of)
@@ -161,7 +198,9 @@ def _run_script(script: ScriptTarget, failures: list[tuple[BaseException, int | 
 def _print_traceback(exc: BaseException) -> None:
     """Print `exc` as `python SCRIPT` would (through sys.excepthook, which the script may have
     replaced): from the script's frame down to the call that failed, without the frames of
-    this worker and runpy above it, nor those of cudadiag's tracer or simulator below it."""
+    this worker and runpy above it, nor those of cudadiag's tracer or simulator below it.
+    In a rank of a multi-process run, record it with the same frames (torchrun's summary
+    shows them)."""
     frames = _script_frames(exc.__traceback__)
     tb = None
     for frame in reversed(frames):
@@ -170,6 +209,7 @@ def _print_traceback(exc: BaseException) -> None:
     exc.__traceback__ = tb  # the hook may read the exception's own traceback
     try:
         sys.excepthook(type(exc), exc, tb)
+        rankfiles.note_exception(exc)
     finally:
         exc.__traceback__ = recorded
         sys.stderr.flush()

@@ -10,24 +10,18 @@ are left alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from cudadiag.argtypes import positive_seconds
-from cudadiag.isolate.compare import (
-    NOT_APPLICABLE,
-    CompareError,
-    Program,
-    Row,
-    compare_program,
-    parse_variants,
-)
-from cudadiag.kernel.magics import _history, capture_for
-from cudadiag.ui import results
-from cudadiag.ui.comparison import ComparisonView, outcome_text, viewable
+from cudadiag.kernel.magics import capture_for, cell_history, parse_magic_line, recorded_batch
+
+if TYPE_CHECKING:  # loaded on first use: %load_ext only registers the magic
+    from cudadiag.isolate.compare import Program, Row
+    from cudadiag.ui.comparison import ComparisonView
 
 
 def compare_in_shell(shell: Any, cell: int | str | None = None, *,
@@ -42,11 +36,15 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
     Raises UsageError for a bad cell, variant, plan or batch, KeyboardInterrupt when
     interrupted.
     """
+    from cudadiag.isolate.compare import CompareError, compare_program, parse_variants
+    from cudadiag.ui import results
+    from cudadiag.ui.comparison import viewable
+
     try:
         variants = parse_variants(variants)
     except CompareError as exc:
         raise UsageError(str(exc)) from None
-    history = _history(shell)
+    history = cell_history(shell)
     if isinstance(cell, str):
         target = max(history, default=0) + 1
         history[target] = cell
@@ -68,6 +66,9 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
 
 def print_row(row: Row, label: str | None = None) -> None:
     """Print one line as a run ends: its label (default: the variant), outcome, wall time."""
+    from cudadiag.isolate.compare import NOT_APPLICABLE
+    from cudadiag.ui.comparison import outcome_text
+
     shown = row.wall_s is not None and row.outcome != NOT_APPLICABLE
     wall = f" ({row.wall_s:.2f} s)" if shown else ""
     print(f"  {label or row.variant}: {outcome_text(row)}{wall}", flush=True)
@@ -87,6 +88,7 @@ def plan_program(shell: Any, history: dict[int, str], target: int, *, ship: str 
     it needs, values shipped, RNG states, optionally one recorded batch); raises UsageError
     for a plan that cannot run."""
     from cudadiag.errors import PlanError
+    from cudadiag.isolate.compare import Program
     from cudadiag.isolate.plan import make_plan
 
     shipping: str | list[str] = ship if ship in ("auto", "none") else [
@@ -105,22 +107,6 @@ def plan_program(shell: Any, history: dict[int, str], target: int, *, ship: str 
         batch=recorded_batch(batch) if batch else None,
         ship={name: shell.user_ns[name] for name in plan.ship},
     )
-
-
-def recorded_batch(which: str) -> tuple[int, Any]:
-    """The (step, CPU copy) kept by the latest watch() of this kernel for `which` (`last` or a
-    step number); UsageError when none was kept."""
-    from cudadiag.batch import latest_watch  # loaded already when watch() ran
-
-    record = latest_watch()
-    if record is None:
-        raise UsageError("--batch: no watch() has recorded a batch in this kernel; wrap the "
-                         "loop's iterable: for batch in cudadiag.watch(loader): ...")
-    try:
-        kept = record.batch_at(which if which == "last" else int(which))
-    except (LookupError, ValueError) as exc:
-        raise UsageError(f"--batch {which}: {exc}") from None
-    return kept.step, kept.batch
 
 
 @magics_class
@@ -163,10 +149,7 @@ class CompareMagics(Magics):
         the cell (only the failing watch() step of its data); "failed before, passes now"
         only when the old code fails, the new one passes and its outputs are finite.
         """
-        try:
-            args = parse_argstring(self.cuda_compare, line)
-        except ValueError as exc:
-            raise UsageError(f"{exc} in: {line}") from None
+        args = parse_magic_line(self.cuda_compare, line)
         if cell is not None and args.cell is not None:
             raise UsageError("%%cuda_compare compares its own body: drop the cell number")
         if args.before:

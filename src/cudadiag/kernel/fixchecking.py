@@ -13,7 +13,7 @@ from cudadiag.incident import Incident
 from cudadiag.isolate.compare import Program
 from cudadiag.isolate.fixcheck import check_fix
 from cudadiag.kernel.compare_magics import plan_program, print_row
-from cudadiag.kernel.magics import _history, capture_for
+from cudadiag.kernel.magics import capture_for, cell_history
 from cudadiag.store import IncidentStore
 from cudadiag.ui import results
 from cudadiag.ui.fixcheck import FixCheckView, viewable
@@ -35,7 +35,7 @@ def check_in_shell(shell: Any, incident_id: str, cell: int | str | None, *,
     except IncidentNotFound as exc:
         raise UsageError(str(exc)) from None
     recorded = _recorded(incident, store, shell)
-    history = _history(shell)
+    history = cell_history(shell)
     if isinstance(cell, str):
         target = max(history, default=0) + 1
         history[target] = cell
@@ -86,15 +86,17 @@ def _recorded(incident: Incident, store: IncidentStore, shell: Any) -> Program:
 def _isolated_rerun(incident: Incident, store: IncidentStore) -> Incident | None:
     cell = str(incident.run.cells[0]) if incident.run.cells else None
     source = incident.run.sources.get(cell) if cell else None
-    for other in reversed(store.load()):
-        if (other.run.mode == "isolated" and other.run.cells and
-                str(other.run.cells[-1]) == cell and other.run.sources.get(cell) == source):
+    isolated = [e for e in store.entries() if e.mode == "isolated" and not e.newer]
+    for entry in reversed(isolated):
+        other = store.read(entry)
+        if (other.run.cells and str(other.run.cells[-1]) == cell
+                and other.run.sources.get(cell) == source):
             return other
     return None
 
 
 def _from_this_kernel(incident: Incident, shell: Any) -> Program:
-    history = _history(shell)
+    history = cell_history(shell)
     cell = incident.run.cells[0] if incident.run.cells else None
     if cell is None or history.get(cell) != incident.run.sources.get(str(cell)):
         raise UsageError(

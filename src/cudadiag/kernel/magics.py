@@ -12,7 +12,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from cudadiag import commands
-from cudadiag.argtypes import positive_seconds
+from cudadiag.argtypes import positive_seconds, processes_per_node
 from cudadiag.errors import (
     CudadiagError,
     ExportError,
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 _captures: dict[int, KernelCapture] = {}
 
 
-class _MagicParser(argparse.ArgumentParser):
+class MagicParser(argparse.ArgumentParser):
     """argparse that reports bad input as an IPython UsageError instead of exiting."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -45,8 +45,8 @@ class _MagicParser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _MagicParser(prog="%cudadiag", description="Browse cudadiag's incident log.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_MagicParser)
+    parser = MagicParser(prog="%cudadiag", description="Browse cudadiag's incident log.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=MagicParser)
     listing = sub.add_parser("incidents", help="list recorded incidents, oldest first; "
                                                "--stats, --prune")
     add_listing_options(listing)
@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _split(line: str) -> list[str]:
+def split_line(line: str) -> list[str]:
     """The words of a magic's line as a shell splits them; UsageError for bad quoting."""
     try:
         return shlex.split(line)
@@ -84,7 +84,7 @@ def _split(line: str) -> list[str]:
         raise UsageError(f"{exc} in: {line}") from None
 
 
-def _parse_magic_line(magic: Any, line: str) -> Any:
+def parse_magic_line(magic: Any, line: str) -> Any:
     """parse_argstring, with bad quoting reported as a UsageError like any bad option."""
     try:
         return parse_argstring(magic, line)
@@ -117,9 +117,16 @@ def _isolation_options(func: Any) -> Any:
         argument("--no-precheck", action="store_true",
                  help="let index-taking kernels run unchecked, to see the raw CUDA error"),
         argument("--no-trace", action="store_true", help="do not record aten operators"),
+        argument("--cold", action="store_true",
+                 help="start a new interpreter for the run instead of forking the kernel's "
+                      "warm one (no warm imports)"),
         argument("--batch", metavar="last|STEP",
                  help="replay one batch recorded by watch(): the child's watch() yields "
                       "only that batch, with its original step number"),
+        argument("--nproc-per-node", type=processes_per_node, metavar="N",
+                 help="run the cells as N ranks of a torchrun job (torch.distributed.run "
+                      "--standalone; cells call init_process_group): the incident names the "
+                      "rank that failed first, the others' errors are its consequences"),
     ]
     for option in reversed(options):
         func = option(func)
@@ -159,7 +166,7 @@ class CudadiagMagics(Magics):
             from cudadiag.kernel.validating import validate_in_shell
 
             return validate_in_shell(self.shell, rest)
-        args = _parser().parse_args(_split(line))
+        args = _parser().parse_args(split_line(line))
         store = capture_for(self.shell).store
         try:
             if args.command == "incidents":
@@ -206,7 +213,12 @@ class CudadiagMagics(Magics):
         their values), starts each from the RNG states it had, and records which aten
         operator raised, with its arguments; index-taking operators are checked before they
         run. Only the suspect cell's output is printed live; each replayed cell's output is
-        folded into one line (--show-replay prints it). Works in a kernel whose CUDA context
+        folded into one line (--show-replay prints it). The fresh process is forked from the
+        kernel's warm interpreter (started in the background by %load_ext, torch imported,
+        CUDA never initialised; the blocking variables are set in the child before any CUDA
+        call), in a fraction of a second; when it cannot be (still starting, dead, no safe
+        fork here), the run is a cold start and one line says why; --cold asks for one.
+        Works in a kernel whose CUDA context
         is already unusable: the kernel itself never touches CUDA here, and its variables,
         devices and RNG are left untouched (the isolated run's variables are not brought
         back). The first line of the result says whether the run failed as the cell's
@@ -218,8 +230,8 @@ class CudadiagMagics(Magics):
         reason. Interrupting it kills the run's process group and raises KeyboardInterrupt,
         like interrupting any cell; bad options raise UsageError.
         """
-        args = _parse_magic_line(self.cuda_isolate, line)
-        history = _history(self.shell)
+        args = parse_magic_line(self.cuda_isolate, line)
+        history = cell_history(self.shell)
         target = args.cell if args.cell is not None else self._latest_incident_cell()
         result = _run_isolated_cell(self.shell, args, history, target)
         if result is not None and result.interrupted:
@@ -238,8 +250,8 @@ class CudadiagMagics(Magics):
         isolated incident is the record (the kernel does not file it again). Interrupting
         it kills the run's process group and raises KeyboardInterrupt.
         """
-        args = _parse_magic_line(self.blocking_launch, line)
-        history = _history(self.shell)
+        args = parse_magic_line(self.blocking_launch, line)
+        history = cell_history(self.shell)
         target = max(history, default=0) + 1
         history[target] = cell
         result = _run_isolated_cell(self.shell, args, history, target)
@@ -359,7 +371,7 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
     from cudadiag.errors import PlanError
     from cudadiag.isolate.plan import make_plan
 
-    history = _history(shell)
+    history = cell_history(shell)
     cell = incident.run.cells[0] if incident.run.cells else None
     if cell is None or cell not in history:
         raise ExportError(f"incident {incident.id} did not come from this kernel's history; "
@@ -371,7 +383,7 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
     batch = None
     if incident.step is not None:
         try:
-            batch = _recorded_batch(str(incident.step.iteration))
+            batch = recorded_batch(str(incident.step.iteration))
         except UsageError:
             batch = None
     return ReproInputs(cells={n: plan.sources[n] for n in plan.replay},
@@ -379,7 +391,7 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
                        cwd=os.getcwd(), failed_at=failed_cells(incident))
 
 
-def _history(shell: Any) -> dict[int, str]:
+def cell_history(shell: Any) -> dict[int, str]:
     """Earlier cells by execution count, as typed (the running cell, the last one, excluded).
 
     `In` holds the cells after IPython's transformations (`get_ipython().run_line_magic`);
@@ -401,6 +413,8 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
 
     ship = args.ship if args.ship in ("auto", "none") else [
         n.strip() for n in args.ship.split(",") if n.strip()]
+    if ship == "auto" and args.nproc_per_node is not None:
+        ship = "none"  # each rank makes its own values: its rank, its process group
     restore = _restore_assignments(args)
     try:
         cells = [int(n) for n in args.cells.split(",")] if args.cells else None
@@ -416,7 +430,7 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
         return None
     if plan.refusal:
         raise UsageError(plan.refusal)
-    recorded = _recorded_batch(args.batch) if args.batch else None
+    recorded = recorded_batch(args.batch) if args.batch else None
     original = _original_incident(shell, target, history[target])
     try:
         result = _isolated_run(shell, plan, target, args, env, recorded, restore_cell)
@@ -483,9 +497,15 @@ def _restore_cell(spec: str, assignments: list[tuple[str, str]]) -> tuple[int, s
 def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, str],
                   recorded: tuple[int, Any] | None,
                   restore_cell: tuple[int, str] | None = None) -> IsolatedResult:
+    from cudadiag.isolate.ranks import TorchrunJob
     from cudadiag.isolate.runner import run_isolated
+    from cudadiag.isolate.warm import WarmLauncher
 
     capture = capture_for(shell)
+    ranks = None
+    if args.nproc_per_node is not None:
+        ranks = TorchrunJob(["--nproc-per-node", args.nproc_per_node, "--standalone"],
+                            sys.executable)
     return run_isolated(
         plan.sources[target],
         cells=[(n, plan.sources[n]) for n in plan.replay if n != target]
@@ -500,10 +520,12 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
         precheck=not args.no_precheck,
         batch=recorded,
         show_replay=args.show_replay,
+        ranks=ranks,
+        launcher=WarmLauncher(cold=args.cold) if ranks is None else None,
     )
 
 
-def _recorded_batch(which: str) -> tuple[int, Any]:
+def recorded_batch(which: str) -> tuple[int, Any]:
     """The (step, CPU copy) kept by the latest watch() of this kernel."""
     from cudadiag.batch import latest_watch  # loaded already when watch() ran
 
@@ -528,8 +550,10 @@ def _key_value(item: str) -> tuple[str, str]:
 
 
 def load(shell: Any) -> None:
-    """Register the callbacks and magics on `shell`; ingest the error that just happened."""
+    """Register the callbacks and magics on `shell`; ingest the error that just happened;
+    start the kernel's warm interpreter in the background."""
     from cudadiag import checkpoint
+    from cudadiag.isolate import warm
 
     capture = capture_for(shell)
     capture.register()
@@ -543,14 +567,20 @@ def load(shell: Any) -> None:
     # execution_count moves)
     start_profiling(lambda: len(shell.history_manager.input_hist_raw) - 1)
     capture.ingest_last_error()
+    warm.start()
 
 
 def unload(shell: Any) -> None:
-    """Remove the callbacks and the sticky warnings from `shell`."""
+    """Remove the callbacks and the sticky warnings from `shell`; stop the kernel's warm
+    interpreter; profile no more watch() steps."""
     from cudadiag import checkpoint
+    from cudadiag.isolate import warm
+    from cudadiag.steps import stop_profiling
 
+    stop_profiling()
     capture = _captures.pop(id(shell), None)
     if capture is not None:
         capture.unregister()
         if checkpoint.followed_incidents() is capture:
             checkpoint.follow_incidents(None)
+    warm.stop()

@@ -11,7 +11,7 @@ from IPython.core.error import UsageError
 
 from cudadiag.argtypes import positive_seconds
 from cudadiag.kernel.compare_magics import plan_program
-from cudadiag.kernel.magics import _history, _MagicParser, _split
+from cudadiag.kernel.magics import MagicParser, cell_history, split_line
 from cudadiag.steps import cell_of, choose_steps, profiles, watched_in
 from cudadiag.ui import results
 from cudadiag.ui.validation import ValidationView, viewable
@@ -21,7 +21,7 @@ BAR_WIDTH = 30
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _MagicParser(prog="%cudadiag validate",
+    parser = MagicParser(prog="%cudadiag validate",
                           description="Re-run a loop's cell in a fresh process over the "
                                       "steps that matter and count the samples.")
     parser.add_argument("cell", nargs="?", type=int,
@@ -40,7 +40,7 @@ def validate_in_shell(shell: Any, line: str) -> ValidationView:
     """Run `%cudadiag validate LINE` in `shell`; return the report (it displays itself).
     Raises UsageError for bad options, a cell that ran no watch() or a plan that cannot run;
     KeyboardInterrupt when interrupted."""
-    args = _parser().parse_args(_split(line))
+    args = _parser().parse_args(split_line(line))
     record = watched_in(args.cell)
     if record is None:
         where = f"In[{args.cell}]" if args.cell is not None else "this kernel"
@@ -50,7 +50,7 @@ def validate_in_shell(shell: Any, line: str) -> ValidationView:
     cell = cell_of(record)
     if cell is None:
         raise UsageError("the latest watch() ran outside a notebook cell: name the cell")
-    history = _history(shell)
+    history = cell_history(shell)
     if cell not in history:
         raise UsageError(f"In[{cell}] is not in this kernel's history")
     program = plan_program(shell, history, cell)

@@ -25,8 +25,10 @@ from typing import Any
 
 from cudadiag.errors import MinimizeError, MinimizeInterrupted
 from cudadiag.incident import Incident, Signature
-from cudadiag.isolate.launcher import ForkServerLauncher, Launcher
+from cudadiag.isolate import warm
+from cudadiag.isolate.launcher import Launcher
 from cudadiag.isolate.runner import run_isolated
+from cudadiag.isolate.warm import WarmLauncher
 from cudadiag.repro import loops
 from cudadiag.repro.dependencies import Admissible, Unit, statements
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS
@@ -193,9 +195,11 @@ def minimize(
     MinimizeError when the program does not fail, or fails as another family.
     """
     started = time.monotonic()
-    server = None
-    if launcher is None:
-        launcher = server = ForkServerLauncher(cwd=cwd)
+    # the kernel's warm interpreter; where none runs, one started for this minimization
+    owned = launcher is None and warm.current() is None and warm.unsupported() is None
+    if owned:
+        warm.start()
+    launcher = launcher or WarmLauncher(cwd=cwd, wait=None)
     units = statements(cells)
     site = loops.find_loop(units, list(failed_at))
     try:
@@ -240,8 +244,8 @@ def minimize(
                 incident=search.best_incident, loop=cut, loop_states=states,
             )
     finally:
-        if server is not None:
-            server.close()
+        if owned:
+            warm.stop("stopped by the minimizer that started it")
 
 
 @dataclass

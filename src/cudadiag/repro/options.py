@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from cudadiag.argtypes import positive_seconds
+from cudadiag.argtypes import at_least_one, positive_seconds
 
 DEFAULT_MAX_TRIALS = 200
 """The default number of candidates a minimization tries at most."""
@@ -20,7 +20,7 @@ SUFFIXES = (".ipynb", ".py")
 def add_export_options(parser: argparse.ArgumentParser) -> None:
     """The options `%cudadiag export` and `cudadiag export` share, validated by argparse
     (a bad value is a usage error, never an exception from deeper down)."""
-    parser.add_argument("--max-trials", type=_positive_int, default=DEFAULT_MAX_TRIALS,
+    parser.add_argument("--max-trials", type=at_least_one, default=DEFAULT_MAX_TRIALS,
                         metavar="N", help="candidates tried by the minimizer at most "
                                           f"(default {DEFAULT_MAX_TRIALS})")
     parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
@@ -29,13 +29,3 @@ def add_export_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bundle", action="store_true",
                         help="copy the data files the program read (under 20 MB each) beside "
                              "the repro and point its paths at them, so it runs anywhere")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value

@@ -10,13 +10,13 @@ left behind, and the message says what could not be written.
 from __future__ import annotations
 
 import atexit
-import errno
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from types import TracebackType
 
+from cudadiag.durable import write_failure
 from cudadiag.errors import ExportError
 
 
@@ -108,12 +108,7 @@ def _remove_unfinished() -> None:
 
 
 def _failure(name: str, folder: Path, exc: OSError) -> str:
-    reason = exc.strerror or str(exc)
-    hint = {errno.ENOSPC: "; free some space or choose another directory",
-            errno.EDQUOT: "; free some space or choose another directory",
-            errno.EROFS: "; choose a writable directory",
-            errno.EACCES: "; choose a directory you can write to"}.get(exc.errno or 0, "")
-    return f"could not write {name} in {folder}: {reason}{hint}; nothing was written"
+    return f"{write_failure(name, folder, exc)}; nothing was written"
 
 
 def _remove(path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from cudadiag.isolate.compare import FAILED, NOT_APPLICABLE, Comparison, OutputDiff, Row
+from cudadiag.isolate.variants import VARIANTS
 from cudadiag.ui.render import Section, section_html
 
 HEADER = ["variant", "outcome", "differences", "allclose", "wall", "what it changed"]
@@ -41,8 +42,7 @@ def outcome_text(row: Row) -> str:
     """Return a row's outcome in a few words: `ok`, `failed: FAMILY at OP`,
     `not applicable: WHY`, `timed out`."""
     if row.outcome == FAILED:
-        where = f" at {row.op}" if row.op else ""
-        return f"failed: {row.family}{where}"
+        return f"failed: {row.failure}"
     if row.outcome == NOT_APPLICABLE:
         return f"not applicable: {row.reason}"
     return row.outcome
@@ -60,12 +60,8 @@ def _cells(row: Row) -> list[str]:
     wall = f"{row.wall_s * 1000:.0f} ms" if row.wall_s is not None else ""
     changed = ", ".join(f"{what} ×{n}" for what, n in row.changes.items())
     if row.variant != "reference" and row.outcome != NOT_APPLICABLE and not changed:
-        changed = row.change if row.variant in _FLAG_VARIANTS else "nothing"
+        changed = row.change if VARIANTS[row.variant].sets_flag else "nothing"
     return [row.variant, outcome_text(row), diffs, allclose, wall, changed]
-
-
-_FLAG_VARIANTS = ("no_cudnn", "no_tf32", "deterministic")
-"""Variants that set a flag rather than count changes: the flag is what they changed."""
 
 
 def _diff_text(diff: OutputDiff) -> str:

@@ -27,7 +27,7 @@ TABS = (
     ("Batch", ("batch",)),
     ("Next checks", ("checks", "avoid")),
     ("Environment", ("compat", "env")),
-    ("Later errors", ("later",)),
+    ("Later errors", ("later", "ranks")),
 )
 ALL_FAMILIES = "all families"
 by_family = itemgetter(2)

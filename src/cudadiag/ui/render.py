@@ -24,6 +24,8 @@ from cudadiag.incident import (
     Frame,
     FrameContext,
     Incident,
+    LaterError,
+    RankRecord,
     StepInfo,
     TensorSummary,
 )
@@ -122,7 +124,7 @@ class Section:
 
     key: str
     """Stable name: `restart`, `error`, `batch`, `checks`, `avoid`, `compat`, `env`,
-    `later`."""
+    `later`, `ranks`."""
     title: str
     lines: list[str] = field(default_factory=list)
     bullets: bool = False
@@ -279,10 +281,32 @@ def sections(incident: Incident) -> list[Section]:
     if e.later:
         parts.append(Section(
             "later", f"Later errors ({len(e.later)}, probable consequences of the first)",
-            [f"In[{x.cell}] {x.type}: {x.message}"
+            [f"{_later_place(x)} {x.type}: {x.message}"
              + ("" if x.probable_consequence else " (unrelated)") for x in e.later],
             collapsed=True))
+    if incident.run.ranks:
+        parts.append(Section("ranks", f"Ranks ({len(incident.run.ranks)})",
+                             [rank_line(r) for r in incident.run.ranks]))
     return parts
+
+
+def _later_place(error: LaterError) -> str:
+    return f"rank {error.rank}:" if error.rank is not None else f"In[{error.cell}]"
+
+
+def rank_line(rank: RankRecord) -> str:
+    """`rank 1 (local 1, node gpu3, pid 812): raised device_assert in aten::nll_loss_forward
+    at 12:00:01.250`: one rank of a multi-process run."""
+    what = rank.outcome
+    if rank.outcome == "raised":
+        what += f" {rank.family}" + ("" if not rank.consequence else " (a consequence)")
+    elif rank.signal or rank.exit_status:
+        what += f" ({rank.signal or f'exit status {rank.exit_status}'})"
+    if rank.where:
+        what += f" in {rank.where}"
+    if rank.at:
+        what += f" at {rank.at[11:23]}"
+    return f"rank {rank.rank} (local {rank.local_rank}, node {rank.node}, pid {rank.pid}): {what}"
 
 
 def render_text(incident: Incident) -> str:
@@ -448,7 +472,8 @@ _BANNER_STYLE = ("border: 2px solid #c62828; background: #ffebee; color: #b71c1c
 def render_isolated(result: Any, plan_text: str, verdict: str | None = None) -> str:
     """Return the short text shown after an isolated run (an IsolatedResult); `verdict`, the
     comparison with the original failure, comes first when there is one."""
-    settings = f"{result.settings.note}; {result.wall_s:.1f} s"
+    settings = "; ".join(filter(None, [result.settings.note, result.start,
+                                       f"{result.wall_s:.1f} s"]))
     incident = result.incident
     first = [verdict] if verdict else []
     if incident is None:

@@ -1,0 +1,199 @@
+"""The files each rank of a multi-process run leaves for the parent: the child side writes
+them, the parent side reads them back.
+
+Under torchrun (`cudadiag run --nproc-per-node N`) every rank is a worker of its own. Each
+one writes, in the job's rank folder, `aK.rankR.json` (K: torchrun's restart count, R: the
+global rank): at start (who it is, its pid), again the moment the program raises (type,
+message, the call it failed in, the time: a rank killed a moment later still leaves this),
+and at the end (the exit code and the full incident). A SIGTERM (torchrun stopping the
+ranks after one failed, or cudadiag's timeout) dumps the stack of every thread into
+`aK.rankR.stack`: where a hung rank was. The exception also goes to torchrun's own error
+file (`TORCHELASTIC_ERROR_FILE`, what `@record` writes), so torchrun's "Root Cause" summary
+shows it.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import re
+import signal
+import socket
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from cudadiag.durable import PRIVATE_FILE, replace_atomically
+
+if TYPE_CHECKING:
+    from cudadiag.incident import Incident
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+WRAPPER_FILES = ("torch/distributed/c10d_logger.py", "torch/overrides.py", "torch/_compile.py",
+                 "torch/_dynamo/", "<frozen runpy>", "/runpy.py")
+"""Frames that only pass a call on: never the place a rank failed in."""
+_FILE_NAME = re.compile(r"^a(\d+)\.rank(\d+)\.(json|stack)$")
+_STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
+
+
+def now() -> str:
+    """The current UTC time, ISO 8601 with milliseconds (sortable as text)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class _Rank:
+    """This process's identity under torchrun and its record file."""
+
+    folder: Path
+    rank: int
+    local_rank: int
+    attempt: int
+    record: dict[str, Any] = field(default_factory=dict)
+    stack_file: TextIO | None = None
+
+    def path(self, suffix: str) -> Path:
+        return self.folder / f"a{self.attempt}.rank{self.rank}.{suffix}"
+
+    def write(self, **fields: Any) -> None:
+        self.record.update(fields)
+        replace_atomically(self.path("json"), json.dumps(self.record, default=str).encode())
+
+
+_this: _Rank | None = None
+
+
+def begin(folder: str | None) -> bool:
+    """In a rank of a multi-process job (`folder`: the job's rank folder, and torchrun set
+    RANK), write the start record, dump every thread's stack on SIGTERM and enable
+    torchrun's fault handler; return True. Elsewhere do nothing and return False."""
+    global _this
+    rank = os.environ.get("RANK")
+    if not folder or rank is None:
+        return False
+    _this = _Rank(Path(folder), int(rank), int(os.environ.get("LOCAL_RANK", rank)),
+                  int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    _this.write(rank=_this.rank, local_rank=_this.local_rank, node=socket.gethostname(),
+                pid=os.getpid(), world_size=int(os.environ.get("WORLD_SIZE", "1")),
+                attempt=_this.attempt, outcome="running", at=now())
+    # kept open for the life of the process: faulthandler writes to it from a signal handler
+    _this.stack_file = open(os.open(_this.path("stack"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                                    PRIVATE_FILE), "w")
+    faulthandler.register(signal.SIGTERM, file=_this.stack_file, all_threads=True, chain=True)
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    get_error_handler().initialize()
+    return True
+
+
+def note_exception(exc: BaseException) -> None:
+    """Call inside the `except` that caught the program's exception: in a rank, record it at
+    once (type, message, the call it failed in, the time) and write torchrun's error file, as
+    `@record` does. Elsewhere do nothing."""
+    if _this is None or _this.record.get("outcome") == "raised":
+        return
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    from cudadiag.incident import qualified_type_name
+
+    text = str(exc)
+    _this.write(outcome="raised", at=now(), error_type=qualified_type_name(exc),
+                message=(text.strip().splitlines() or [""])[0], text=text[:4000],
+                where=failing_call([(f.filename, f.lineno or 0, f.name)
+                                    for f in traceback.extract_tb(exc.__traceback__)]))
+    get_error_handler().record_exception(exc)
+
+
+def finish(exit_code: int, incident: Incident | None) -> bool:
+    """In a rank, write the final record (exit code, incident) and return True; elsewhere
+    return False (the caller writes the single result file)."""
+    if _this is None:
+        return False
+    outcome = "raised" if incident is not None else "finished"
+    at = _this.record["at"] if outcome == "raised" else now()
+    _this.write(outcome=outcome, at=at, exit_code=exit_code,
+                incident=incident.to_dict() if incident is not None else None)
+    return True
+
+
+def failing_call(frames: list[tuple[str, int, str]]) -> str | None:
+    """The call a rank failed or stood in: the innermost frame that is neither cudadiag's nor
+    a wrapper's, as `all_reduce` for PyTorch's own functions and `train.py:12 in main` for the
+    program's. `frames` are (filename, lineno, name) tuples, innermost last."""
+    for filename, lineno, name in reversed(frames):
+        if filename.startswith(_PACKAGE_DIR) or any(w in filename for w in WRAPPER_FILES):
+            continue
+        if _is_library(filename):
+            return name
+        return f"{os.path.basename(filename)}:{lineno} in {name}"
+    return None
+
+
+def _is_library(filename: str) -> bool:
+    return any(part in filename for part in ("/site-packages/", "/dist-packages/")) or \
+        filename.startswith(os.path.dirname(os.__file__) + os.sep)
+
+
+@dataclass
+class RankFiles:
+    """What the parent reads back for one rank."""
+
+    rank: int
+    record: dict[str, Any]
+    stack: str = ""
+    """The stack dump written at SIGTERM ('' when the rank was never stopped)."""
+    stack_at: str | None = None
+    """When the stack was dumped."""
+
+    def stopped_in(self) -> str | None:
+        """The call the main thread stood in when the rank was stopped, or None."""
+        return failing_call(_main_thread_frames(self.stack)) if self.stack else None
+
+
+def read_rank_files(folder: Path) -> list[RankFiles]:
+    """Return the records of the last attempt torchrun made, in rank order ([] when no rank
+    started). Unreadable files are skipped: a rank killed while writing leaves nothing."""
+    found: dict[tuple[int, int], dict[str, Path]] = {}
+    for path in folder.iterdir() if folder.is_dir() else []:
+        m = _FILE_NAME.match(path.name)
+        if m:
+            found.setdefault((int(m.group(1)), int(m.group(2))), {})[m.group(3)] = path
+    if not found:
+        return []
+    last = max(attempt for attempt, _ in found)
+    ranks = []
+    for (attempt, rank), paths in sorted(found.items()):
+        if attempt != last or "json" not in paths:
+            continue
+        try:
+            record = json.loads(paths["json"].read_text())
+        except (OSError, ValueError):
+            continue
+        files = RankFiles(rank, record)
+        stack = paths.get("stack")
+        if stack is not None and stack.stat().st_size:
+            files.stack = stack.read_text(errors="replace")
+            files.stack_at = datetime.fromtimestamp(stack.stat().st_mtime, timezone.utc
+                                                    ).isoformat(timespec="milliseconds")
+        ranks.append(files)
+    return ranks
+
+
+def _main_thread_frames(stack: str) -> list[tuple[str, int, str]]:
+    """The frames, innermost last, of the thread that ran the program (the one whose stack
+    holds the worker) in a faulthandler dump; the first thread's when none does."""
+    threads: list[list[tuple[str, int, str]]] = []
+    for line in stack.splitlines():
+        if "(most recent call first)" in line:
+            threads.append([])
+            continue
+        m = _STACK_FRAME.match(line)
+        if m and threads:
+            threads[-1].append((m.group("file"), int(m.group("line")), m.group("function")))
+    worker = os.path.join(_PACKAGE_DIR, "isolate", "worker.py")
+    chosen = next((t for t in threads if any(f[0] == worker for f in t)),
+                  threads[0] if threads else [])
+    return list(reversed(chosen))

@@ -1,0 +1,364 @@
+"""Multi-process runs: `cudadiag run --nproc-per-node N [torchrun options] -- script.py`.
+
+PyTorch's own launcher runs the job (`torch.distributed.run`: rendezvous, restarts, error
+files, its "Root Cause" summary); every rank is a cudadiag worker (blocking launches, the
+tracer, the prechecks) that leaves its record (isolate/rankfiles.py). From those records and
+the failures torchrun reports comes one incident. Its first error is the rank that failed
+first in time with an error of its own (collective failures are what other ranks' errors
+lead to: explain.is_consequence); the other ranks' errors are its probable consequences.
+When only collectives failed (timeouts, aborted communicators, a peer gone), the diagnosis
+says so and points at the ranks that were not in the collective: the slowest or missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from cudadiag.classify import classify
+from cudadiag.errors import TorchrunOptionsError
+from cudadiag.explain import is_consequence
+from cudadiag.incident import ErrorInfo, Incident, LaterError, RankRecord, RunInfo
+from cudadiag.isolate.job import JobResult
+from cudadiag.isolate.launcher import WorkerProcess
+from cudadiag.isolate.procgroup import describe, group_members, kill_group
+from cudadiag.isolate.rankfiles import RankFiles, read_rank_files
+from cudadiag.knowledge import FAMILIES
+
+STOP_GRACE_S = 5.0
+"""How long ranks left running get, after SIGTERM, to dump their stacks and exit."""
+STOPPED_BY = ("SIGTERM", "SIGKILL", "SIGINT")
+"""Signals torchrun (or cudadiag's timeout) stops the other ranks with."""
+OUTCOME_WORDS = {
+    "raised": "failed afterwards {place}",
+    "stopped": "was stopped {place}",
+    "finished": "had already ended (exit status {status})",
+    "died": "ended without a Python exception ({status})",
+    "unknown": "left no trace (it may never have started)",
+}
+"""How a rank other than the first is described in the summary, by outcome."""
+MISSING_WORDS = {
+    "stopped": "rank {rank} was still {place} when it was stopped",
+    "finished": "rank {rank} had already ended (exit status {status})",
+    "died": "rank {rank} had ended without a Python exception ({status})",
+    "unknown": "rank {rank} left no trace (it may never have started)",
+}
+"""How a rank that was not in the failed collective is described."""
+
+
+def check_torchrun_options(options: list[str]) -> None:
+    """Check `options` with torchrun's own parser. Raises TorchrunOptionsError for an
+    unknown option or a bad value, and for `-m`, `--no-python` and `--run-path`: cudadiag
+    puts its worker there (the script, or `-m module`, goes after `--`)."""
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        known, unknown = parser.parse_known_args([*options, "script.py"])
+    except argparse.ArgumentError as exc:
+        raise TorchrunOptionsError(f"torchrun would refuse this: {exc}") from None
+    if unknown:
+        raise TorchrunOptionsError(
+            f"torchrun does not know {' '.join(unknown)} (see `torchrun --help`); cudadiag's "
+            "own options and torchrun's go before `--`, the script after it")
+    if known.module or known.no_python or known.run_path:
+        raise TorchrunOptionsError(
+            "-m, --no-python and --run-path are cudadiag's to set (each rank runs cudadiag's "
+            "worker); name the module after `--`: cudadiag run --nproc-per-node N -- -m "
+            "package.module")
+
+
+class TorchrunLauncher:
+    """Starts torchrun (cudadiag.isolate.torchrun) with a cudadiag worker as every rank's
+    program, in its own session like any isolated run."""
+
+    def __init__(self, python: str, options: list[str], failures: Path) -> None:
+        self.python = python
+        self.options = options
+        self.failures = failures
+
+    def start(self, job_path: str, env: dict[str, str]) -> WorkerProcess:
+        """Start torchrun; raises OSError when the interpreter cannot be started."""
+        return WorkerProcess(
+            [self.python, "-m", "cudadiag.isolate.torchrun", str(self.failures), *self.options,
+             "-m", "cudadiag.isolate.worker", job_path],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=env, start_new_session=True, cwd=os.getcwd(),
+        )
+
+
+@dataclass
+class TorchrunJob:
+    """One multi-process run: torchrun's options (`--nproc-per-node` among them), then, once
+    the job ran, each rank's record."""
+
+    options: list[str]
+    python: str
+    folder: Path | None = None
+    records: list[RankRecord] = field(default_factory=list)
+    root_cause: int | None = None
+    """The rank torchrun names as the first observed failure."""
+    _first: RankRecord | None = field(default=None, init=False, repr=False)
+
+    def prepare(self, workdir: Path) -> TorchrunLauncher:
+        """Make the folder the ranks write their records into; return the launcher."""
+        self.folder = workdir / "ranks"
+        self.folder.mkdir(mode=0o700)
+        return TorchrunLauncher(self.python, self.options, workdir / "torchrun.json")
+
+    def collect(self, stopped: bool) -> JobResult:
+        """After torchrun ended (`stopped`: by cudadiag's timeout or Ctrl-C): stop the ranks
+        it left running, read every rank's record and return the result of the job: the
+        first failure's incident, None when no rank raised or died."""
+        assert self.folder is not None, "prepare() first"
+        found = read_rank_files(self.folder)
+        if self._stop_leftovers(found):
+            found = read_rank_files(self.folder)  # with the stacks the stopped ranks dumped
+        files = {f.rank: f for f in found}
+        failures = self._torchrun_failures()
+        ranks = sorted(set(files) | set(failures))
+        self.records = [_record(r, files.get(r), failures.get(r), stopped) for r in ranks]
+        causes = [r for r in self.records if _is_cause(r)]
+        raised = [r for r in self.records if r.outcome == "raised"]
+        first = min(causes or raised, key=lambda r: r.at or "", default=None)
+        if first is None:
+            return JobResult(None, 0)
+        self._first = first
+        return JobResult(_first_incident(first, files.get(first.rank)), 1)
+
+    def complete(self, incident: Incident) -> None:
+        """Give the incident the other ranks' errors (as probable consequences), every
+        rank's record and the summary naming the first rank."""
+        first = self._first
+        assert first is not None, "collect() found no failure"
+        others = [r for r in self.records if r is not first]
+        incident.error.later += [
+            LaterError(type=r.error_type or "", message=r.message or "",
+                       family=r.family or "unknown", at=r.at or "", rank=r.rank)
+            for r in others if r.outcome == "raised"]
+        incident.diagnosis.rank = first.rank
+        incident.run.ranks = self.records
+        incident.run.launcher = self.options
+        if self.root_cause is not None:
+            incident.diagnosis.details["torchrun_root_cause_rank"] = self.root_cause
+        if _is_cause(first):
+            incident.diagnosis.summary = _first_failure_summary(incident, first, others)
+        else:
+            incident.diagnosis.summary = _collective_only_summary(first, others)
+
+    def message(self, message: str, result: Any) -> str:
+        """The line for a run that gave no incident (`message`: the single-run one), with
+        the ranks: where each one was when the job was stopped (a timeout, Ctrl-C, torchrun
+        killed), or that torchrun failed before any rank ran."""
+        where = "; no rank raised an error. Where each rank was: " + ", ".join(
+            _state(r) for r in self.records) + (
+            ". A rank that is not in the collective the others wait in is the slowest or "
+            "missing one.")
+        if result.timed_out or result.interrupted:
+            return message + (where if self.records else "")
+        if result.returncode and not self.records:
+            return (f"cudadiag: torchrun ended with status {result.returncode} before any "
+                    "rank ran its program (its own message is above)")
+        if result.returncode:
+            return f"cudadiag: torchrun ended with status {result.returncode}{where}"
+        return message
+
+    def _torchrun_failures(self) -> dict[int, dict[str, Any]]:
+        assert self.folder is not None
+        path = self.folder.parent / "torchrun.json"
+        try:
+            reported = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        self.root_cause = reported.get("root_cause")
+        return {f["rank"]: f for f in reported.get("failures", [])}
+
+    def _stop_leftovers(self, files: list[RankFiles]) -> bool:
+        """Stop the ranks still running after torchrun ended (it was killed itself: the
+        timeout, Ctrl-C): SIGTERM, which dumps their stacks, then SIGKILL; name them. Each
+        rank leads its own process group (torchrun starts it in a new session). Return True
+        when any rank was stopped."""
+        pids = {f.rank: int(f.record["pid"]) for f in files if f.record.get("pid")}
+        left = {rank: members for rank, pid in pids.items() if (members := group_members(pid))}
+        if not left:
+            return False
+        for rank in left:
+            kill_group(pids[rank], signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline and any(group_members(pids[r]) for r in left):
+            time.sleep(0.1)
+        for rank in left:
+            kill_group(pids[rank], signal.SIGKILL)
+        named = "; ".join(f"rank {rank}: {describe(members)}" for rank, members in left.items())
+        print(f"cudadiag: stopped what torchrun left running: {named}", file=sys.stderr,
+              flush=True)
+        return True
+
+
+def _record(rank: int, files: RankFiles | None, failure: dict[str, Any] | None,
+            stopped: bool) -> RankRecord:
+    """One rank's outcome from its own record and what torchrun reported about it (whose
+    exit status is the process's real one: a rank may be killed after writing its record)."""
+    record = files.record if files else {}
+    failure = failure or {}
+    exit_code = failure.get("exit_code", record.get("exit_code"))
+    signal_name = _signal_name(exit_code)
+    out = RankRecord(
+        rank=rank, local_rank=int(record.get("local_rank", failure.get("local_rank", rank))),
+        node=record.get("node", socket.gethostname()), pid=record.get("pid", failure.get("pid")),
+        exit_status=None if signal_name else exit_code, signal=signal_name)
+    outcome = record.get("outcome", "unknown")
+    if outcome == "raised":
+        diagnosis = _diagnosis_of(record)
+        out.outcome, out.at, out.where = "raised", record["at"], _failed_in(record)
+        out.error_type, out.message = record.get("error_type"), record.get("message")
+        out.family, out.consequence = diagnosis.family, is_consequence(diagnosis)
+    elif outcome == "finished":
+        out.outcome, out.at = "finished", record.get("at")
+    elif files is not None and files.stack:
+        out.outcome, out.at, out.where = "stopped", files.stack_at, files.stopped_in()
+    elif signal_name in STOPPED_BY or (stopped and not failure):
+        out.outcome = "stopped"
+    elif failure:
+        out.outcome = "died"
+        out.at = datetime.fromtimestamp(failure["timestamp"], timezone.utc).isoformat(
+            timespec="milliseconds")
+    return out
+
+
+def _signal_name(exit_code: int | None) -> str | None:
+    if exit_code is None or exit_code >= 0:
+        return None
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+def _failed_in(record: dict[str, Any]) -> str | None:
+    """The operator the tracer saw fail, else the call the exception came from."""
+    op = (record.get("incident") or {}).get("op") or {}
+    return op.get("name") or record.get("where")
+
+
+def _diagnosis_of(record: dict[str, Any]) -> Any:
+    """The rank's diagnosis: its incident's when it wrote one, else its message's."""
+    incident = record.get("incident")
+    if incident:
+        return Incident.from_dict(incident).diagnosis
+    return classify(f"{record.get('error_type')}: {record.get('text', '')}")
+
+
+def _is_cause(record: RankRecord) -> bool:
+    """A rank that failed on its own: an error that is no collective's failure, or an end
+    without a Python exception (a crash, os._exit, sys.exit with a status) while others ran."""
+    if record.outcome == "raised":
+        return not record.consequence
+    return record.outcome in ("died", "finished") and bool(record.exit_status or
+                                                          record.signal)
+
+
+def _first_incident(first: RankRecord, files: RankFiles | None) -> Incident:
+    """The first failing rank's own incident; built from its first record when it was killed
+    before writing one, or from its end when it died without an exception."""
+    record = files.record if files else {}
+    if record.get("incident"):
+        return Incident.from_dict(record["incident"])
+    if first.outcome == "raised":
+        text = record.get("text", first.message or "")
+        return Incident(
+            error=ErrorInfo(type=first.error_type or "", message=first.message or "", text=text),
+            diagnosis=classify(f"{first.error_type}: {text}"),
+            run=RunInfo(mode="isolated", blocking=True))
+    status = first.signal or f"exit status {first.exit_status}"
+    return Incident(
+        error=ErrorInfo(type=f"ProcessDied({first.signal or first.exit_status})",
+                        message=f"rank {first.rank} ended with {status} without a Python "
+                                "exception", text=""),
+        diagnosis=classify(""), run=RunInfo(mode="isolated", blocking=True,
+                                            signal=first.signal))
+
+
+def _first_failure_summary(incident: Incident, first: RankRecord,
+                           others: list[RankRecord]) -> str:
+    """`rank 1 failed first at step 3 (nll_loss, target 4); rank 0 failed afterwards in
+    all_reduce — consequences`."""
+    head = f"rank {first.rank} failed first{_step_words(incident)} ({_what_failed(incident)})"
+    described = [f"rank {r.rank} " + OUTCOME_WORDS[r.outcome].format(
+        place=_place(r.where), status=r.signal or r.exit_status)
+        for r in others if r.outcome != "finished" or r.exit_status or r.signal]
+    if not described:
+        return head
+    return f"{head}; {', '.join(described)} — consequences"
+
+
+def _collective_only_summary(first: RankRecord, others: list[RankRecord]) -> str:
+    """Only collectives failed: say so, and name the ranks that were not in them."""
+    failed = [first, *(r for r in others if r.outcome == "raised")]
+    missing = [_missing(r) for r in others if r.outcome in MISSING_WORDS]
+    ranks = ", ".join(f"rank {r.rank} {_place(r.where)}" for r in failed)
+    line = (f"no rank raised an error of its own: only collectives failed ({ranks}: a "
+            "timeout, an aborted communicator or a peer gone)")
+    if missing:
+        return f"{line}; {'; '.join(missing)} — look at that rank, not at a kernel"
+    return (f"{line}; every rank failed in a collective — look at the slowest rank (the one "
+            "that reached the collective last), not at a kernel")
+
+
+def _step_words(incident: Incident) -> str:
+    """` at step 3` from watch(), else the loop variables of the innermost loop around the
+    failing line (` at epoch 1, batch_idx 3`); '' when neither is known."""
+    if incident.step is not None and incident.step.iteration is not None:
+        return f" at step {incident.step.iteration}"
+    frames = [f for f in (incident.loop.frames if incident.loop else []) if f.loops]
+    values = frames[-1].loops[-1].values if frames else {}
+    return " at " + ", ".join(f"{k} {v}" for k, v in values.items()) if values else ""
+
+
+def _what_failed(incident: Incident) -> str:
+    """`nll_loss, target 4` from the operator and the offending value; else the family."""
+    details = incident.diagnosis.details
+    op = incident.op.name if incident.op else details.get("op")
+    parts = []
+    if op:
+        name = str(op).removeprefix("aten::")
+        parts.append(name.removesuffix("_forward"))
+    if details.get("argument") is not None and details.get("value") is not None:
+        parts.append(f"{details['argument']} {details['value']}")
+    if parts:
+        return ", ".join(parts)
+    family = incident.diagnosis.family
+    return FAMILIES[family].title if family != "unknown" else incident.error.type
+
+
+def _state(record: RankRecord) -> str:
+    """`rank 0 at train.py:12 in main`, `rank 1 in all_reduce`, `rank 2 had already ended
+    (exit status 0)`: where a rank was when the job ended."""
+    if record.outcome in ("stopped", "raised") and record.where:
+        return f"rank {record.rank} {_place(record.where)}"
+    return _missing(record)
+
+
+def _missing(record: RankRecord) -> str:
+    """How a rank that was not in the failed collective is described (MISSING_WORDS)."""
+    words = MISSING_WORDS.get(record.outcome, MISSING_WORDS["unknown"])
+    return words.format(rank=record.rank, place=_place(record.where),
+                        status=record.signal or record.exit_status)
+
+
+def _place(where: str | None) -> str:
+    """`in all_reduce` for a function, `at train.py:12 in main` for a line."""
+    if not where:
+        return "at an unknown place"
+    return f"at {where}" if ":" in where else f"in {where}"
