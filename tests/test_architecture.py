@@ -3,6 +3,7 @@ back."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,15 @@ def test_no_module_reaches_another_through_sys_modules():
               if 'sys.modules.get("cudadiag' in line or "sys.modules['cudadiag" in line
               or 'sys.modules["cudadiag' in line]
     assert hidden == []
+
+
+def test_incidents_are_built_only_by_the_one_builder():
+    """diagnose.py builds every Incident (docs/architecture.md); incident.py defines it."""
+    by_hand = [f"{path.relative_to(SRC)}:{number}"
+               for path in SRC.rglob("*.py") if path.name not in ("incident.py", "diagnose.py")
+               for number, line in enumerate(path.read_text().splitlines(), 1)
+               if re.search(r"\bIncident\(", line)]
+    assert by_hand == []
 
 
 @pytest.mark.slow

@@ -67,7 +67,8 @@ def _every_field_set() -> Incident:
     return Incident(
         error=ErrorInfo(type="torch.AcceleratorError", message="m", text="t", traceback=[frame],
                         reported_at=frame,
-                        later=[LaterError("RuntimeError", "again", "device_assert", "at", 7, rank=1)]),
+                        later=[LaterError("RuntimeError", "again", "device_assert", "at", 7,
+                                          rank=1)]),
         diagnosis=Diagnosis(family="device_assert", sticky=True, first_checks=["c"],
                             avoid=["a"], details={"value": 4}, summary="s", asynchronous=True,
                             evidence="e", alternatives=[Alternative("oom", "x")], rank=1),

@@ -17,7 +17,10 @@ from nbclient import NotebookClient
 
 from cudadiag import classify, cli, incidents
 from cudadiag.explain import is_consequence
-from cudadiag.incident import Incident
+from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.isolate.rankfiles import RankState
+from cudadiag.isolate.ranks import TorchrunJob
+from cudadiag.isolate.torchrun import TorchrunFailure, TorchrunReport
 
 JOB_LIMIT_S = 60
 """Each two-rank job must end within this (2 busy cores: torch imports dominate)."""
@@ -266,3 +269,60 @@ def test_a_process_count_torchrun_would_refuse_is_a_usage_error(tmp_path, capsys
         cli.main(["run", "--nproc-per-node", value, "--", "job.py"])
     assert exit_.value.code == 2
     assert "expected a number of processes (1 or more)" in capsys.readouterr().err
+
+
+def _rank_folder(tmp_path: Path, states: list[RankState], report: TorchrunReport
+                 ) -> TorchrunJob:
+    """A job whose ranks and torchrun left these records (pids that run no process)."""
+    job = TorchrunJob(["--nproc-per-node", str(len(states))], sys.executable)
+    job.prepare(tmp_path)
+    for state in states:
+        (job.folder / f"a0.rank{state.rank}.json").write_bytes(state.to_json())
+    report.write(tmp_path / "torchrun.json")
+    return job
+
+
+def _state(rank: int, **fields) -> RankState:
+    return RankState(rank=rank, local_rank=rank, node="gpu3", pid=2**31 - 1 - rank,
+                     world_size=2, attempt=0, at=f"2025-01-01T00:00:0{rank}.000+00:00",
+                     **fields)
+
+
+def test_a_rank_killed_before_writing_its_incident_is_diagnosed_from_its_first_record(
+        tmp_path):
+    job = _rank_folder(tmp_path, [
+        _state(0, outcome="raised", error_type="torch.AcceleratorError",
+               message="CUDA error: device-side assert triggered",
+               text="CUDA error: device-side assert triggered", where="train.py:9 in main"),
+        _state(1)], TorchrunReport(0, [TorchrunFailure(0, 0, 2**31 - 1, -9, 1.7e9),
+                                       TorchrunFailure(1, 1, 2**31 - 2, -15, 1.7e9)]))
+    incident = job.collect(stopped=False).incident
+    job.complete(incident)
+    assert incident.error.type == "torch.AcceleratorError"
+    assert incident.diagnosis.family == "device_assert" and incident.diagnosis.rank == 0
+    first, other = incident.run.ranks
+    assert (first.outcome, first.where, first.signal) == ("raised", "train.py:9 in main",
+                                                          "SIGKILL")
+    assert (other.outcome, other.signal) == ("stopped", "SIGTERM")
+    assert incident.diagnosis.summary.startswith("rank 0 failed first")
+
+
+def test_a_rank_that_died_without_an_exception_is_a_dead_process_incident(tmp_path):
+    job = _rank_folder(tmp_path, [_state(0), _state(1)], TorchrunReport(
+        0, [TorchrunFailure(0, 0, 2**31 - 1, -11, 1.7e9)]))
+    incident = job.collect(stopped=False).incident
+    assert incident.error.type == "ProcessDied(SIGSEGV)"
+    assert incident.error.message == "rank 0 was killed by SIGSEGV"
+    assert incident.run.signal == "SIGSEGV"
+
+
+def test_a_ranks_record_keeps_its_incident_typed(tmp_path):
+    message = "CUDA error: device-side assert triggered"
+    incident = Incident(error=ErrorInfo("RuntimeError", message, message),
+                        diagnosis=classify(message), run=RunInfo(mode="isolated"))
+    state = _state(1, outcome="raised", exit_code=1, incident=incident)
+    back = RankState.from_json(state.to_json().decode())
+    assert back == state and isinstance(back.incident, Incident)
+    job = _rank_folder(tmp_path, [_state(0, outcome="finished", exit_code=0), state],
+                       TorchrunReport())
+    assert job.collect(stopped=False).incident == incident

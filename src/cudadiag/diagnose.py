@@ -3,9 +3,11 @@ becomes an Incident with its diagnosis, environment, loop context, step and batc
 and the first checks that fit its operator and values.
 
 The kernel hook (an error raised in the notebook itself), the isolated worker (an error
-raised in a fresh process, a `cudadiag run` script's included) and the runner (a child that
-died without a Python exception; the device's own lines, which only the parent reads) all
-build their incidents here, so the three kinds of incident say the same things the same way.
+raised in a fresh process, a `cudadiag run` script's included, each rank of a multi-process
+run among them), the runner (a child that died without a Python exception; the device's own
+lines, which only the parent reads) and the multi-process job (a rank killed before it wrote
+its incident, or dead without an exception) all build their incidents here, so every kind of
+incident says the same things the same way.
 """
 
 from __future__ import annotations
@@ -99,13 +101,24 @@ def later_error(exc: BaseException, cell: int | None, *, family: str | None = No
     )
 
 
-def incident_of_dead_process(stdout: str, stderr: str, run: RunInfo) -> Incident:
+def incident_from_recorded_error(error_type: str, message: str, text: str,
+                                 run: RunInfo) -> Incident:
+    """Return the incident of an exception known only by what was recorded of it in its
+    process (its type name, the first line and the text of its message): a rank of a
+    multi-process run that was killed before it could build its own incident."""
+    return Incident(error=ErrorInfo(type=error_type, message=message, text=text),
+                    diagnosis=classify(f"{error_type}: {text}"), run=run)
+
+
+def incident_of_dead_process(stdout: str, stderr: str, run: RunInfo, *,
+                             process: str = "the isolated process") -> Incident:
     """Return the incident of a child that died without writing its result (a signal,
     os._exit, an abort in a library): what it printed, classified. `run.signal` names the
-    signal that killed it; `run.exit_status` is its exit status otherwise."""
+    signal that killed it; `run.exit_status` is its exit status otherwise; `process` names
+    the child in the message (`rank 1`)."""
     output = stderr + "\n" + stdout
-    died = (f"the isolated process was killed by {run.signal}" if run.signal
-            else f"the isolated process exited with status {run.exit_status} without a "
+    died = (f"{process} was killed by {run.signal}" if run.signal
+            else f"{process} exited with status {run.exit_status} without a "
                  "Python exception")
     return Incident(
         error=ErrorInfo(type=f"ProcessDied({run.signal or run.exit_status})",

@@ -21,15 +21,13 @@ import re
 import signal
 import socket
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TextIO
 
 from cudadiag.durable import PRIVATE_FILE, replace_atomically
-
-if TYPE_CHECKING:
-    from cudadiag.incident import Incident
+from cudadiag.incident import Incident, qualified_type_name
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 WRAPPER_FILES = ("torch/distributed/c10d_logger.py", "torch/overrides.py", "torch/_compile.py",
@@ -45,22 +43,65 @@ def now() -> str:
 
 
 @dataclass
-class _Rank:
-    """This process's identity under torchrun and its record file."""
+class RankState:
+    """What a rank says about itself in its record file, `aK.rankR.json`: written at start,
+    again the moment the program raises, and at the end."""
 
-    folder: Path
     rank: int
     local_rank: int
+    node: str
+    """The host the rank runs on."""
+    pid: int
+    world_size: int
     attempt: int
-    record: dict[str, Any] = field(default_factory=dict)
+    """torchrun's restart count."""
+    outcome: str = "running"
+    """`running`, then `raised` (the program raised) or `finished`."""
+    at: str | None = None
+    """When it started, raised or finished (see `now()`)."""
+    error_type: str | None = None
+    message: str | None = None
+    """The first line of the exception's message."""
+    text: str = ""
+    """The exception's message, cut at 4,000 characters."""
+    where: str | None = None
+    """The call it failed in (`failing_call`)."""
+    exit_code: int | None = None
+    incident: Incident | None = None
+    """The rank's own incident, once it has ended with one."""
+
+    def to_json(self) -> bytes:
+        """The record file's content."""
+        data = asdict(self)
+        data["incident"] = self.incident.to_dict() if self.incident is not None else None
+        return json.dumps(data, default=str).encode()
+
+    @classmethod
+    def from_json(cls, text: str) -> RankState:
+        """Read a record file's content; raises ValueError (IncidentSchemaError among them)
+        or TypeError for one that is not a rank's record."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not a rank record")
+        known = {f.name for f in fields(cls)}
+        incident = data.get("incident")
+        return cls(**{**{k: v for k, v in data.items() if k in known},
+                      "incident": Incident.from_dict(incident) if incident else None})
+
+
+@dataclass
+class _Rank:
+    """This process's record file and the stack file faulthandler writes to."""
+
+    folder: Path
+    state: RankState
     stack_file: TextIO | None = None
 
     def path(self, suffix: str) -> Path:
-        return self.folder / f"a{self.attempt}.rank{self.rank}.{suffix}"
+        return self.folder / f"a{self.state.attempt}.rank{self.state.rank}.{suffix}"
 
-    def write(self, **fields: Any) -> None:
-        self.record.update(fields)
-        replace_atomically(self.path("json"), json.dumps(self.record, default=str).encode())
+    def write(self) -> None:
+        replace_atomically(self.path("json"), self.state.to_json())
 
 
 _this: _Rank | None = None
@@ -74,11 +115,12 @@ def begin(folder: str | None) -> bool:
     rank = os.environ.get("RANK")
     if not folder or rank is None:
         return False
-    _this = _Rank(Path(folder), int(rank), int(os.environ.get("LOCAL_RANK", rank)),
-                  int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
-    _this.write(rank=_this.rank, local_rank=_this.local_rank, node=socket.gethostname(),
-                pid=os.getpid(), world_size=int(os.environ.get("WORLD_SIZE", "1")),
-                attempt=_this.attempt, outcome="running", at=now())
+    _this = _Rank(Path(folder), RankState(
+        rank=int(rank), local_rank=int(os.environ.get("LOCAL_RANK", rank)),
+        node=socket.gethostname(), pid=os.getpid(),
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
+        attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), at=now()))
+    _this.write()
     # kept open for the life of the process: faulthandler writes to it from a signal handler
     _this.stack_file = open(os.open(_this.path("stack"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
                                     PRIVATE_FILE), "w")
@@ -93,17 +135,16 @@ def note_exception(exc: BaseException) -> None:
     """Call inside the `except` that caught the program's exception: in a rank, record it at
     once (type, message, the call it failed in, the time) and write torchrun's error file, as
     `@record` does. Elsewhere do nothing."""
-    if _this is None or _this.record.get("outcome") == "raised":
+    if _this is None or _this.state.outcome == "raised":
         return
     from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
-    from cudadiag.incident import qualified_type_name
-
-    text = str(exc)
-    _this.write(outcome="raised", at=now(), error_type=qualified_type_name(exc),
-                message=(text.strip().splitlines() or [""])[0], text=text[:4000],
-                where=failing_call([(f.filename, f.lineno or 0, f.name)
-                                    for f in traceback.extract_tb(exc.__traceback__)]))
+    text, state = str(exc), _this.state
+    state.outcome, state.at, state.error_type = "raised", now(), qualified_type_name(exc)
+    state.message, state.text = (text.strip().splitlines() or [""])[0], text[:4000]
+    state.where = failing_call([(f.filename, f.lineno or 0, f.name)
+                                for f in traceback.extract_tb(exc.__traceback__)])
+    _this.write()
     get_error_handler().record_exception(exc)
 
 
@@ -112,10 +153,13 @@ def finish(exit_code: int, incident: Incident | None) -> bool:
     return False (the caller writes the single result file)."""
     if _this is None:
         return False
-    outcome = "raised" if incident is not None else "finished"
-    at = _this.record["at"] if outcome == "raised" else now()
-    _this.write(outcome=outcome, at=at, exit_code=exit_code,
-                incident=incident.to_dict() if incident is not None else None)
+    state = _this.state
+    state.exit_code, state.incident = exit_code, incident
+    if incident is None:
+        state.outcome, state.at = "finished", now()
+    else:
+        state.outcome = "raised"  # `at` stays when it raised (note_exception)
+    _this.write()
     return True
 
 
@@ -142,7 +186,7 @@ class RankFiles:
     """What the parent reads back for one rank."""
 
     rank: int
-    record: dict[str, Any]
+    state: RankState
     stack: str = ""
     """The stack dump written at SIGTERM ('' when the rank was never stopped)."""
     stack_at: str | None = None
@@ -169,10 +213,10 @@ def read_rank_files(folder: Path) -> list[RankFiles]:
         if attempt != last or "json" not in paths:
             continue
         try:
-            record = json.loads(paths["json"].read_text())
-        except (OSError, ValueError):
+            state = RankState.from_json(paths["json"].read_text())
+        except (OSError, ValueError, TypeError):
             continue
-        files = RankFiles(rank, record)
+        files = RankFiles(rank, state)
         stack = paths.get("stack")
         if stack is not None and stack.stat().st_size:
             files.stack = stack.read_text(errors="replace")

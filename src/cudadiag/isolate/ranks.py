@@ -13,7 +13,6 @@ says so and points at the ranks that were not in the collective: the slowest or 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
@@ -23,17 +22,22 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cudadiag.classify import classify
+from cudadiag.diagnose import incident_from_recorded_error, incident_of_dead_process
 from cudadiag.errors import TorchrunOptionsError
 from cudadiag.explain import is_consequence
-from cudadiag.incident import ErrorInfo, Incident, LaterError, RankRecord, RunInfo
+from cudadiag.incident import Diagnosis, Incident, LaterError, RankRecord, RunInfo
 from cudadiag.isolate.job import JobResult
 from cudadiag.isolate.launcher import WorkerProcess
 from cudadiag.isolate.procgroup import describe, group_members, kill_group
-from cudadiag.isolate.rankfiles import RankFiles, read_rank_files
+from cudadiag.isolate.rankfiles import RankFiles, RankState, read_rank_files
+from cudadiag.isolate.torchrun import TorchrunFailure, TorchrunReport
 from cudadiag.knowledge import FAMILIES
+
+if TYPE_CHECKING:
+    from cudadiag.isolate.runner import IsolatedResult
 
 STOP_GRACE_S = 5.0
 """How long ranks left running get, after SIGTERM, to dump their stacks and exit."""
@@ -157,7 +161,7 @@ class TorchrunJob:
         else:
             incident.diagnosis.summary = _collective_only_summary(first, others)
 
-    def message(self, message: str, result: Any) -> str:
+    def message(self, message: str, result: IsolatedResult) -> str:
         """The line for a run that gave no incident (`message`: the single-run one), with
         the ranks: where each one was when the job was stopped (a timeout, Ctrl-C, torchrun
         killed), or that torchrun failed before any rank ran."""
@@ -174,22 +178,18 @@ class TorchrunJob:
             return f"cudadiag: torchrun ended with status {result.returncode}{where}"
         return message
 
-    def _torchrun_failures(self) -> dict[int, dict[str, Any]]:
+    def _torchrun_failures(self) -> dict[int, TorchrunFailure]:
         assert self.folder is not None
-        path = self.folder.parent / "torchrun.json"
-        try:
-            reported = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return {}
-        self.root_cause = reported.get("root_cause")
-        return {f["rank"]: f for f in reported.get("failures", [])}
+        reported = TorchrunReport.read(self.folder.parent / "torchrun.json")
+        self.root_cause = reported.root_cause
+        return {f.rank: f for f in reported.failures}
 
     def _stop_leftovers(self, files: list[RankFiles]) -> bool:
         """Stop the ranks still running after torchrun ended (it was killed itself: the
         timeout, Ctrl-C): SIGTERM, which dumps their stacks, then SIGKILL; name them. Each
         rank leads its own process group (torchrun starts it in a new session). Return True
         when any rank was stopped."""
-        pids = {f.rank: int(f.record["pid"]) for f in files if f.record.get("pid")}
+        pids = {f.rank: f.state.pid for f in files}
         left = {rank: members for rank, pid in pids.items() if (members := group_members(pid))}
         if not left:
             return False
@@ -206,33 +206,33 @@ class TorchrunJob:
         return True
 
 
-def _record(rank: int, files: RankFiles | None, failure: dict[str, Any] | None,
+def _record(rank: int, files: RankFiles | None, failure: TorchrunFailure | None,
             stopped: bool) -> RankRecord:
     """One rank's outcome from its own record and what torchrun reported about it (whose
     exit status is the process's real one: a rank may be killed after writing its record)."""
-    record = files.record if files else {}
-    failure = failure or {}
-    exit_code = failure.get("exit_code", record.get("exit_code"))
+    state = files.state if files else None
+    exit_code = failure.exit_code if failure else state.exit_code if state else None
     signal_name = _signal_name(exit_code)
     out = RankRecord(
-        rank=rank, local_rank=int(record.get("local_rank", failure.get("local_rank", rank))),
-        node=record.get("node", socket.gethostname()), pid=record.get("pid", failure.get("pid")),
+        rank=rank,
+        local_rank=state.local_rank if state else failure.local_rank if failure else rank,
+        node=state.node if state else socket.gethostname(),
+        pid=state.pid if state else failure.pid if failure else None,
         exit_status=None if signal_name else exit_code, signal=signal_name)
-    outcome = record.get("outcome", "unknown")
-    if outcome == "raised":
-        diagnosis = _diagnosis_of(record)
-        out.outcome, out.at, out.where = "raised", record["at"], _failed_in(record)
-        out.error_type, out.message = record.get("error_type"), record.get("message")
+    if state is not None and state.outcome == "raised":
+        diagnosis = _diagnosis_of(state)
+        out.outcome, out.at, out.where = "raised", state.at, _failed_in(state)
+        out.error_type, out.message = state.error_type, state.message
         out.family, out.consequence = diagnosis.family, is_consequence(diagnosis)
-    elif outcome == "finished":
-        out.outcome, out.at = "finished", record.get("at")
+    elif state is not None and state.outcome == "finished":
+        out.outcome, out.at = "finished", state.at
     elif files is not None and files.stack:
         out.outcome, out.at, out.where = "stopped", files.stack_at, files.stopped_in()
     elif signal_name in STOPPED_BY or (stopped and not failure):
         out.outcome = "stopped"
     elif failure:
         out.outcome = "died"
-        out.at = datetime.fromtimestamp(failure["timestamp"], timezone.utc).isoformat(
+        out.at = datetime.fromtimestamp(failure.timestamp, timezone.utc).isoformat(
             timespec="milliseconds")
     return out
 
@@ -246,18 +246,17 @@ def _signal_name(exit_code: int | None) -> str | None:
         return f"signal {-exit_code}"
 
 
-def _failed_in(record: dict[str, Any]) -> str | None:
+def _failed_in(state: RankState) -> str | None:
     """The operator the tracer saw fail, else the call the exception came from."""
-    op = (record.get("incident") or {}).get("op") or {}
-    return op.get("name") or record.get("where")
+    op = state.incident.op if state.incident is not None else None
+    return (op.name if op is not None else None) or state.where
 
 
-def _diagnosis_of(record: dict[str, Any]) -> Any:
+def _diagnosis_of(state: RankState) -> Diagnosis:
     """The rank's diagnosis: its incident's when it wrote one, else its message's."""
-    incident = record.get("incident")
-    if incident:
-        return Incident.from_dict(incident).diagnosis
-    return classify(f"{record.get('error_type')}: {record.get('text', '')}")
+    if state.incident is not None:
+        return state.incident.diagnosis
+    return classify(f"{state.error_type}: {state.text}")
 
 
 def _is_cause(record: RankRecord) -> bool:
@@ -272,22 +271,16 @@ def _is_cause(record: RankRecord) -> bool:
 def _first_incident(first: RankRecord, files: RankFiles | None) -> Incident:
     """The first failing rank's own incident; built from its first record when it was killed
     before writing one, or from its end when it died without an exception."""
-    record = files.record if files else {}
-    if record.get("incident"):
-        return Incident.from_dict(record["incident"])
+    state = files.state if files else None
+    if state is not None and state.incident is not None:
+        return state.incident
+    run = RunInfo(mode="isolated", blocking=True)
     if first.outcome == "raised":
-        text = record.get("text", first.message or "")
-        return Incident(
-            error=ErrorInfo(type=first.error_type or "", message=first.message or "", text=text),
-            diagnosis=classify(f"{first.error_type}: {text}"),
-            run=RunInfo(mode="isolated", blocking=True))
-    status = first.signal or f"exit status {first.exit_status}"
-    return Incident(
-        error=ErrorInfo(type=f"ProcessDied({first.signal or first.exit_status})",
-                        message=f"rank {first.rank} ended with {status} without a Python "
-                                "exception", text=""),
-        diagnosis=classify(""), run=RunInfo(mode="isolated", blocking=True,
-                                            signal=first.signal))
+        return incident_from_recorded_error(
+            first.error_type or "", first.message or "",
+            state.text if state is not None else first.message or "", run)
+    run.signal, run.exit_status = first.signal, first.exit_status
+    return incident_of_dead_process("", "", run, process=f"rank {first.rank}")
 
 
 def _first_failure_summary(incident: Incident, first: RankRecord,
