@@ -3,8 +3,9 @@ fresh child per run: a fresh process in milliseconds instead of the seconds a ne
 interpreter takes to import torch.
 
 The server's environment is neutral (no blocking variables): each child takes the run's
-environment and working directory from the `launch.json` beside its job, before anything in
-it can touch CUDA, so `CUDA_LAUNCH_BLOCKING` is in effect exactly as in a new process.
+environment and working directory from the Launch beside its job (isolate/job.py), before
+anything in it can touch CUDA, so `CUDA_LAUNCH_BLOCKING` is in effect exactly as in a new
+process.
 Before each fork the server pre-imports the installed modules the job's cells import at
 their top level (installed ones only: `is_installed`), and refuses to fork once CUDA is
 initialised in it.
@@ -25,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import json
 import os
 import random
 import select
@@ -37,8 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
+from cudadiag.isolate.job import Job, Launch
 from cudadiag.isolate.procgroup import kill_group
 
 POLL_S = 0.01
@@ -46,11 +46,6 @@ POLL_S = 0.01
 WORKER_IMPORTS = ("ctypes", "cloudpickle", "cudadiag.batch", "cudadiag.diagnose",
                   "cudadiag.incident", "cudadiag.loopvars", "cudadiag.isolate.cellfacts")
 """What the worker imports as it runs and reports: imported once in the server instead."""
-
-
-def launch_file(job_path: str) -> Path:
-    """Return the path of the launch description (environment, folder) beside a job."""
-    return Path(job_path).with_name("launch.json")
 
 
 def serve(fd: int) -> None:
@@ -95,7 +90,7 @@ class _Server:
     def loop(self) -> None:
         """Serve until the control socket closes."""
         while True:
-            watched: list[Any] = [self.control]
+            watched: list[socket.socket | int] = [self.control]
             for run in self.runs:
                 watched += [run.channel] + ([run.pidfd] if run.pidfd is not None else [])
             polling = any(run.pidfd is None for run in self.runs)
@@ -151,10 +146,10 @@ class _Server:
 
         if torch.cuda.is_initialized():
             return "CUDA was initialised in the warm interpreter"
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            job = json.loads(Path(job_path).read_text())
-            launch = json.loads(launch_file(job_path).read_text())
-            for name in self._warm_imports(job, launch["cwd"], launch.get("skip", [])):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            job = Job.read(Path(job_path))
+            launch = Launch.read(job.path)
+            for name in self._warm_imports(job, launch.cwd, launch.skip):
                 if torch.cuda.is_initialized():
                     return f"importing {name} initialised CUDA"
         changed = [name for name, mtime in self.imported.items() if _mtime(name) != mtime]
@@ -162,11 +157,11 @@ class _Server:
             return f"installed module {changed[0]} changed on disk since it was imported"
         return None
 
-    def _warm_imports(self, job: dict[str, Any], cwd: str, skip: list[str]) -> Iterator[str]:
+    def _warm_imports(self, job: Job, cwd: str, skip: list[str]) -> Iterator[str]:
         """Import, one at a time, the installed modules the job's cells import at their top
         level (not those in `skip`); yield each name once it is imported."""
-        for cell in job.get("cells", []):
-            for name in _unconditional_imports(cell["source"]):
+        for cell in job.cells:
+            for name in _unconditional_imports(cell.source):
                 top = name.partition(".")[0]
                 if name in sys.modules or top in skip or not is_installed(top, cwd):
                     continue
@@ -280,17 +275,17 @@ def _run_child(worker: ModuleType, job_path: str, fds: list[int], server_fds: li
         os._exit(code)
 
 
-def _become_the_run(job_path: str, worker: Any) -> None:
+def _become_the_run(job_path: str, worker: ModuleType) -> None:
     """Take what a new interpreter started for this run would have: its environment (the
     blocking variables among it, set before anything can initialise CUDA), folder, module
     path, argv, and random streams of its own rather than the server's copy."""
-    launch = json.loads(launch_file(job_path).read_text())
+    launch = Launch.read(Path(job_path))
     os.environ.clear()
-    os.environ.update(launch["env"])
-    os.chdir(launch["cwd"])
-    sys.path[0] = launch["cwd"]  # as `python -m` puts the starting folder first
-    sys.argv = [worker.__file__, job_path]
-    _unshadow(launch["cwd"])
+    os.environ.update(launch.env)
+    os.chdir(launch.cwd)
+    sys.path[0] = launch.cwd  # as `python -m` puts the starting folder first
+    sys.argv = [str(worker.__file__), job_path]
+    _unshadow(launch.cwd)
     random.seed()
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()

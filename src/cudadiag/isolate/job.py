@@ -10,6 +10,7 @@ incident, so an export can replay that run.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ RNG_FILE = "rng.pt"
 """The RNG states each cell started from in the kernel, by cell number (torch.save)."""
 BATCH_FILE = "batch.pt"
 """The one batch a watch() replays (torch.save)."""
+LAUNCH_FILE = "launch.json"
+"""For a run forked from a fork server: how its child becomes the run (a Launch)."""
 
 
 @dataclass
@@ -133,6 +136,29 @@ class Job:
     def kept_files(self) -> list[Path]:
         """The files a stored incident keeps beside it: RNG states and the replayed batch."""
         return [p for p in (self.rng_path, self.batch_path) if p is not None]
+
+
+@dataclass
+class Launch:
+    """How a child forked from a fork server becomes the run a new interpreter would have
+    been: the run's environment and working directory, and the top-level modules the server
+    must not import for it (their import initialised CUDA once)."""
+
+    env: dict[str, str]
+    cwd: str
+    skip: list[str] = field(default_factory=list)
+
+    def write(self, job_path: Path) -> None:
+        """Write it beside the job file, private (0600: the environment may hold secrets)."""
+        target = job_path.with_name(LAUNCH_FILE)
+        with open(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            json.dump(asdict(self), f)
+
+    @classmethod
+    def read(cls, job_path: Path) -> Launch:
+        """Read the launch beside the job file; raises OSError, ValueError or TypeError for
+        a missing or damaged one."""
+        return cls(**json.loads(job_path.with_name(LAUNCH_FILE).read_text()))
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
 import os
 import select
 import signal
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from cudadiag.errors import CudadiagError
+from cudadiag.isolate.job import Launch
 from cudadiag.isolate.procgroup import kill_group
 
 NVIDIA_BLOCKING = {"CUDA_LAUNCH_BLOCKING": "1"}
@@ -299,11 +299,7 @@ class ForkServer:
         """Fork a child for the job, to run in `env` and `cwd`, after the server's warm
         imports (top-level modules in `skip_imports` left out); raises ForkRefused when the
         server refused (it stops), OSError when it cannot be reached."""
-        from cudadiag.isolate.forkserver import launch_file
-
-        launch = launch_file(job_path)
-        with open(os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-            json.dump({"env": env, "cwd": cwd, "skip": sorted(skip_imports)}, f)
+        Launch(env, cwd, sorted(skip_imports)).write(Path(job_path))
         ours, theirs = socket.socketpair()
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
