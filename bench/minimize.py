@@ -2,8 +2,8 @@
 and simulated device, both sides in one run, alternating which goes first: forking from the
 kernel's warm interpreter (as `%cudadiag export` does once `%load_ext cudadiag` has started
 it) and from a fork server of its own (as `cudadiag export` in a terminal). Medians of
-REPEATS runs each. Target (warm): 20 cells to <= 3 cells in <= 5 s. (The minimizer keeps a
-seed while it keeps statements that draw from its stream: here imports, seed, model, loss.)
+REPEATS runs each. Target (warm): 20 cells to <= 3 cells in <= 5 s (imports, model, loss:
+the seed goes, as the failure is the same under other seeds).
 
     python bench/minimize.py
 """

@@ -1,5 +1,6 @@
 """Repros stand alone: verified where the program ran, data it read listed and bundled with
-`--bundle`, seeds kept with what draws from them, no name left without its definition."""
+`--bundle`, seeds kept with what draws from them unless the failure is the same under other
+seeds, no name left without its definition."""
 
 from __future__ import annotations
 
@@ -93,6 +94,33 @@ def test_a_seed_goes_only_with_every_draw_after_it():
     # without the seed the shuffle still picks a bad class 96 times in 100: the oracle alone
     # would accept that candidate and the repro would fail with another value, or pass
     assert "random.seed(42)" in result.cells[2] and "random.shuffle(words)" in result.cells[2]
+
+
+def test_a_seed_is_left_out_when_the_failure_is_the_same_under_other_seeds():
+    cells = {
+        1: "import torch",
+        2: "torch.manual_seed(0)",
+        3: "model = torch.nn.Linear(8, 4)  # draws its weights from the seeded stream",
+        4: "torch.nn.functional.cross_entropy(model(torch.randn(3, 8)), torch.tensor([0, 2, 4]))",
+    }
+    result = minimize(cells)
+    # the target 4 is out of range whatever weights and inputs are drawn
+    assert list(result.cells) == [1, 3, 4], result.cells
+    assert result.seeds_dropped == ["torch.manual_seed(0)"]
+    assert "seed left out: `torch.manual_seed(0)` (the failure is the same under other seeds)" \
+        in result.notes()
+
+
+def test_a_seed_stays_when_the_failure_moves_under_other_seeds():
+    cells = {
+        1: "import torch",
+        2: "torch.manual_seed(0)",
+        3: "targets = torch.randint(0, 5, (64,))  # a 4 somewhere, at a place the seed decides",
+        4: "torch.nn.functional.cross_entropy(torch.zeros(64, 4), targets)",
+    }
+    result = minimize(cells)
+    assert list(result.cells) == [1, 2, 3, 4], result.cells
+    assert result.seeds_dropped == [] and result.notes() == []
 
 
 def test_no_name_is_left_without_its_definition():

@@ -135,3 +135,13 @@ def test_an_interrupted_minimization_keeps_the_best_candidate():
     result = minimize(history(False), progress=ctrl_c_at_trial_10)
     assert result.stopped == "interrupted" and result.trials == 11
     assert 17 in result.cells and len(result.cells) < 20
+
+
+@pytest.mark.slow
+def test_progress_counts_cells_while_removing_cells_and_statements_after():
+    shown: list[tuple[str, int]] = []
+    cells = history(False)
+    result = minimize(cells, progress=lambda trials, best, phase: shown.append((phase, best)))
+    by_phase = {phase: [best for p, best in shown if p == phase] for phase, _ in shown}
+    assert max(by_phase["cells"]) <= len(cells) and by_phase["cells"][-1] == len(result.cells)
+    assert by_phase["statements"][-1] == result.statements

@@ -1,10 +1,11 @@
 """Which candidate programs are worth a trial: a static check of what the minimizer removes.
 
 A candidate is refused before it runs when it uses a name whose definition it removed (the
-failure would change, or worse, stay the same while the repro keeps a dangling name), or when
-it removes a seed call but keeps a later statement that draws from the same random stream
-(the repro would then draw different numbers: fail at another iteration, or not at all).
-Refused candidates cost no trial.
+failure would change, or worse, stay the same while the repro keeps a dangling name).
+Refused candidates cost no trial. A candidate that removes a seed call but keeps a later
+statement drawing from the same random stream is flagged (`unseeded_draws`): the repro would
+draw other numbers, so the minimizer keeps it only when it fails the same way under other
+seeds too (the failure does not depend on the numbers drawn).
 """
 
 from __future__ import annotations
@@ -119,13 +120,15 @@ class Admissible:
         undefined = self._undefined(candidate) - self.tolerated
         if undefined:
             return f"uses {', '.join(sorted(undefined))} after removing its definition"
-        kept = {u.key for u in candidate}
-        for seed in (u for u in self.units if u.seeds and u.key not in kept):
-            for later in self._reached_by(seed):
-                if later.key in kept and later.draws & seed.seeds:
-                    return (f"removes the seed In[{seed.cell}] but keeps the draws of "
-                            f"In[{later.cell}]")
         return None
+
+    def unseeded_draws(self, candidate: Sequence[Unit]) -> list[Unit]:
+        """Return the seed statements `candidate` removes while keeping a later statement
+        that draws from a stream they seeded (empty when it removes none such)."""
+        kept = {u.key for u in candidate}
+        return [seed for seed in self.units if seed.seeds and seed.key not in kept
+                and any(later.key in kept and later.draws & seed.seeds
+                        for later in self._reached_by(seed))]
 
     def _reached_by(self, seed: Unit) -> list[Unit]:
         """The statements after `seed` that use the random state it set."""

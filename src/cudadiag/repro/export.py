@@ -80,7 +80,7 @@ def export_repro(incident: Incident, path: str | Path, inputs: ReproInputs, *,
             values=inputs.ship if _uses(minimized.cells, inputs.shipped) else None,
             setup=inputs.setup, cwd=cwd, files_read=files,
             bundle=plan_bundle(files, cwd, path.stem) if bundle else None,
-            notes=[f"loop cut to {minimized.loop.description}"] if minimized.loop else [])
+            notes=minimized.notes())
         try:
             doc = build_document(incident, program, path.stem,
                                  signature=minimized.signature.to_dict())

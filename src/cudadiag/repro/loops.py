@@ -149,6 +149,20 @@ def rng_restorer(path: str) -> Callable[[str], None]:
     return restore_rng
 
 
+def reseed(seed: int) -> None:
+    """Seed the torch and random streams, and numpy's when numpy is installed, with `seed`
+    (a trial that checks a failure does not depend on the numbers drawn)."""
+    import torch
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed)
+
+
 def restore_states(states: dict[str, Any]) -> None:
     """Set the torch, random and numpy streams to `states` (as current_states() gives)."""
     import torch

@@ -8,8 +8,10 @@ process (forked from a pre-started interpreter: milliseconds, not seconds) in th
 working directory, with the same RNG states, recorded batch and shipped values. A candidate
 still fails only when its signature matches the original: family, exception type and, when
 known, the failing operator; failing differently is not failing. Candidates that use a name
-whose definition they removed, or that remove a seed but keep what draws from it, are refused
-without a trial (dependencies.py).
+whose definition they removed are refused without a trial (dependencies.py); a candidate that
+removes a seed but keeps what draws from it is kept only when it fails identically under other
+seeds (RESEEDS): same signature, message and position; the failure then does not depend on
+the numbers drawn, and the repro needs no seed.
 """
 
 from __future__ import annotations
@@ -34,10 +36,15 @@ from cudadiag.repro.dependencies import Admissible, Unit, statements
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS
 
 Progress = Callable[[int, int, str], None]
-"""progress(trials so far, size of the best candidate, phase)"""
+"""progress(trials so far, size of the best candidate, phase): the size counts cells in the
+`cells` phase, statements otherwise."""
 
 SETUP_CELL = 0
 """The number of the setup cell (a script's command line): run first, never removed."""
+
+RESEEDS = (1, 20261203)
+"""The seeds a candidate that removes a seed (but keeps draws from its stream) must also fail
+under, identically, besides its plain run."""
 
 
 @dataclass
@@ -63,14 +70,30 @@ class MinimizeResult:
     """The loop cut to the iterations the failure needs, when one was."""
     loop_states: dict[str, Any] = field(default_factory=dict)
     """Random states the reduced loop starts from, by key (see loop.rng_key)."""
+    seeds_dropped: list[str] = field(default_factory=list)
+    """Seed statements left out although later statements draw from their stream: the
+    failure was the same under other seeds."""
+
+    def notes(self) -> list[str]:
+        """Return the lines that tell what the minimizer changed besides removing code: the
+        loop it cut, the seeds it left out."""
+        notes = [f"loop cut to {self.loop.description}"] if self.loop else []
+        notes += [f"seed left out: `{source}` (the failure is the same under other seeds)"
+                  for source in self.seeds_dropped]
+        return notes
 
 
 class _Budget(Exception):
     """Raised inside the search when a trial may not be run."""
 
 
+Trial = Callable[[list[Unit], float | None, int | None], "Incident | str | None"]
+"""trial(program, seconds left or None, seed to start from or None) -> its failure, None
+when it passed, or `interrupted` / `timed out`"""
+
+
 class _Search:
-    def __init__(self, runner: Callable[[list[Unit], float | None], Incident | str | None],
+    def __init__(self, runner: Trial,
                  signature: Signature, admissible: Admissible, max_trials: int,
                  deadline: float | None, progress: Progress | None) -> None:
         self.runner = runner
@@ -85,9 +108,13 @@ class _Search:
         self.cache: dict[tuple[Any, ...], bool] = {}
         self.history: list[tuple[int, int]] = []
         self.best_size = 0
+        """The size of the best candidate so far, in the phase's unit (see _measure)."""
         self.best_incident: Incident | None = None
 
     def fails(self, units: list[Unit], phase: str) -> bool:
+        """True when the candidate `units` fails as the original did (a candidate that
+        leaves a seed out: identically under every seed of RESEEDS); raises _Budget when no
+        more trials may run."""
         key = tuple((*u.key, u.source) for u in units)
         if key in self.cache:
             return self.cache[key]
@@ -95,10 +122,25 @@ class _Search:
             self.refused += 1
             self.cache[key] = False
             return False
+        incident = self._trial(units, None)
+        result = self.signature.matches(incident)
+        if result and self.admissible.unseeded_draws(units):
+            result = all(_identical(incident, self._trial(units, seed)) for seed in RESEEDS)
+        self.cache[key] = result
+        if result:
+            self.best_incident = incident
+        if self.progress:
+            self.progress(self.trials, _measure(units, phase) if result else self.best_size,
+                          phase)
+        return result
+
+    def _trial(self, units: list[Unit], seed: int | None) -> Incident | None:
+        """Run one trial: its failure, or None when it passed or timed out on its own;
+        raises _Budget when it was interrupted or cut by the search's budget."""
         left = self._budget_left()
         self.trials += 1
         try:
-            outcome = self.runner(units, left)
+            outcome = self.runner(units, left, seed)
         except KeyboardInterrupt:  # Ctrl-C while the fork server was starting the trial
             outcome = "interrupted"
         if outcome == "timed out" and self.deadline and time.monotonic() >= self.deadline:
@@ -106,14 +148,7 @@ class _Search:
         if outcome in ("interrupted", "timeout"):
             self.stopped = str(outcome)
             raise _Budget
-        incident = outcome if isinstance(outcome, Incident) else None
-        result = self.signature.matches(incident)
-        self.cache[key] = result
-        if result:
-            self.best_incident = incident
-        if self.progress:
-            self.progress(self.trials, len(units) if result else self.best_size, phase)
-        return result
+        return outcome if isinstance(outcome, Incident) else None
 
     def _budget_left(self) -> float | None:
         """Seconds left for the next trial (None: no time limit); raises _Budget when no
@@ -136,7 +171,7 @@ class _Search:
         """Zeller's ddmin: the smallest subsequence of `items` that still fails (1-minimal
         when the budget allows); keeps the best found when the budget runs out."""
         best = list(items)
-        self.best_size = len(expand(best))
+        self.best_size = _measure(expand(best), phase)
         granularity = 2
         try:
             while len(best) >= 2:
@@ -147,8 +182,8 @@ class _Search:
                 for candidate in [*(_without(best, c) for c in chunks), *chunks]:
                     if candidate and self.fails(expand(candidate), phase):
                         best = candidate
-                        self.best_size = len(expand(best))
-                        self.history.append((self.trials, self.best_size))
+                        self.best_size = _measure(expand(best), phase)
+                        self.history.append((self.trials, len(expand(best))))
                         granularity = max(granularity - 1, 2)
                         reduced = True
                         break
@@ -206,9 +241,9 @@ def minimize(
         with tempfile.TemporaryDirectory(prefix="cudadiag-minimize-") as scratch:
             paths = _ScratchFiles(scratch)
 
-            def run(program: list[Unit], limit: float | None,
+            def run(program: list[Unit], limit: float | None, seed: int | None = None,
                     trace: bool = True) -> Incident | str | None:
-                numbered = _numbered(program, setup, paths.loop_states)
+                numbered = _numbered(program, setup, paths.loop_states, seed)
                 result = run_isolated(
                     numbered[-1][1], cells=numbered[:-1], target_cell=numbered[-1][0],
                     rng_states=rng_states, batch=batch, ship=ship, env=env, trace=trace,
@@ -242,6 +277,7 @@ def minimize(
                 original_statements=len(units), statements=len(best),
                 stopped=search.stopped, history=search.history, refused=search.refused,
                 incident=search.best_incident, loop=cut, loop_states=states,
+                seeds_dropped=[u.source for u in admissible.unseeded_draws(best)],
             )
     finally:
         if owned:
@@ -310,7 +346,7 @@ def _start(run: Runner, units: list[Unit], site: loops.LoopSite | None,
 
 def _outcome(run: Runner, program: list[Unit], trace: bool) -> Incident | str | None:
     try:
-        return run(program, None, trace)
+        return run(program, None, None, trace)
     except KeyboardInterrupt:  # Ctrl-C while the fork server was starting
         return "interrupted"
 
@@ -348,6 +384,24 @@ def _cut_loop(search: _Search, best: list[Unit], site: loops.LoopSite,
     return best, None, {}
 
 
+def _measure(units: list[Unit], phase: str) -> int:
+    """The size of a candidate as progress shows it: cells in the `cells` phase, statements
+    otherwise."""
+    return len({u.cell for u in units}) if phase == "cells" else len(units)
+
+
+def _identical(plain: Incident | None, reseeded: Incident | None) -> bool:
+    """True when a reseeded trial failed exactly as the plain one: same signature, message
+    and offending position (a failure that moves when other numbers are drawn depends on
+    them, even when the value is the same)."""
+    if plain is None or reseeded is None:
+        return False
+    return (Signature.of(plain) == Signature.of(reseeded)
+            and plain.error.message == reseeded.error.message
+            and plain.diagnosis.details.get("position")
+            == reseeded.diagnosis.details.get("position"))
+
+
 def _forget_own_files(incident: Incident | None, scratch: str) -> None:
     """Drop the minimizer's own files (the reduced loop's random states) from what the
     program read."""
@@ -356,14 +410,17 @@ def _forget_own_files(incident: Incident | None, scratch: str) -> None:
         incident.run.files_read = [f for f in incident.run.files_read if not f.startswith(own)]
 
 
-def _numbered(program: list[Unit], setup: str | None,
-              loop_states: str) -> list[tuple[int, str]]:
+def _numbered(program: list[Unit], setup: str | None, loop_states: str,
+              seed: int | None = None) -> list[tuple[int, str]]:
     """The candidate as (cell number, source) pairs, the setup cell first when there is
-    one; a reduced loop's `restore_rng` is defined there."""
+    one; a reduced loop's `restore_rng` is defined there, and the streams are seeded there
+    with `seed` when one is given."""
+    loops_module = "__import__('cudadiag.repro.loops', fromlist=['x'])"
     lines = [setup] if setup else []
     if any("restore_rng(" in u.source for u in program):
-        lines.append("restore_rng = __import__('cudadiag.repro.loops', fromlist=['x'])"
-                     f".rng_restorer({loop_states!r})")
+        lines.append(f"restore_rng = {loops_module}.rng_restorer({loop_states!r})")
+    if seed is not None:
+        lines.append(f"{loops_module}.reseed({seed})")
     cells = list(_program(program).items())
     return [(SETUP_CELL, "\n".join(lines)), *cells] if lines else cells
 

@@ -518,8 +518,7 @@ def render_export(minimized: Any, exported: Any) -> str:
         + (f"; stopped early ({minimized.stopped}): the best candidate so far was kept"
            if minimized.stopped else ""),
     ]
-    if getattr(minimized, "loop", None):
-        lines.append(f"  loop cut to {minimized.loop.description}")
+    lines += [f"  {note}" for note in minimized.notes()]
     if exported.side_files:
         folder = exported.path.parent
         names = {f.relative_to(folder).parts[0] for f in exported.side_files}
