@@ -215,13 +215,17 @@ def _diagnosis(
     sticky = _any_sticky(whole, [code] if code else [])
     alternatives = _alternatives(found, family) if code is None else []
     summary = _summary(fam, details, evidence, sticky)
+    pitfall = knowledge.PITFALLS.get(str(details.get("pitfall")))
+    if pitfall is not None:
+        summary = f"{pitfall.title}: {_shorten(evidence)}"
     if alternatives:
         summary += " — not confident: the same message also fits " + " and ".join(
             a.family for a in alternatives)
     return Diagnosis(
         family=family,
         sticky=sticky,
-        first_checks=_extra_checks(family, details) + list(fam.first_checks),
+        first_checks=[*(pitfall.checks if pitfall else ()), *_extra_checks(family, details),
+                      *fam.first_checks],
         avoid=list(fam.avoid),
         details=details,
         summary=summary,
