@@ -817,6 +817,8 @@ class Pitfall:
     name: str
     title: str
     checks: tuple[str, ...]
+    isolated: str
+    """What an isolated re-run of the cell shows instead (it cannot fall into the pitfall)."""
 
 
 PITFALLS: dict[str, Pitfall] = {
@@ -838,6 +840,9 @@ PITFALLS: dict[str, Pitfall] = {
                 "Or move the function (and what it uses) to a .py file beside the notebook "
                 "and import it from there: `from ddp_worker import worker`.",
             ),
+            isolated="the original failure was the spawn start method's (its processes could "
+                     "not load the notebook's function); here each rank was forked with it, so "
+                     "this is what the ranks themselves do",
         ),
     )
 }
