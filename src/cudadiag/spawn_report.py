@@ -13,6 +13,7 @@ could not load), what it printed itself (kept by the kernel's device-line tail) 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +30,13 @@ _HEADER = re.compile(r"-- Process (?P<index>\d+) terminated with the following e
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
 _EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|"
                              r"Warning|Failure))(?:: (?P<message>.*))?$")
-_LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/lib/python", "<frozen ")
+_LIBRARY_MARKERS = (
+    os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep,
+    os.path.dirname(os.__file__) + os.sep, os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    "<frozen ", "<string>",
+)
+"""Frames of PyTorch, the standard library and cudadiag (its simulated device): not the
+program's."""
 
 
 @dataclass
