@@ -107,6 +107,8 @@ def test_a_failed_child_is_the_kernel_incident_with_its_own_error_and_rank(
     assert noticed.source.startswith("seen = loss.item()")
     assert "rank 1 raised it in its own process at In[3], line" in child.diagnosis.summary
     assert "rank 1 raised it in its own process" in shown[5]
+    assert not child.diagnosis.sticky  # the child's context died with it, not the kernel's
+    assert "restart" not in child.diagnosis.summary
 
 
 @pytest.mark.slow

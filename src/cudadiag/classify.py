@@ -20,6 +20,8 @@ from cudadiag.incident import (
     qualified_type_name,
 )
 
+STICKY_TAIL = " — the CUDA context is unusable: restart the process"
+"""How a summary ends when the error leaves the process's CUDA context unusable."""
 _SIZE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
 _SIZE_KEYS = ("requested", "total", "free", "allocated", "reserved_unallocated", "reserved",
@@ -331,7 +333,7 @@ def _summary(fam: knowledge.Family, details: dict[str, Any], evidence: str, stic
         head = f"`{details['assertion']}` failed in {where}{place}"
     else:
         head = _shorten(evidence) or "no known CUDA/PyTorch error message found"
-    tail = " — the CUDA context is unusable: restart the process" if sticky else ""
+    tail = STICKY_TAIL if sticky else ""
     return f"{fam.title}: {head}{tail}"
 
 

@@ -7,8 +7,9 @@ the following error: Traceback ... IndexError: Target 4 is out of bounds."),
 `ProcessExitedException` only the exit code or signal ("process 0 terminated with exit code
 1"). Either way the process index (the rank, as spawn numbers them) is `error_index`. The
 incident of such a failure is the child's: its exception type and message, its frames, its
-family — with the rank named. When the child died before running anything (a function it
-could not load), what it printed itself (kept by the kernel's device-line tail) decides.
+family — with the rank named, and the kernel's CUDA context left usable (the child's is
+gone with it). When the child died before running anything (a function it could not load),
+what it printed itself (kept by the kernel's device-line tail) decides.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cudadiag.classify import classify
+from cudadiag.classify import STICKY_TAIL, classify
 from cudadiag.incident import Frame, Incident
 
 SPAWN_EXCEPTIONS = {
@@ -85,6 +86,9 @@ def make_child_incident(incident: Incident, report: SpawnReport, printed: str,
     else:
         diagnosis = classify(error.text, context=printed or None)
     diagnosis.rank = report.rank
+    # the context the error made unusable was the child's, which is gone: the kernel's is not
+    diagnosis.summary = diagnosis.summary.removesuffix(STICKY_TAIL)
+    diagnosis.sticky = False
     if report.ended == "raised":
         where = error.reported_at if report.child_traceback else None
         how = "raised it in its own process" + (f" at {where.location()}" if where else "")
