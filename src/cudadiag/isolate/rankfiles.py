@@ -35,6 +35,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 WRAPPER_FILES = ("torch/distributed/c10d_logger.py", "torch/overrides.py", "torch/_compile.py",
                  "torch/_dynamo/", "<frozen runpy>", "/runpy.py")
 """Frames that only pass a call on: never the place a rank failed in."""
+_CELL_FILE = re.compile(r"^<cudadiag (In\[\d+\])>$")
+"""A notebook cell replayed by the worker (isolate.worker.CELL_FILENAME)."""
 _FILE_NAME = re.compile(r"^a(\d+)\.rank(\d+)\.(json|stack)$")
 _STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
 
@@ -67,18 +69,27 @@ _this: _Rank | None = None
 
 
 def begin(folder: str | None) -> bool:
-    """In a rank of a multi-process job (`folder`: the job's rank folder, and torchrun set
-    RANK), write the start record, dump every thread's stack on SIGTERM and enable
-    torchrun's fault handler; return True. Elsewhere do nothing and return False."""
-    global _this
+    """In a rank of a torchrun job (`folder`: the job's rank folder, and torchrun set RANK),
+    begin its record (begin_rank); return True. Elsewhere do nothing and return False."""
     rank = os.environ.get("RANK")
     if not folder or rank is None:
         return False
-    _this = _Rank(Path(folder), int(rank), int(os.environ.get("LOCAL_RANK", rank)),
-                  int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
-    _this.write(rank=_this.rank, local_rank=_this.local_rank, node=socket.gethostname(),
-                pid=os.getpid(), world_size=int(os.environ.get("WORLD_SIZE", "1")),
-                attempt=_this.attempt, outcome="running", at=now())
+    begin_rank(Path(folder), int(rank), int(os.environ.get("LOCAL_RANK", rank)),
+               int(os.environ.get("WORLD_SIZE", "1")),
+               int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    return True
+
+
+def begin_rank(folder: Path, rank: int, local_rank: int, world_size: int,
+               attempt: int) -> None:
+    """Make this process rank `rank` of a multi-process job whose ranks write into `folder`
+    (`attempt`: torchrun's restart count, or which start of processes this is): write the
+    start record, dump every thread's stack on SIGTERM and enable torchrun's fault
+    handler."""
+    global _this
+    _this = _Rank(folder, rank, local_rank, attempt)
+    _this.write(rank=rank, local_rank=local_rank, node=socket.gethostname(), pid=os.getpid(),
+                world_size=world_size, attempt=attempt, outcome="running", at=now())
     # kept open for the life of the process: faulthandler writes to it from a signal handler
     _this.stack_file = open(os.open(_this.path("stack"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
                                     PRIVATE_FILE), "w")
@@ -86,7 +97,6 @@ def begin(folder: str | None) -> bool:
     from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
     get_error_handler().initialize()
-    return True
 
 
 def note_exception(exc: BaseException) -> None:
@@ -120,15 +130,17 @@ def finish(exit_code: int, incident: Incident | None) -> bool:
 
 def failing_call(frames: list[Any]) -> str | None:
     """The call a rank failed or stood in: the innermost frame that is neither cudadiag's nor
-    a wrapper's, as `all_reduce` for PyTorch's own functions and `train.py:12 in main` for the
-    program's. `frames` are (filename, lineno, name, ...) tuples, innermost last."""
+    a wrapper's, as `all_reduce` for PyTorch's own functions, `train.py:12 in main` for the
+    program's and `In[3]:5 in worker` for a notebook cell's. `frames` are (filename,
+    lineno, name, ...) tuples, innermost last."""
     for frame in reversed(frames):
         filename, lineno, name = frame[0], frame[1], frame[2]
         if filename.startswith(_PACKAGE_DIR) or any(w in filename for w in WRAPPER_FILES):
             continue
         if _is_library(filename):
             return name
-        return f"{os.path.basename(filename)}:{lineno} in {name}"
+        cell = _CELL_FILE.match(filename)
+        return f"{cell.group(1) if cell else os.path.basename(filename)}:{lineno} in {name}"
     return None
 
 

@@ -29,6 +29,7 @@ from cudadiag.incident import (
     qualified_type_name,
 )
 from cudadiag.loopvars import loop_context
+from cudadiag.spawn_report import make_child_incident, read_spawn_report
 from cudadiag.store import IncidentNotSaved, IncidentStore
 from cudadiag.ui import render
 
@@ -109,7 +110,11 @@ class KernelCapture:
         with contextlib.suppress(AttributeError):
             exc._cudadiag_seen = True  # type: ignore[attr-defined]
         diagnosis = classify(exc)
-        device_lines = self.device_tail.take(wait_for_lines=diagnosis.asynchronous)
+        report = read_spawn_report(exc)
+        # a spawned child that died without a traceback may have printed why, just before
+        exited_child = report is not None and report.ended == "exited"
+        device_lines = self.device_tail.take(
+            wait_for_lines=diagnosis.asynchronous or exited_child)
         if device_lines:
             diagnosis = classify(exc, context=device_lines)
         relevant = is_relevant(exc, diagnosis.family)
@@ -142,6 +147,9 @@ class KernelCapture:
             env=collect_env(),
             loop=loop_context(exc, self._locate_cell),
         )
+        if report is not None:
+            make_child_incident(incident, report, device_lines, self._locate_cell,
+                                self._cell_source)
         attach_batch(incident)
         # no violation here: a real device tells the kernel, not the values (the simulator's
         # knowledge of them stays out of the kernel's incident)
