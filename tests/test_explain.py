@@ -129,12 +129,16 @@ def test_an_unknown_python_error_is_reported_with_its_line():
 
 
 def test_a_stream_is_read_in_bounded_memory(tmp_path):
-    block = progress(1000).encode()
+    # long lines (a metrics dump each): 10 MB in 6,000 lines; tracemalloc slows every
+    # allocation, and a short-line log this size took minutes under it
+    metrics = " metrics=" + "0.125," * 300 + "\n"
+    log = "".join(line.rstrip("\n") + metrics for line in progress(6000).splitlines(True))
+    data = log.encode()
+    assert len(data) > 10 * 2**20
 
     def chunks():
-        for _ in range(300):  # about 13 MB, cut at odd places
-            yield block[:777]
-            yield block[777:]
+        for start in range(0, len(data), 4093):  # cut at odd places
+            yield data[start:start + 4093]
         yield ASSERT_RANK1.encode()
 
     tracemalloc.start()
@@ -142,8 +146,8 @@ def test_a_stream_is_read_in_bounded_memory(tmp_path):
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert explanation.diagnosis.rank == 1
-    assert explanation.lines == 300 * 1000 + 5
-    assert peak < 8 * 2**20
+    assert explanation.lines == 6000 + 5
+    assert peak < 2**20
 
 
 TQDM_BAR = "".join(f"\rtrain: {i // 10:3d}%|{'#' * (i // 100):10s}| {i}/1000 [00:{i // 100:02d}"

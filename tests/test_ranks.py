@@ -18,9 +18,9 @@ from nbclient import NotebookClient
 from cudadiag import classify, cli, incidents
 from cudadiag.explain import is_consequence
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
-from cudadiag.isolate.rankfiles import RankState
+from cudadiag.isolate.job import Job
+from cudadiag.isolate.rankfiles import LauncherFailure, LauncherReport, RankState
 from cudadiag.isolate.ranks import TorchrunJob
-from cudadiag.isolate.torchrun import TorchrunFailure, TorchrunReport
 
 JOB_LIMIT_S = 60
 """Each two-rank job must end within this (2 busy cores: torch imports dominate)."""
@@ -271,11 +271,11 @@ def test_a_process_count_torchrun_would_refuse_is_a_usage_error(tmp_path, capsys
     assert "expected a number of processes (1 or more)" in capsys.readouterr().err
 
 
-def _rank_folder(tmp_path: Path, states: list[RankState], report: TorchrunReport
+def _rank_folder(tmp_path: Path, states: list[RankState], report: LauncherReport
                  ) -> TorchrunJob:
     """A job whose ranks and torchrun left these records (pids that run no process)."""
     job = TorchrunJob(["--nproc-per-node", str(len(states))], sys.executable)
-    job.prepare(tmp_path)
+    job.prepare(Job(tmp_path, []), None)
     for state in states:
         (job.folder / f"a0.rank{state.rank}.json").write_bytes(state.to_json())
     report.write(tmp_path / "torchrun.json")
@@ -294,8 +294,8 @@ def test_a_rank_killed_before_writing_its_incident_is_diagnosed_from_its_first_r
         _state(0, outcome="raised", error_type="torch.AcceleratorError",
                message="CUDA error: device-side assert triggered",
                text="CUDA error: device-side assert triggered", where="train.py:9 in main"),
-        _state(1)], TorchrunReport(0, [TorchrunFailure(0, 0, 2**31 - 1, -9, 1.7e9),
-                                       TorchrunFailure(1, 1, 2**31 - 2, -15, 1.7e9)]))
+        _state(1)], LauncherReport(0, [LauncherFailure(0, 0, 2**31 - 1, -9, 1.7e9),
+                                       LauncherFailure(1, 1, 2**31 - 2, -15, 1.7e9)]))
     incident = job.collect(stopped=False).incident
     job.complete(incident)
     assert incident.error.type == "torch.AcceleratorError"
@@ -308,8 +308,8 @@ def test_a_rank_killed_before_writing_its_incident_is_diagnosed_from_its_first_r
 
 
 def test_a_rank_that_died_without_an_exception_is_a_dead_process_incident(tmp_path):
-    job = _rank_folder(tmp_path, [_state(0), _state(1)], TorchrunReport(
-        0, [TorchrunFailure(0, 0, 2**31 - 1, -11, 1.7e9)]))
+    job = _rank_folder(tmp_path, [_state(0), _state(1)], LauncherReport(
+        0, [LauncherFailure(0, 0, 2**31 - 1, -11, 1.7e9)]))
     incident = job.collect(stopped=False).incident
     assert incident.error.type == "ProcessDied(SIGSEGV)"
     assert incident.error.message == "rank 0 was killed by SIGSEGV"
@@ -324,5 +324,5 @@ def test_a_ranks_record_keeps_its_incident_typed(tmp_path):
     back = RankState.from_json(state.to_json().decode())
     assert back == state and isinstance(back.incident, Incident)
     job = _rank_folder(tmp_path, [_state(0, outcome="finished", exit_code=0), state],
-                       TorchrunReport())
+                       LauncherReport())
     assert job.collect(stopped=False).incident == incident

@@ -20,6 +20,8 @@ from cudadiag.incident import (
     qualified_type_name,
 )
 
+STICKY_TAIL = " — the CUDA context is unusable: restart the process"
+"""How a summary ends when the error leaves the process's CUDA context unusable."""
 _SIZE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
 _SIZE_KEYS = ("requested", "total", "free", "allocated", "reserved_unallocated", "reserved",
@@ -215,13 +217,17 @@ def _diagnosis(
     sticky = _any_sticky(whole, [code] if code else [])
     alternatives = _alternatives(found, family) if code is None else []
     summary = _summary(fam, details, evidence, sticky)
+    pitfall = knowledge.PITFALLS.get(str(details.get("pitfall")))
+    if pitfall is not None:
+        summary = f"{pitfall.title}: {_shorten(evidence)}"
     if alternatives:
         summary += " — not confident: the same message also fits " + " and ".join(
             a.family for a in alternatives)
     return Diagnosis(
         family=family,
         sticky=sticky,
-        first_checks=_extra_checks(family, details) + list(fam.first_checks),
+        first_checks=[*(pitfall.checks if pitfall else ()), *_extra_checks(family, details),
+                      *fam.first_checks],
         avoid=list(fam.avoid),
         details=details,
         summary=summary,
@@ -327,7 +333,7 @@ def _summary(fam: knowledge.Family, details: dict[str, Any], evidence: str, stic
         head = f"`{details['assertion']}` failed in {where}{place}"
     else:
         head = _shorten(evidence) or "no known CUDA/PyTorch error message found"
-    tail = " — the CUDA context is unusable: restart the process" if sticky else ""
+    tail = STICKY_TAIL if sticky else ""
     return f"{fam.title}: {head}{tail}"
 
 

@@ -33,6 +33,7 @@ from cudadiag.incident import (
 )
 from cudadiag.knowledge import FAMILIES
 from cudadiag.loopvars import loop_context
+from cudadiag.spawn_report import make_child_incident, read_spawn_report
 
 CellLocator = Callable[[str], "int | None"]
 """filename -> the execution count of the cell a code object was compiled from (None for
@@ -66,8 +67,9 @@ def incident_from_exception(exc: BaseException, run: RunInfo, *,
     tracer saw fail; `violation` the index contract a precheck (or a blocking simulated
     kernel) found broken: it names the operator, the value and the range in the diagnosis.
     `loop` is the loop context when it was read earlier (before later code changed the
-    frames' values); else it is read now. The step and batch of an active watch() are
-    attached. Never raises for an exception it does not know (the family is `unknown`).
+    frames' values); else it is read now. A torch.multiprocessing wrapper of a failed child
+    becomes the child's incident (spawn_report.py). The step and batch of an active watch()
+    are attached. Never raises for an exception it does not know (the family is `unknown`).
     """
     diagnosis = diagnosis or classify(exc, context=device_lines or None)
     error = ErrorInfo.from_exception(exc, locate_cell, cell_source)
@@ -80,6 +82,9 @@ def incident_from_exception(exc: BaseException, run: RunInfo, *,
     incident = Incident(
         error=error, diagnosis=diagnosis, run=run, env=collect_env(), op=op,
         loop=loop if loop is not None else loop_context(exc, locate_cell))
+    report = read_spawn_report(exc)
+    if report is not None:
+        make_child_incident(incident, report, device_lines, locate_cell, cell_source)
     in_flight = probes.step_in_flight()
     if in_flight is not None:
         incident.step, incident.batch = in_flight

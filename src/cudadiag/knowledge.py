@@ -527,6 +527,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("distributed", r"gloo[^\n]{0,200}Connection closed by peer"),
     # torchrun's report of a child that died: the child's own error, if shown, decides
     _sig("unknown", r"ChildFailedError", wrapper=True),
+    # a process started with the spawn start method (torch.multiprocessing.spawn's only one)
+    # imports `__main__` afresh and cannot find a function a notebook defined there
+    _sig("unknown", r"Can't get attribute '(?P<function>[^']+)' on <module '__main__'",
+         pitfall="notebook_function_in_child"),
     _sig("unknown", r"terminate called after throwing an instance of '(?P<exception>[^']+)'",
          wrapper=True),
     # --- out of memory
@@ -769,9 +773,12 @@ DETAIL_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
     ),
 }
 
-# Lines a device prints on its own (kernel printf, ROCm runtime) that never reach the exception.
+# Lines printed on their own that never reach the exception: a device's (kernel printf, ROCm
+# runtime), and a child process's that could not load its function (the parent only learns
+# "process 0 terminated with exit code 1").
 DEVICE_MESSAGE = re.compile(
     r"Assertion `|Device-side assertion|Memory access fault by GPU|HSA_STATUS_ERROR"
+    r"|Can't get attribute '[^']+' on <module '__main__'"
 )
 
 # Hints that say something about how the message was produced, not which family it is.
@@ -801,6 +808,47 @@ ARCH_CHECK = (
     "The device's capability {capability} is not in the build's arch list ({arch_list}): "
     "install a PyTorch build that supports it."
 )
+
+
+
+
+@dataclass(frozen=True)
+class Pitfall:
+    """A known mistake that a message gives away, whatever its family: a signature names it
+    (`pitfall=` in its fixed details); the diagnosis then says so and its checks come first."""
+
+    name: str
+    title: str
+    checks: tuple[str, ...]
+    isolated: str
+    """What an isolated re-run of the cell shows instead (it cannot fall into the pitfall)."""
+
+
+PITFALLS: dict[str, Pitfall] = {
+    p.name: p
+    for p in (
+        Pitfall(
+            "notebook_function_in_child",
+            "A process started with the 'spawn' start method cannot load a function defined "
+            "in the notebook",
+            checks=(
+                "torch.multiprocessing.spawn starts each process with the 'spawn' start "
+                "method: it imports __main__ afresh and looks the function up there, and a "
+                "notebook's __main__ is no file, so the function is not found. The training "
+                "code never ran: this says nothing about it.",
+                "Re-run the cell with %cuda_isolate: cudadiag runs every rank as its own "
+                "process forked from a fresh interpreter that holds the notebook's function "
+                "(blocking launches, the tracer and the prechecks in each rank) and names the "
+                "rank that failed first.",
+                "Or move the function (and what it uses) to a .py file beside the notebook "
+                "and import it from there: `from ddp_worker import worker`.",
+            ),
+            isolated="the original failure was the spawn start method's (its processes could "
+                     "not load the notebook's function); here each rank was forked with it, so "
+                     "this is what the ranks themselves do",
+        ),
+    )
+}
 
 
 # --- Advice that fits the operator and the values -------------------------------------------

@@ -73,6 +73,9 @@ class Job:
     ranks: str | None = None
     """A multi-process run: the folder where each rank writes its record (isolate/rankfiles)
     instead of the one result file."""
+    spawn: bool = False
+    """The ranks are the processes the cells start with torch.multiprocessing
+    (isolate/spawn.py); the child itself is no rank and writes the result file."""
 
     @property
     def path(self) -> Path:

@@ -21,7 +21,7 @@ import re
 import signal
 import socket
 import traceback
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
@@ -33,6 +33,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 WRAPPER_FILES = ("torch/distributed/c10d_logger.py", "torch/overrides.py", "torch/_compile.py",
                  "torch/_dynamo/", "<frozen runpy>", "/runpy.py")
 """Frames that only pass a call on: never the place a rank failed in."""
+_CELL_FILE = re.compile(r"^<cudadiag (In\[\d+\])>$")
+"""A notebook cell replayed by the worker (isolate.worker.CELL_FILENAME)."""
 _FILE_NAME = re.compile(r"^a(\d+)\.rank(\d+)\.(json|stack)$")
 _STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
 
@@ -108,18 +110,27 @@ _this: _Rank | None = None
 
 
 def begin(folder: str | None) -> bool:
-    """In a rank of a multi-process job (`folder`: the job's rank folder, and torchrun set
-    RANK), write the start record, dump every thread's stack on SIGTERM and enable
-    torchrun's fault handler; return True. Elsewhere do nothing and return False."""
-    global _this
+    """In a rank of a torchrun job (`folder`: the job's rank folder, and torchrun set RANK),
+    begin its record (begin_rank); return True. Elsewhere do nothing and return False."""
     rank = os.environ.get("RANK")
     if not folder or rank is None:
         return False
-    _this = _Rank(Path(folder), RankState(
-        rank=int(rank), local_rank=int(os.environ.get("LOCAL_RANK", rank)),
-        node=socket.gethostname(), pid=os.getpid(),
-        world_size=int(os.environ.get("WORLD_SIZE", "1")),
-        attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), at=now()))
+    begin_rank(Path(folder), int(rank), int(os.environ.get("LOCAL_RANK", rank)),
+               int(os.environ.get("WORLD_SIZE", "1")),
+               int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    return True
+
+
+def begin_rank(folder: Path, rank: int, local_rank: int, world_size: int,
+               attempt: int) -> None:
+    """Make this process rank `rank` of a multi-process job whose ranks write into `folder`
+    (`attempt`: torchrun's restart count, or which start of processes this is): write the
+    start record, dump every thread's stack on SIGTERM and enable torchrun's fault
+    handler."""
+    global _this
+    _this = _Rank(folder, RankState(rank=rank, local_rank=local_rank, node=socket.gethostname(),
+                                    pid=os.getpid(), world_size=world_size, attempt=attempt,
+                                    at=now()))
     _this.write()
     # kept open for the life of the process: faulthandler writes to it from a signal handler
     _this.stack_file = open(os.open(_this.path("stack"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
@@ -128,7 +139,6 @@ def begin(folder: str | None) -> bool:
     from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
     get_error_handler().initialize()
-    return True
 
 
 def note_exception(exc: BaseException) -> None:
@@ -165,20 +175,59 @@ def finish(exit_code: int, incident: Incident | None) -> bool:
 
 def failing_call(frames: list[tuple[str, int, str]]) -> str | None:
     """The call a rank failed or stood in: the innermost frame that is neither cudadiag's nor
-    a wrapper's, as `all_reduce` for PyTorch's own functions and `train.py:12 in main` for the
-    program's. `frames` are (filename, lineno, name) tuples, innermost last."""
+    a wrapper's, as `all_reduce` for PyTorch's own functions, `train.py:12 in main` for the
+    program's and `In[3]:5 in worker` for a notebook cell's. `frames` are (filename,
+    lineno, name) tuples, innermost last."""
     for filename, lineno, name in reversed(frames):
         if filename.startswith(_PACKAGE_DIR) or any(w in filename for w in WRAPPER_FILES):
             continue
         if _is_library(filename):
             return name
-        return f"{os.path.basename(filename)}:{lineno} in {name}"
+        cell = _CELL_FILE.match(filename)
+        return f"{cell.group(1) if cell else os.path.basename(filename)}:{lineno} in {name}"
     return None
 
 
 def _is_library(filename: str) -> bool:
     return any(part in filename for part in ("/site-packages/", "/dist-packages/")) or \
         filename.startswith(os.path.dirname(os.__file__) + os.sep)
+
+
+@dataclass
+class LauncherFailure:
+    """One failed rank as the launcher that started it saw it (torchrun, or torch's
+    start_processes)."""
+
+    rank: int
+    local_rank: int
+    pid: int
+    exit_code: int
+    """Its exit status (negative: killed by that signal), the process's real one."""
+    timestamp: float
+    """When the launcher noticed the failure (seconds since the epoch)."""
+
+
+@dataclass
+class LauncherReport:
+    """What the launcher reported about a job, beside the rank folder: the rank it names as
+    the root cause (the first failure it observed) and every rank that failed."""
+
+    root_cause: int | None = None
+    failures: list[LauncherFailure] = field(default_factory=list)
+
+    def write(self, path: Path) -> None:
+        """Write the report as JSON."""
+        path.write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def read(cls, path: Path) -> LauncherReport:
+        """Read a report `write` wrote; an empty one when there is none (no rank failed, or
+        the launcher died first) or it cannot be read."""
+        try:
+            data = json.loads(path.read_text())
+            return cls(data["root_cause"], [LauncherFailure(**f) for f in data["failures"]])
+        except (OSError, ValueError, TypeError, KeyError):
+            return cls()
 
 
 @dataclass

@@ -1,4 +1,6 @@
-"""Multi-process runs: `cudadiag run --nproc-per-node N [torchrun options] -- script.py`.
+"""Multi-process runs: `cudadiag run --nproc-per-node N [torchrun options] -- script.py`,
+`%cuda_isolate --nproc-per-node N`, and `%cuda_isolate` on cells that start their ranks with
+torch.multiprocessing.spawn (isolate/spawn.py).
 
 PyTorch's own launcher runs the job (`torch.distributed.run`: rendezvous, restarts, error
 files, its "Root Cause" summary); every rank is a cudadiag worker (blocking launches, the
@@ -19,21 +21,28 @@ import socket
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from cudadiag.classify import classify
 from cudadiag.diagnose import incident_from_recorded_error, incident_of_dead_process
 from cudadiag.errors import TorchrunOptionsError
 from cudadiag.explain import is_consequence
 from cudadiag.incident import Diagnosis, Incident, LaterError, RankRecord, RunInfo
-from cudadiag.isolate.job import JobResult
-from cudadiag.isolate.launcher import WorkerProcess
+from cudadiag.isolate.job import Job, JobResult
+from cudadiag.isolate.launcher import Launcher, SubprocessLauncher, WorkerProcess
 from cudadiag.isolate.procgroup import describe, group_members, kill_group
-from cudadiag.isolate.rankfiles import RankFiles, RankState, read_rank_files
-from cudadiag.isolate.torchrun import TorchrunFailure, TorchrunReport
+from cudadiag.isolate.rankfiles import (
+    LauncherFailure,
+    LauncherReport,
+    RankFiles,
+    RankState,
+    read_rank_files,
+)
+from cudadiag.isolate.spawn import EXITS_FILE, START_METHOD
 from cudadiag.knowledge import FAMILIES
 
 if TYPE_CHECKING:
@@ -103,34 +112,50 @@ class TorchrunLauncher:
 
 
 @dataclass
-class TorchrunJob:
-    """One multi-process run: torchrun's options (`--nproc-per-node` among them), then, once
-    the job ran, each rank's record."""
+class RankJob(ABC):
+    """One multi-process run, the part every launcher shares: once the job ran, each rank's
+    record and from them the incident (the first failing rank's, the others its
+    consequences). A subclass says how the ranks are started and where its launcher wrote
+    how they ended (`exits_file`, in the format of cudadiag.isolate.torchrun's)."""
 
-    options: list[str]
-    python: str
-    folder: Path | None = None
-    records: list[RankRecord] = field(default_factory=list)
-    root_cause: int | None = None
-    """The rank torchrun names as the first observed failure."""
+    folder: Path | None = field(default=None, init=False)
+    records: list[RankRecord] = field(default_factory=list, init=False)
+    root_cause: int | None = field(default=None, init=False)
+    """The rank the launcher names as the first observed failure."""
     _first: RankRecord | None = field(default=None, init=False, repr=False)
 
-    def prepare(self, workdir: Path) -> TorchrunLauncher:
-        """Make the folder the ranks write their records into; return the launcher."""
-        self.folder = workdir / "ranks"
-        self.folder.mkdir(mode=0o700)
-        return TorchrunLauncher(self.python, self.options, workdir / "torchrun.json")
+    launcher_name: ClassVar[str]
+    """The launcher in the user's words (`torchrun`)."""
+    exits_file: ClassVar[str]
+    """Beside the rank folder: the ranks that failed, as the launcher saw them."""
+    root_cause_key: ClassVar[str]
+    """The diagnosis detail that holds the rank the launcher reported first."""
 
-    def collect(self, stopped: bool) -> JobResult:
-        """After torchrun ended (`stopped`: by cudadiag's timeout or Ctrl-C): stop the ranks
-        it left running, read every rank's record and return the result of the job: the
-        first failure's incident, None when no rank raised or died."""
+    @abstractmethod
+    def prepare(self, job: Job, launcher: Launcher | None) -> Launcher:
+        """Make the folder the ranks write their records into and name it in `job`; return
+        the launcher that starts the job (`launcher`: the one a single run would use)."""
+
+    @abstractmethod
+    def launcher_words(self) -> list[str]:
+        """How the ranks were started, as the incident records it (`run.launcher`)."""
+
+    def _make_folder(self, job: Job) -> None:
+        self.folder = job.folder / "ranks"
+        self.folder.mkdir(mode=0o700)
+        job.ranks = str(self.folder)
+
+    def collect(self, stopped: bool) -> JobResult | None:
+        """After the launcher ended (`stopped`: by cudadiag's timeout or Ctrl-C): stop the
+        ranks it left running, read every rank's record and return the result of the job:
+        the first failure's incident, None when no rank raised or died (a subclass may have
+        no result at all: None)."""
         assert self.folder is not None, "prepare() first"
         found = read_rank_files(self.folder)
         if self._stop_leftovers(found):
             found = read_rank_files(self.folder)  # with the stacks the stopped ranks dumped
         files = {f.rank: f for f in found}
-        failures = self._torchrun_failures()
+        failures = self._launcher_failures()
         ranks = sorted(set(files) | set(failures))
         self.records = [_record(r, files.get(r), failures.get(r), stopped) for r in ranks]
         causes = [r for r in self.records if _is_cause(r)]
@@ -143,9 +168,12 @@ class TorchrunJob:
 
     def complete(self, incident: Incident) -> None:
         """Give the incident the other ranks' errors (as probable consequences), every
-        rank's record and the summary naming the first rank."""
+        rank's record and the summary naming the first rank; leave it as it is when no rank
+        failed (the incident is of something else: a launcher that crashed, a cell before
+        any rank started)."""
         first = self._first
-        assert first is not None, "collect() found no failure"
+        if first is None:
+            return
         others = [r for r in self.records if r is not first]
         incident.error.later += [
             LaterError(type=r.error_type or "", message=r.message or "",
@@ -153,9 +181,9 @@ class TorchrunJob:
             for r in others if r.outcome == "raised"]
         incident.diagnosis.rank = first.rank
         incident.run.ranks = self.records
-        incident.run.launcher = self.options
+        incident.run.launcher = self.launcher_words()
         if self.root_cause is not None:
-            incident.diagnosis.details["torchrun_root_cause_rank"] = self.root_cause
+            incident.diagnosis.details[self.root_cause_key] = self.root_cause
         if _is_cause(first):
             incident.diagnosis.summary = _first_failure_summary(incident, first, others)
         else:
@@ -163,8 +191,8 @@ class TorchrunJob:
 
     def message(self, message: str, result: IsolatedResult) -> str:
         """The line for a run that gave no incident (`message`: the single-run one), with
-        the ranks: where each one was when the job was stopped (a timeout, Ctrl-C, torchrun
-        killed), or that torchrun failed before any rank ran."""
+        the ranks: where each one was when the job was stopped (a timeout, Ctrl-C, the
+        launcher killed), or that the launcher failed before any rank ran."""
         where = "; no rank raised an error. Where each rank was: " + ", ".join(
             _state(r) for r in self.records) + (
             ". A rank that is not in the collective the others wait in is the slowest or "
@@ -172,15 +200,15 @@ class TorchrunJob:
         if result.timed_out or result.interrupted:
             return message + (where if self.records else "")
         if result.returncode and not self.records:
-            return (f"cudadiag: torchrun ended with status {result.returncode} before any "
-                    "rank ran its program (its own message is above)")
+            return (f"cudadiag: {self.launcher_name} ended with status {result.returncode} "
+                    "before any rank ran its program (its own message is above)")
         if result.returncode:
-            return f"cudadiag: torchrun ended with status {result.returncode}{where}"
+            return f"cudadiag: {self.launcher_name} ended with status {result.returncode}{where}"
         return message
 
-    def _torchrun_failures(self) -> dict[int, TorchrunFailure]:
+    def _launcher_failures(self) -> dict[int, LauncherFailure]:
         assert self.folder is not None
-        reported = TorchrunReport.read(self.folder.parent / "torchrun.json")
+        reported = LauncherReport.read(self.folder.parent / self.exits_file)
         self.root_cause = reported.root_cause
         return {f.rank: f for f in reported.failures}
 
@@ -206,7 +234,67 @@ class TorchrunJob:
         return True
 
 
-def _record(rank: int, files: RankFiles | None, failure: TorchrunFailure | None,
+@dataclass
+class TorchrunJob(RankJob):
+    """A run whose ranks torchrun starts: its options (`--nproc-per-node` among them), each
+    rank a cudadiag worker running the whole program."""
+
+    options: list[str] = field(default_factory=list)
+    python: str = sys.executable
+
+    launcher_name: ClassVar[str] = "torchrun"
+    exits_file: ClassVar[str] = "torchrun.json"
+    root_cause_key: ClassVar[str] = "torchrun_root_cause_rank"
+
+    def prepare(self, job: Job, launcher: Launcher | None) -> TorchrunLauncher:
+        """Make the rank folder; return the launcher that starts torchrun (`launcher`, a
+        single run's, is not used: torchrun starts every rank)."""
+        self._make_folder(job)
+        return TorchrunLauncher(self.python, self.options, job.folder / self.exits_file)
+
+    def launcher_words(self) -> list[str]:
+        """torchrun's options."""
+        return self.options
+
+
+@dataclass
+class SpawnJob(RankJob):
+    """A run of cells that start their ranks with torch.multiprocessing.spawn or
+    start_processes: one isolated child runs the cells, each process those calls start is a
+    rank (isolate/spawn.py). When no rank failed, the child's own result stands (a cell
+    that failed before any process started)."""
+
+    _result_path: Path | None = field(default=None, init=False, repr=False)
+
+    launcher_name: ClassVar[str] = "the isolated process"
+    exits_file: ClassVar[str] = EXITS_FILE
+    root_cause_key: ClassVar[str] = "spawn_root_cause_rank"
+
+    def prepare(self, job: Job, launcher: Launcher | None) -> Launcher:
+        """Make the rank folder and mark `job` as one whose spawn calls start ranks; return
+        `launcher` (or a new interpreter's): the child runs the cells as any isolated run."""
+        self._make_folder(job)
+        job.spawn = True
+        self._result_path = job.result_path
+        return launcher or SubprocessLauncher()
+
+    def collect(self, stopped: bool) -> JobResult | None:
+        """The first failing rank's incident (RankJob.collect), else the child's own result
+        (None when it wrote none); the child's check of its blocking variables either way."""
+        assert self._result_path is not None, "prepare() first"
+        own = JobResult.read(self._result_path)
+        ranks = super().collect(stopped)
+        if ranks is None or ranks.incident is None:
+            return own
+        ranks.blocking_check = own.blocking_check if own else ""
+        return ranks
+
+    def launcher_words(self) -> list[str]:
+        """What started the ranks."""
+        return ["torch.multiprocessing.start_processes", f"start_method={START_METHOD}"]
+
+
+def _record(rank: int, files: RankFiles | None, failure: LauncherFailure | None,
             stopped: bool) -> RankRecord:
     """One rank's outcome from its own record and what torchrun reported about it (whose
     exit status is the process's real one: a rank may be killed after writing its record)."""

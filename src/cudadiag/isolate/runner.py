@@ -38,7 +38,7 @@ from cudadiag.isolate.procgroup import describe, group_members, kill_group
 from cudadiag.store import IncidentStore
 
 if TYPE_CHECKING:
-    from cudadiag.isolate.ranks import TorchrunJob
+    from cudadiag.isolate.ranks import RankJob
 
 KILL_GRACE_S = 2.0
 """After SIGTERM, how long the child may take to exit before its group gets SIGKILL."""
@@ -87,7 +87,7 @@ def run_isolated(
     stream: bool = True,
     store: bool = True,
     show_replay: bool = False,
-    ranks: TorchrunJob | None = None,
+    ranks: RankJob | None = None,
 ) -> IsolatedResult:
     """Run `code` in a fresh Python process with blocking launches, the op tracer and the
     index prechecks; return an IsolatedResult.
@@ -102,7 +102,8 @@ def run_isolated(
     line (`show_replay`: printed live too). The incident, if any, is appended to the incident
     log unless `store` is False. An interrupt (KeyboardInterrupt) kills the child's process
     group and returns a result with `interrupted` set: the caller decides whether to raise.
-    With `ranks`, the cells run as every rank of a torchrun job (isolate/ranks.py).
+    With `ranks`, the cells run as every rank of a torchrun job, or start their ranks with
+    torch.multiprocessing.spawn (isolate/ranks.py).
     Raises ValueError for a timeout that is not a positive finite number and OSError when
     no process can be started (or on Windows).
     """
@@ -126,7 +127,7 @@ def run_script(
     precheck: bool = True,
     stream: bool = True,
     store: bool = True,
-    ranks: TorchrunJob | None = None,
+    ranks: RankJob | None = None,
 ) -> IsolatedResult:
     """Run a script (or `python -m` module when `module`) the way
     `CUDA_LAUNCH_BLOCKING=1 python train.py` does, plus the tracer, prechecks and watch(),
@@ -149,7 +150,7 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
              ship: dict[str, Any] | Path | None, trace: bool, precheck: bool,
              rng_states: dict[int, dict[str, Any]] | None, batch: tuple[int, Any] | None,
              launcher: Launcher | None, output: ChildOutput, store: bool,
-             ranks: TorchrunJob | None = None) -> IsolatedResult:
+             ranks: RankJob | None = None) -> IsolatedResult:
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout}")
     if os.name == "nt":
@@ -168,8 +169,7 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
                   env_vars=extra, script=script)
         _fill_job(job, ship, rng_states, batch)
         if ranks is not None:
-            launcher = ranks.prepare(Path(workdir))
-            job.ranks = str(ranks.folder)
+            launcher = ranks.prepare(job, launcher)
             job.write()
         started = time.perf_counter()
         what = ("the job" if ranks is not None else "the script" if script is not None

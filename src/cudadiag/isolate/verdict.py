@@ -10,6 +10,7 @@ precheck the family alone decides.
 from __future__ import annotations
 
 from cudadiag.incident import Incident
+from cudadiag.knowledge import PITFALLS
 
 SUGGESTION = ("check the plan with --dry-run, or choose the cells to replay with "
               "--cells N,M,...")
@@ -29,7 +30,12 @@ def same_failure(original: Incident, isolated: Incident) -> bool:
 
 def verdict_line(original: Incident, isolated: Incident | None) -> str:
     """Return the first line shown after an isolated run of the cell that failed as
-    `original`: reproduced, failed differently, or did not fail at all."""
+    `original`: reproduced, failed differently, or did not fail at all — or, when the
+    original fell into a pitfall an isolated run avoids, what the run did instead."""
+    pitfall = PITFALLS.get(str(original.diagnosis.details.get("pitfall")))
+    if pitfall is not None:
+        outcome = failure_text(isolated) if isolated else "they finished without error"
+        return f"cudadiag: {pitfall.isolated}: {outcome}"
     if isolated is None:
         return (f"cudadiag: the error did not reproduce: the isolated run finished without "
                 f"error (original: {failure_text(original)}) — {SUGGESTION}")

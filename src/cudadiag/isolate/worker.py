@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudadiag.incident import Incident, LoopContext, RunInfo
-from cudadiag.isolate import rankfiles
+from cudadiag.isolate import rankfiles, spawn
 from cudadiag.isolate.job import Job, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
 from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     ones when the process aborts.
     """
     job = Job.read(Path(argv[1]))
-    rankfiles.begin(job.ranks)
+    rankfiles.begin(None if job.spawn else job.ranks)
     started = time.perf_counter()
     check = blocking_check(job)
     try:
@@ -114,7 +114,10 @@ def run_job(job: Job) -> JobResult:
     exit_code = 0
     cwd = os.getcwd()
     opened = _record_files_read(exclude=[str(job.folder)])
-    with tracer or nullcontext():
+    ranks = spawn.ranks_as_processes(
+        Path(job.ranks), lambda exc: _rank_incident(exc, job, tracer)
+    ) if job.spawn and job.ranks else nullcontext()
+    with tracer or nullcontext(), ranks:
         if job.script is not None:
             exit_code = _run_script(job.script, failures)
         for position, cell in enumerate(job.cells, start=1):
@@ -135,6 +138,16 @@ def run_job(job: Job) -> JobResult:
     incident.run.cwd = cwd
     incident.run.files_read = files_read
     return JobResult(incident, 1)
+
+
+def _rank_incident(exc: BaseException, job: Job, tracer: OpTracer | None) -> Incident:
+    """The incident of a rank's own error, in a process the cells started
+    (isolate/spawn.py): as a cell's, with the loop it failed in."""
+    from cudadiag.loopvars import loop_context
+
+    incident = _incident([(exc, None)], job, tracer, loop_context(exc, cell_of))
+    incident.run.cwd = os.getcwd()
+    return incident
 
 
 def _record_files_read(exclude: list[str]) -> dict[str, None]:

@@ -21,6 +21,7 @@ from cudadiag.diagnose import incident_from_exception, is_simulated, later_error
 from cudadiag.errors import IncidentNotSaved
 from cudadiag.fdtail import DeviceMessageTail
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.spawn_report import read_spawn_report
 from cudadiag.store import IncidentStore
 
 RNG_CELLS_KEPT = 256
@@ -109,7 +110,11 @@ class KernelCapture:
         with contextlib.suppress(AttributeError):
             exc._cudadiag_seen = True  # type: ignore[attr-defined]
         diagnosis = classify(exc)
-        device_lines = self.device_tail.take(wait_for_lines=diagnosis.asynchronous)
+        report = read_spawn_report(exc)
+        # a spawned child that died without a traceback may have printed why, just before
+        exited_child = report is not None and report.ended == "exited"
+        device_lines = self.device_tail.take(
+            wait_for_lines=diagnosis.asynchronous or exited_child)
         if device_lines:
             diagnosis = classify(exc, context=device_lines)
         relevant = is_relevant(exc, diagnosis.family)

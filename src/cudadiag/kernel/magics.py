@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from cudadiag.isolate.runner import IsolatedResult
 
 _captures: dict[int, KernelCapture] = {}
+SPAWN_LINE = ("ranks: the cells start processes with torch.multiprocessing; each one runs as "
+              "a rank of its own, forked from the isolated process")
+NPROC_IGNORED = " (their call sets how many: --nproc-per-node is not used)"
 
 
 class MagicParser(argparse.ArgumentParser):
@@ -126,7 +129,9 @@ def _isolation_options(func: Any) -> Any:
         argument("--nproc-per-node", type=processes_per_node, metavar="N",
                  help="run the cells as N ranks of a torchrun job (torch.distributed.run "
                       "--standalone; cells call init_process_group): the incident names the "
-                      "rank that failed first, the others' errors are its consequences"),
+                      "rank that failed first, the others' errors are its consequences. "
+                      "Cells that call torch.multiprocessing.spawn need no option: each "
+                      "process they start is a rank"),
     ]
     for option in reversed(options):
         func = option(func)
@@ -409,6 +414,7 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
     --dry-run). Raises UsageError for a bad option or plan."""
     from cudadiag.errors import PlanError
     from cudadiag.isolate.plan import make_plan
+    from cudadiag.isolate.spawn import calls_spawn
     from cudadiag.isolate.verdict import verdict_line
 
     ship = args.ship if args.ship in ("auto", "none") else [
@@ -419,9 +425,14 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
     try:
         cells = [int(n) for n in args.cells.split(",")] if args.cells else None
         env = dict(_key_value(item) for item in args.env)
-        plan = make_plan(history, target, shell.user_ns, ship=ship, cells=cells,
-                         allow_side_effects=args.allow_side_effects,
-                         restore=[name for name, _ in restore])
+        def plan_shipping(ship: str | list[str]) -> Any:
+            return make_plan(history, target, shell.user_ns, ship=ship, cells=cells,
+                             allow_side_effects=args.allow_side_effects,
+                             restore=[name for name, _ in restore])
+
+        plan = plan_shipping(ship)
+        if ship == "auto" and calls_spawn(plan.sources[n] for n in plan.replay):
+            plan = plan_shipping("none")  # the ranks run the functions the cells define
     except (PlanError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     restore_cell = _restore_cell(args.from_checkpoint, restore) if restore else None
@@ -497,13 +508,18 @@ def _restore_cell(spec: str, assignments: list[tuple[str, str]]) -> tuple[int, s
 def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, str],
                   recorded: tuple[int, Any] | None,
                   restore_cell: tuple[int, str] | None = None) -> IsolatedResult:
-    from cudadiag.isolate.ranks import TorchrunJob
+    from cudadiag.isolate.ranks import RankJob, SpawnJob, TorchrunJob
     from cudadiag.isolate.runner import run_isolated
+    from cudadiag.isolate.spawn import calls_spawn
     from cudadiag.isolate.warm import WarmLauncher
 
     capture = capture_for(shell)
-    ranks = None
-    if args.nproc_per_node is not None:
+    ranks: RankJob | None = None
+    if calls_spawn(plan.sources[n] for n in plan.replay):
+        ranks = SpawnJob()
+        print(SPAWN_LINE + (NPROC_IGNORED if args.nproc_per_node is not None else ""),
+              flush=True)
+    elif args.nproc_per_node is not None:
         ranks = TorchrunJob(["--nproc-per-node", args.nproc_per_node, "--standalone"],
                             sys.executable)
     return run_isolated(
@@ -521,7 +537,7 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
         batch=recorded,
         show_replay=args.show_replay,
         ranks=ranks,
-        launcher=WarmLauncher(cold=args.cold) if ranks is None else None,
+        launcher=None if isinstance(ranks, TorchrunJob) else WarmLauncher(cold=args.cold),
     )
 
 
