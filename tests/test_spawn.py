@@ -13,8 +13,8 @@ import pytest
 from nbclient import NotebookClient
 
 from cudadiag import classify, incidents
-from cudadiag.errors import IsolatedRunFailed
-from cudadiag.isolate.spawn import calls_spawn
+from cudadiag.errors import IsolatedRunFailed, RanksAfterCudaError
+from cudadiag.isolate.spawn import calls_spawn, ranks_as_processes
 from cudadiag.isolate.verdict import verdict_line
 
 JOB_LIMIT_S = 60
@@ -213,3 +213,14 @@ def test_an_isolated_run_after_the_pitfall_says_what_the_ranks_did_instead():
         "cudadiag: the original failure was the spawn start method's (its processes could "
         "not load the notebook's function); here each rank was forked with it, so this is "
         "what the ranks themselves do: they finished without error")
+
+
+def test_ranks_are_not_forked_after_the_cells_initialised_cuda(tmp_path, monkeypatch):
+    import torch
+    import torch.multiprocessing as mp
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with ranks_as_processes(tmp_path / "ranks", lambda exc: None), \
+            pytest.raises(RanksAfterCudaError, match=r"Move the CUDA calls .* into the function"):
+        mp.spawn(print, nprocs=2)
+    assert not (tmp_path / "ranks").exists()  # no process started

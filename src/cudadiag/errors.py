@@ -100,3 +100,9 @@ class GuardError(CudadiagError, ValueError):
 class TorchrunOptionsError(CudadiagError, ValueError):
     """Options torchrun does not know or would refuse, or that cudadiag sets itself
     (`cudadiag run --nproc-per-node N [torchrun options] -- SCRIPT`)."""
+
+
+class RanksAfterCudaError(CudadiagError, RuntimeError):
+    """Raised in an isolated run when the cells start their processes with
+    torch.multiprocessing after CUDA was initialised: a forked rank cannot use that
+    context."""

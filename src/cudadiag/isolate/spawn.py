@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from cudadiag.errors import RanksAfterCudaError
 from cudadiag.incident import Incident
 from cudadiag.isolate import rankfiles
 
@@ -35,6 +36,13 @@ SPAWN_CALLS = frozenset({
 START_METHOD = "fork"
 EXITS_FILE = "spawn.json"
 """Beside the rank folder: how each process of the last start ended, as torch saw it."""
+AFTER_CUDA = (
+    "cudadiag: the cells initialised CUDA before starting their processes with "
+    "torch.multiprocessing; an isolated run forks each rank (so that the function the "
+    "notebook defined can be loaded), and a forked process cannot use its parent's CUDA "
+    "context. Move the CUDA calls (.cuda(), .to('cuda'), torch.cuda.set_device, tensors made "
+    "on the GPU) into the function each process runs, as DDP code does, and run %cuda_isolate "
+    "again.")
 GRACE_S = 3.0
 """After one process failed, how long the others get to fail on their own (a collective
 that lost its peer) before torch stops them with SIGTERM (then SIGKILL after as long)."""
@@ -80,7 +88,9 @@ def ranks_as_processes(folder: Path, incident_of: Callable[[BaseException], Inci
     """While active, every `torch.multiprocessing.spawn` / `start_processes` call starts its
     processes by fork, each one a rank writing its record into `folder`, its error made an
     incident by `incident_of`. With `join` (the default), torch's own join waits for them;
-    how each ended is written to EXITS_FILE beside `folder`, even when the join raises."""
+    how each ended is written to EXITS_FILE beside `folder`, even when the join raises. A
+    start after CUDA was initialised raises RanksAfterCudaError (a forked rank could not use
+    it)."""
     import torch.multiprocessing
 
     # the module: `torch.multiprocessing.spawn` as an attribute is the function
@@ -91,6 +101,8 @@ def ranks_as_processes(folder: Path, incident_of: Callable[[BaseException], Inci
     def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1,
                         join: bool = True, daemon: bool = False,
                         start_method: str = "spawn") -> Any:
+        if torch.cuda.is_initialized():
+            raise RanksAfterCudaError(AFTER_CUDA)
         attempt = next(starts)
         entry = functools.partial(_run_rank, fn, folder, attempt, nprocs, incident_of)
         context = original(entry, args, nprocs, join=False, daemon=daemon,
