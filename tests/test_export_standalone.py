@@ -96,31 +96,23 @@ def test_a_seed_goes_only_with_every_draw_after_it():
     assert "random.seed(42)" in result.cells[2] and "random.shuffle(words)" in result.cells[2]
 
 
-def test_a_seed_is_left_out_when_the_failure_is_the_same_under_other_seeds():
-    cells = {
-        1: "import torch",
-        2: "torch.manual_seed(0)",
-        3: "model = torch.nn.Linear(8, 4)  # draws its weights from the seeded stream",
-        4: "torch.nn.functional.cross_entropy(model(torch.randn(3, 8)), torch.tensor([0, 2, 4]))",
-    }
-    result = minimize(cells)
+@pytest.mark.parametrize("draw, failing, kept, dropped", [
     # the target 4 is out of range whatever weights and inputs are drawn
-    assert list(result.cells) == [1, 3, 4], result.cells
-    assert result.seeds_dropped == ["torch.manual_seed(0)"]
-    assert "seed left out: `torch.manual_seed(0)` (the failure is the same under other seeds)" \
-        in result.notes()
-
-
-def test_a_seed_stays_when_the_failure_moves_under_other_seeds():
-    cells = {
-        1: "import torch",
-        2: "torch.manual_seed(0)",
-        3: "targets = torch.randint(0, 5, (64,))  # a 4 somewhere, at a place the seed decides",
-        4: "torch.nn.functional.cross_entropy(torch.zeros(64, 4), targets)",
-    }
-    result = minimize(cells)
-    assert list(result.cells) == [1, 2, 3, 4], result.cells
-    assert result.seeds_dropped == [] and result.notes() == []
+    ("model = torch.nn.Linear(8, 4)  # draws its weights from the seeded stream",
+     "torch.nn.functional.cross_entropy(model(torch.randn(3, 8)), torch.tensor([0, 2, 4]))",
+     [1, 3, 4], ["torch.manual_seed(0)"]),
+    # a 4 under every seed, at a place the seed decides
+    ("targets = torch.randint(0, 5, (64,))",
+     "torch.nn.functional.cross_entropy(torch.zeros(64, 4), targets)",
+     [1, 2, 3, 4], []),
+], ids=["the same under other seeds: the seed goes", "moves with the seed: the seed stays"])
+def test_a_seed_goes_alone_only_when_the_failure_is_identical_under_other_seeds(
+        draw, failing, kept, dropped):
+    result = minimize({1: "import torch", 2: "torch.manual_seed(0)", 3: draw, 4: failing})
+    assert list(result.cells) == kept, result.cells
+    assert result.seeds_dropped == dropped
+    assert result.notes() == [f"seed left out: `{seed}` (the failure is the same under other "
+                              "seeds)" for seed in dropped]
 
 
 def test_no_name_is_left_without_its_definition():
