@@ -6,6 +6,7 @@ the rank that was missing from them."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -116,8 +117,11 @@ def failed_job(script: str, tmp_path: Path, *args: str, options: tuple[str, ...]
 def test_the_rank_that_failed_first_is_the_incident_and_the_waiting_rank_a_consequence(
         tmp_path):
     ran, incident = failed_job(BAD_TARGET, tmp_path, options=("--json", "incident.json"))
-    assert ("rank 1 failed first at step 3 (nll_loss, target 4); rank 0 failed afterwards in "
-            "all_reduce — consequences") in ran.stderr, ran.stderr[-3000:]
+    # under load torchrun may stop rank 0 before gloo tells it that its peer is gone
+    summary = re.search(r"rank 1 failed first at step 3 \(nll_loss, target 4\); rank 0 "
+                        r"(failed afterwards|was stopped) in all_reduce — consequences",
+                        ran.stderr)
+    assert summary, ran.stderr[-3000:]
     assert "Root Cause (first observed failure)" in ran.stderr  # torchrun's own summary...
     root_cause = ran.stderr.split("Root Cause (first observed failure)")[1]
     assert "rank      : 1 (local_rank: 1)" in root_cause  # ...reads the error file we wrote
@@ -127,12 +131,13 @@ def test_the_rank_that_failed_first_is_the_incident_and_the_waiting_rank_a_conse
     assert incident.diagnosis.details["value"] == 4
     assert incident.diagnosis.details["torchrun_root_cause_rank"] == 1
     assert incident.loop.frames[-1].loops[-1].values["step"] == "3"
-    (later,) = incident.error.later
-    assert later.rank == 0 and later.family == "distributed" and later.probable_consequence
-    assert "Connection closed by peer" in later.message
+    if summary.group(1) == "failed afterwards":
+        (later,) = incident.error.later
+        assert later.rank == 0 and later.family == "distributed" and later.probable_consequence
+        assert "Connection closed by peer" in later.message
     first, waiting = sorted(incident.run.ranks, key=lambda r: r.rank, reverse=True)
     assert (first.rank, first.local_rank, first.outcome) == (1, 1, "raised")
-    assert first.node and first.at < waiting.at
+    assert first.node and (waiting.at is None or first.at < waiting.at)
     assert (waiting.rank, waiting.where, waiting.consequence) == (0, "all_reduce", True)
     assert incident.run.launcher == ["--nproc-per-node", "2", "--standalone"]
     assert incident.run.mode == "cli" and incident.run.exit_status == 1
