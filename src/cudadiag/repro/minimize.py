@@ -87,13 +87,13 @@ class _Budget(Exception):
     """Raised inside the search when a trial may not be run."""
 
 
-Trial = Callable[[list[Unit], float | None, int | None], "Incident | str | None"]
-"""trial(program, seconds left or None, seed to start from or None) -> its failure, None
-when it passed, or `interrupted` / `timed out`"""
+Runner = Callable[[list[Unit], float | None, int | None, bool], "Incident | str | None"]
+"""run(program, seconds left or None, seed to start from or None, traced) -> its failure,
+None when it passed, or `interrupted` / `timed out`"""
 
 
 class _Search:
-    def __init__(self, runner: Trial,
+    def __init__(self, runner: Runner,
                  signature: Signature, admissible: Admissible, max_trials: int,
                  deadline: float | None, progress: Progress | None) -> None:
         self.runner = runner
@@ -140,7 +140,7 @@ class _Search:
         left = self._budget_left()
         self.trials += 1
         try:
-            outcome = self.runner(units, left, seed)
+            outcome = self.runner(units, left, seed, True)
         except KeyboardInterrupt:  # Ctrl-C while the fork server was starting the trial
             outcome = "interrupted"
         if outcome == "timed out" and self.deadline and time.monotonic() >= self.deadline:
@@ -241,8 +241,8 @@ def minimize(
         with tempfile.TemporaryDirectory(prefix="cudadiag-minimize-") as scratch:
             paths = _ScratchFiles(scratch)
 
-            def run(program: list[Unit], limit: float | None, seed: int | None = None,
-                    trace: bool = True) -> Incident | str | None:
+            def run(program: list[Unit], limit: float | None, seed: int | None,
+                    trace: bool) -> Incident | str | None:
                 numbered = _numbered(program, setup, paths.loop_states, seed)
                 result = run_isolated(
                     numbered[-1][1], cells=numbered[:-1], target_cell=numbered[-1][0],
@@ -309,9 +309,6 @@ class _Begin:
     probed: tuple[Any, dict[str, Any]] | None = None
     cut: loops.LoopCut | None = None
     states: dict[str, Any] = field(default_factory=dict)
-
-
-Runner = Callable[..., "Incident | str | None"]
 
 
 def _start(run: Runner, units: list[Unit], site: loops.LoopSite | None,
