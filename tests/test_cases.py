@@ -45,3 +45,36 @@ def test_bad_names_and_missing_files_are_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="lonely"):
         load_cases(tmp_path)
     assert load_cases(tmp_path / "nowhere") == []
+
+
+def test_a_failed_overwrite_leaves_the_old_case_whole_and_says_what_to_do(tmp_path,
+                                                                          monkeypatch):
+    import errno
+    import os
+
+    keep_case({"y": torch.tensor([0, 1])}, "a", reason="old", directory=tmp_path)
+
+    def disk_full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", disk_full)
+    with pytest.raises(OSError, match=r"could not write a\.pt in .*: No space left on device; "
+                                      r"free some space"):
+        keep_case({"y": torch.tensor([0, 4])}, "a", reason="new", directory=tmp_path,
+                  overwrite=True)
+    monkeypatch.undo()
+    (case,) = load_cases(tmp_path)
+    assert case.reason == "old" and case.batch["y"].tolist() == [0, 1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "a.pt"]
+
+
+def test_case_files_are_the_projects_readable_as_the_umask_allows(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        keep_case([torch.zeros(1)], "shared", reason="r", directory=tmp_path)
+    finally:
+        os.umask(old)
+    assert {oct((tmp_path / f).stat().st_mode & 0o777)
+            for f in ("shared.pt", "shared.json")} == {"0o644"}

@@ -7,6 +7,7 @@ verdict or incident id, creation time).
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from cudadiag.batch import map_tensors, summarize
+from cudadiag.durable import SHARED_FILE, replace_atomically, write_failure
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -42,9 +44,11 @@ def keep_case(batch: Any, name: str, *, reason: str, directory: str | Path = "te
               overwrite: bool = False) -> Path:
     """Store `batch` (copied to the CPU) as case `name` in `directory`; return the .pt path.
 
-    Raises ValueError for a name that is not a plain file name, FileExistsError when the case
-    exists and `overwrite` is False, RuntimeError when a GPU batch cannot be copied (a
-    poisoned CUDA context: restart and rebuild the batch).
+    Each file is replaced atomically: a failed or interrupted write leaves the case as it
+    was. Raises ValueError for a name that is not a plain file name, FileExistsError when the
+    case exists and `overwrite` is False, RuntimeError when a GPU batch cannot be copied (a
+    poisoned CUDA context: restart and rebuild the batch), OSError (saying what to do) when
+    the files cannot be written.
     """
     if not _NAME.match(name):
         raise ValueError(f"case name {name!r}: use letters, digits, '_', '-', '.' (no path)")
@@ -60,15 +64,28 @@ def keep_case(batch: Any, name: str, *, reason: str, directory: str | Path = "te
     except RuntimeError as exc:
         raise RuntimeError(f"cannot copy the batch to the CPU ({str(exc).splitlines()[0]}); "
                            "restart the kernel and rebuild the batch") from exc
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.save(on_cpu, data_path)
     meta = {
         "name": name, "reason": reason, "verdict": verdict, "incident_id": incident_id,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "summary": summarize(on_cpu).to_dict(),
     }
-    meta_path.write_text(json.dumps(meta, indent=2, default=str))
+    data = io.BytesIO()
+    torch.save(on_cpu, data)
+    # the data first: load_cases reads a case from its .json, so a case shows up whole or
+    # not at all, and a failed overwrite leaves the old case as it was
+    _write_project_file(data_path, data.getvalue())
+    _write_project_file(meta_path, json.dumps(meta, indent=2, default=str).encode())
     return data_path
+
+
+def _write_project_file(path: Path, data: bytes) -> None:
+    """Replace `path` atomically with `data`, readable as the umask allows (the cases are
+    the project's files, kept with its tests); raises OSError saying what to do."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        replace_atomically(path, data, mode=SHARED_FILE)
+    except OSError as exc:
+        raise OSError(exc.errno, write_failure(path.name, path.parent, exc)) from exc
 
 
 def load_cases(directory: str | Path = "tests/cases") -> list[Case]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
+SHARED_FILE = 0o666  # less the umask: a project's own files
 
 _WRITE_HINTS = {errno.ENOSPC: "; free some space or choose another directory",
                 errno.EDQUOT: "; free some space or choose another directory",
@@ -55,12 +56,13 @@ def append_whole(path: Path, data: bytes, sync: bool) -> int:
     return start
 
 
-def replace_atomically(target: Path, data: bytes) -> int:
-    """Write `data` to a temporary file beside `target`, sync it, rename it over `target`
-    and sync the folder: readers see the old file or the new one, never a mix. Returns the
-    new file's inode. Raises OSError (the temporary file removed) when it cannot be done."""
+def replace_atomically(target: Path, data: bytes, mode: int = PRIVATE_FILE) -> int:
+    """Write `data` to a temporary file beside `target` (created with `mode`, less the
+    umask), sync it, rename it over `target` and sync the folder: readers see the old file or
+    the new one, never a mix. Returns the new file's inode. Raises OSError (the temporary
+    file removed) when it cannot be done."""
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         write_all(fd, data)
         os.fsync(fd)
