@@ -5,8 +5,10 @@ the rank that was missing from them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -21,9 +23,10 @@ from cudadiag.explain import is_consequence
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
 from cudadiag.isolate.job import Job
 from cudadiag.isolate.rankfiles import LauncherFailure, LauncherReport, RankState
-from cudadiag.isolate.ranks import TorchrunJob
+from cudadiag.isolate.ranks import TorchrunJob, with_own_rendezvous
 
 JOB_LIMIT_S = 60
+TORCHRUN_DEFAULT_PORT = 29500
 """Each two-rank job must end within this (2 busy cores: torch imports dominate)."""
 
 BAD_TARGET = """\
@@ -90,12 +93,13 @@ if dist.get_rank() == 1:
 """
 
 
-def cudadiag_ranks(script: str, tmp_path: Path, *args: str, options: tuple[str, ...] = ()
+def cudadiag_ranks(script: str, tmp_path: Path, *args: str,
+                   options: tuple[str, ...] = ("--standalone",)
                    ) -> subprocess.CompletedProcess[str]:
     (tmp_path / "job.py").write_text(script)
     started = time.monotonic()
     ran = subprocess.run(
-        [sys.executable, "-m", "cudadiag.cli", "run", "--nproc-per-node", "2", "--standalone",
+        [sys.executable, "-m", "cudadiag.cli", "run", "--nproc-per-node", "2",
          *options, "--", "job.py", *args],
         cwd=tmp_path, capture_output=True, text=True, timeout=JOB_LIMIT_S * 3)
     elapsed = time.monotonic() - started
@@ -103,7 +107,8 @@ def cudadiag_ranks(script: str, tmp_path: Path, *args: str, options: tuple[str, 
     return ran
 
 
-def failed_job(script: str, tmp_path: Path, *args: str, options: tuple[str, ...] = ()
+def failed_job(script: str, tmp_path: Path, *args: str,
+               options: tuple[str, ...] = ("--standalone",)
                ) -> tuple[subprocess.CompletedProcess[str], Incident]:
     """Run `script` as a two-rank job that must fail (torchrun's status 1) and leave one
     incident; return the run and the incident."""
@@ -146,8 +151,13 @@ def test_the_rank_that_failed_first_is_the_incident_and_the_waiting_rank_a_conse
 
 
 @pytest.mark.slow
-def test_a_clean_job_exits_0_without_an_incident(tmp_path):
-    ran = cudadiag_ranks(BAD_TARGET, tmp_path, "--clean")
+def test_a_clean_job_exits_0_without_an_incident_beside_a_job_on_torchruns_port(tmp_path):
+    with socket.socket() as other_job:  # a training job started with plain torchrun
+        other_job.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with contextlib.suppress(OSError):  # when the port is taken, it is taken already
+            other_job.bind(("127.0.0.1", TORCHRUN_DEFAULT_PORT))
+            other_job.listen()
+        ran = cudadiag_ranks(BAD_TARGET, tmp_path, "--clean", options=())
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "rank 0 step 4" in ran.stdout and "rank 1 step 4" in ran.stdout
     assert "cudadiag: the job finished without error" in ran.stderr
@@ -266,6 +276,20 @@ def test_options_torchrun_would_refuse_exit_2_before_anything_runs(tmp_path, mon
     status = cli.main(["run", "--nproc-per-node", "2", *options, "--", "job.py"])
     err = capsys.readouterr().err
     assert status == 2 and f"cudadiag run: {message}" in err and "it ran" not in err
+
+
+@pytest.mark.parametrize(("options", "environ", "added"), [
+    (["--nproc-per-node", "2"], {}, True),
+    (["--nproc-per-node", "2", "--max-restarts", "1"], {}, True),
+    (["--nproc-per-node", "2", "--standalone"], {}, False),
+    (["--nproc-per-node", "2", "--master-port", "29611"], {}, False),
+    (["--nproc-per-node", "2", "--rdzv-endpoint", "localhost:29612"], {}, False),
+    (["--nproc-per-node", "2"], {"PET_MASTER_PORT": "29613"}, False),
+])
+def test_ranks_meet_on_a_free_port_unless_told_where(options, environ, added, monkeypatch):
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert with_own_rendezvous(options) == ([*options, "--standalone"] if added else options)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])

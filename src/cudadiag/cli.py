@@ -110,7 +110,9 @@ def _parser() -> argparse.ArgumentParser:
                     "`cudadiag run -- python -m package.module`. With --nproc-per-node N the "
                     "script runs as N ranks under torchrun (torch.distributed.run), each with "
                     "the tracer and prechecks; torchrun's own options go before `--`: "
-                    "`cudadiag run --nproc-per-node 2 --standalone -- train.py`. The incident "
+                    "`cudadiag run --nproc-per-node 2 -- train.py`; without rendezvous options "
+                    "it adds --standalone (a free port, where torchrun's default 29500 would "
+                    "collide with another job on the machine). The incident "
                     "names the rank that failed first; the other ranks' errors are marked "
                     "consequences. The exit status is then torchrun's.",
     )
@@ -247,11 +249,11 @@ def _torchrun_job(args: argparse.Namespace, python: str | None) -> TorchrunJob |
     TorchrunOptionsError (a ValueError) for options torchrun would refuse."""
     if args.nproc_per_node is None:
         return None
-    from cudadiag.isolate.ranks import TorchrunJob, check_torchrun_options
+    from cudadiag.isolate.ranks import TorchrunJob, check_torchrun_options, with_own_rendezvous
 
     options = ["--nproc-per-node", args.nproc_per_node, *args.torchrun]
     check_torchrun_options(options)
-    return TorchrunJob(options, python or sys.executable)
+    return TorchrunJob(with_own_rendezvous(options), python or sys.executable)
 
 
 def _exit_status(result: IsolatedResult) -> int:

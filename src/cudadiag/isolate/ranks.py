@@ -92,6 +92,28 @@ def check_torchrun_options(options: list[str]) -> None:
             "package.module")
 
 
+RENDEZVOUS_SETTINGS = ("standalone", "rdzv_endpoint", "rdzv_backend", "rdzv_id",
+                       "master_addr", "master_port", "nnodes")
+"""torchrun's settings that say where the ranks meet (as its parser names them)."""
+
+
+def with_own_rendezvous(options: list[str]) -> list[str]:
+    """`options` with `--standalone` added when they (and torchrun's PET_* variables) say
+    nothing of where the ranks meet: torchrun then picks a free port. Recent torchrun does
+    so itself (pytorch/pytorch#175699, 2026); before it, the default 127.0.0.1:29500
+    collided with any other job on the machine, one started with plain torchrun among
+    them."""
+    from torch.distributed.run import get_args_parser
+
+    if any(f"PET_{name.upper()}" in os.environ for name in RENDEZVOUS_SETTINGS):
+        return options
+    given, _ = get_args_parser().parse_known_args([*options, "script.py"])
+    default, _ = get_args_parser().parse_known_args(["script.py"])
+    if any(getattr(given, name) != getattr(default, name) for name in RENDEZVOUS_SETTINGS):
+        return options
+    return [*options, "--standalone"]
+
+
 class TorchrunLauncher:
     """Starts torchrun (cudadiag.isolate.torchrun) with a cudadiag worker as every rank's
     program, in its own session like any isolated run."""
