@@ -94,3 +94,47 @@ def test_a_full_disk_leaves_nothing_and_a_read_only_one_is_refused(isolated_id, 
     assert sorted(p.name for p in full.iterdir()) == ["filler"]
     refused = cudadiag("export", isolated_id, str(read_only / "repro.ipynb"))
     assert refused.returncode == 2 and "is not writable" in refused.stderr
+
+
+def test_an_export_left_by_a_killed_process_is_removed_by_the_next(isolated_id, tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    left = tmp_path / f".repro.ipynb.{dead}.k1ll3d.partial"  # a kernel killed mid-export
+    left.mkdir()
+    (left / "repro.ipynb").write_text("{}")
+    running = tmp_path / f".repro.ipynb.{os.getpid()}.st1ll.partial"  # one still running
+    running.mkdir()
+    exported = cudadiag("export", isolated_id, str(tmp_path / "repro.ipynb"), "--no-verify")
+    assert exported.returncode == 0, exported.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == [
+        running.name]
+    assert (tmp_path / "repro.ipynb").is_file()
+
+
+SHUT_DOWN_WHILE_EXPORTING = """\
+import os, sys, time
+from jupyter_client.manager import start_new_kernel
+
+km, kc = start_new_kernel(kernel_name="python3", cwd=sys.argv[1])
+for code in ["%load_ext cudadiag",
+             "import torch, torch.nn.functional as F\\n"
+             "from cudadiag.testing import simulated_cuda\\nsim = simulated_cuda().start()",
+             "w = torch.randn(5, 3)\\nfor i in range(60):\\n"
+             "    y = torch.tensor([i % 3, 1, 2 if i < 50 else 3])\\n"
+             "    v = F.cross_entropy(w[:3], y).item()",
+             "%cudadiag export repro.ipynb"]:
+    kc.execute_interactive(code, timeout=120, output_hook=lambda msg: None)
+time.sleep(float(sys.argv[2]))
+km.shutdown_kernel(now=False)
+"""
+
+
+@pytest.mark.parametrize("after_s", [1.0, 3.0])
+def test_a_kernel_shut_down_during_a_background_export_leaves_no_partial_folder(
+        tmp_path, after_s):
+    driver = tmp_path / "driver.py"
+    driver.write_text(SHUT_DOWN_WHILE_EXPORTING)
+    done = subprocess.run([sys.executable, str(driver), str(tmp_path), str(after_s)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")]

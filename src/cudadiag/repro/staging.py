@@ -4,15 +4,20 @@ The document and its side files (batch, RNG states, shipped values, bundled data
 into a hidden folder inside the target directory, checked there, then renamed into place (the
 same file system, so each rename is atomic; the document goes last, so a document never
 refers to a side file that is missing). On any error the folder is removed: nothing partial is
-left behind, and the message says what could not be written.
+left behind, and the message says what could not be written. The interpreter's exit removes
+the folders of exports still running; a folder left by a killed process (its pid is in the
+name) is removed by the next export to the same target.
 """
 
 from __future__ import annotations
 
 import atexit
+import glob
 import os
+import re
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from types import TracebackType
 
@@ -44,12 +49,15 @@ class Staging:
     def __init__(self, target: Path) -> None:
         self.target = target
         self.written: list[str] = []
-        try:
-            self.folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial",
-                                                dir=target.parent))
-        except OSError as exc:
-            raise ExportError(_failure(target.name, target.parent, exc)) from None
-        _unfinished.add(self.folder)
+        _remove_left_by_dead_exports(target)
+        with _exiting.lock:
+            _refuse_when_exiting(target)
+            try:
+                self.folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.",
+                                                    suffix=".partial", dir=target.parent))
+            except OSError as exc:
+                raise ExportError(_failure(target.name, target.parent, exc)) from None
+            _exiting.unfinished.add(self.folder)
 
     def __enter__(self) -> Staging:
         return self
@@ -62,14 +70,16 @@ class Staging:
         """Write `data` as `name` (a path relative to the target's directory). Raises
         ExportError when it cannot be written."""
         path = self.folder / name
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as exc:
-            raise ExportError(_failure(name, self.target.parent, exc)) from None
+        with _exiting.lock:
+            _refuse_when_exiting(self.target)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                raise ExportError(_failure(name, self.target.parent, exc)) from None
         if name.split("/")[0] not in self.written:
             self.written.append(name.split("/")[0])
         return path
@@ -95,16 +105,54 @@ class Staging:
     def discard(self) -> None:
         """Remove the staging folder and whatever is in it."""
         shutil.rmtree(self.folder, ignore_errors=True)
-        _unfinished.discard(self.folder)
+        _exiting.unfinished.discard(self.folder)
 
 
-_unfinished: set[Path] = set()
+class _Exiting:
+    """The interpreter's exit, seen by exports still running in a background thread: once
+    it has begun, no staging folder is made or written to (the thread would otherwise
+    recreate a folder the exit just removed)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.begun = False
+        self.unfinished: set[Path] = set()
+
+
+_exiting = _Exiting()
+_STAGING_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[^.]+\.partial")
 
 
 @atexit.register
 def _remove_unfinished() -> None:
-    for folder in list(_unfinished):
-        shutil.rmtree(folder, ignore_errors=True)
+    with _exiting.lock:
+        _exiting.begun = True
+        for folder in list(_exiting.unfinished):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _refuse_when_exiting(target: Path) -> None:
+    if _exiting.begun:
+        raise ExportError(f"{target}: the interpreter is exiting; nothing was written")
+
+
+def _remove_left_by_dead_exports(target: Path) -> None:
+    """Remove the staging folders of earlier exports to `target` whose process is gone (a
+    kernel killed while exporting: nothing in it could clean up)."""
+    for folder in target.parent.glob(f".{glob.escape(target.name)}.*.partial"):
+        found = _STAGING_NAME.fullmatch(folder.name)
+        if found and found["target"] == target.name and not _alive(int(found["pid"])):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _failure(name: str, folder: Path, exc: OSError) -> str:
