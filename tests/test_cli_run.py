@@ -84,6 +84,58 @@ def test_sys_exit_with_a_message_prints_it_and_exits_1(tmp_path):
     assert result.returncode == 1 and "no data found" in result.stderr
 
 
+def test_a_script_that_exits_non_zero_without_an_exception_is_not_said_to_have_succeeded(
+        tmp_path):
+    (tmp_path / "exit3.py").write_text("import sys\nprint('stopping')\nsys.exit(3)\n")
+    result = cudadiag("run", "exit3.py", cwd=tmp_path)
+    assert result.returncode == 3
+    assert "the script exited with status 3, with no exception to diagnose" in result.stderr
+    assert "finished without error" not in result.stderr
+
+
+@pytest.mark.parametrize(("where", "message"), [
+    ("missing/x.json", "the directory missing does not exist"),
+    (".", "is a directory"),
+])
+def test_a_json_path_that_cannot_be_written_is_refused_before_the_script_runs(
+        tmp_path, where, message):
+    (tmp_path / "ran.py").write_text("print('the script ran')\n")
+    result = cudadiag("run", "--json", where, "ran.py", cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr
+    assert "the script ran" not in result.stdout and "Traceback" not in result.stderr
+
+
+SECRET_ARGS = """import argparse
+import torch.nn.functional as F
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--api-key")
+args = parser.parse_args()
+key = args.api_key
+F.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 3]))
+"""
+API_KEY = "s3cr3tAPIkeyValue987654321xyz"
+
+
+def test_a_secret_given_on_the_command_line_is_masked_in_every_output_but_the_log(tmp_path):
+    (tmp_path / "secret_args.py").write_text(SECRET_ARGS)
+    ran = cudadiag("run", "--json", "incident.json", "secret_args.py", "--api-key", API_KEY,
+                   cwd=tmp_path)
+    assert ran.returncode == 1, ran.stderr
+    outputs = {"run": ran.stderr, "run --json": (tmp_path / "incident.json").read_text()}
+    for command in (["show"], ["show", "--json"], ["report"]):
+        outputs[" ".join(command)] = cudadiag(*command, cwd=tmp_path).stdout
+    incident_id = json.loads(outputs["run --json"])["id"]
+    exported = cudadiag("export", "--no-verify", incident_id, "repro.py", cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    outputs["export"] = (tmp_path / "repro.py").read_text()
+    assert {name: API_KEY in text for name, text in outputs.items()} == dict.fromkeys(
+        outputs, False)
+    assert "'--api-key', '[REDACTED]'" in outputs["export"]
+    assert json.loads(outputs["show --json"])["run"]["command"][-1] == "[REDACTED]"
+
+
 def test_a_script_that_dies_by_os_exit_says_its_status(tmp_path):
     (tmp_path / "dies.py").write_text("import os\nprint('bye', flush=True)\nos._exit(3)\n")
     result = cudadiag("run", "dies.py", cwd=tmp_path)

@@ -243,3 +243,31 @@ def test_exported_notebook_metadata_and_cells_are_scrubbed(tmp_path, monkeypatch
     for cell in nb.cells:
         if cell.cell_type == "code":
             ast.parse(cell.source)
+
+
+@pytest.mark.parametrize("text", [
+    "train.py --api-key s3cr3tAPIkeyValue987 --lr 0.1",
+    "train.py --hf-token=s3cr3tAPIkeyValue987",
+    "sys.argv = ['train.py', '--db_password', 's3cr3tAPIkeyValue987']",
+    "python train.py -secret s3cr3tAPIkeyValue987",
+])
+def test_a_command_lines_secret_options_are_masked(text):
+    scrubbed = Redactor()(text)
+    assert "s3cr3tAPIkeyValue987" not in scrubbed and "[REDACTED]" in scrubbed
+
+
+def test_options_that_only_contain_a_secret_word_are_kept():
+    text = "train.py --author Bobbyyyy --monkey 12345678 --keyframes 1000000 --lr 0.001"
+    assert Redactor()(text) == text
+
+
+def test_json_keeps_every_field_with_secret_values_masked_wherever_they_appear():
+    record = {"run": {"command": ["train.py", "--api-key", "s3cr3tAPIkeyValue987"]},
+              "locals": {"key_copy": "'s3cr3tAPIkeyValue987'", "hf": "'hf_abcdefghijklmnop'",
+                         "path": "/home/someone/data"},
+              "torch": "2.13.0", "steps": [1, 2]}
+    masked = Redactor(env={}).secrets_masked_in(record)
+    assert masked["run"]["command"][2] == "[REDACTED]"
+    assert masked["locals"] == {"key_copy": "'[REDACTED]'", "hf": "'[REDACTED]'",
+                                "path": "/home/someone/data"}
+    assert masked["torch"] == "2.13.0" and masked["steps"] == [1, 2]

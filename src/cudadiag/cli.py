@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cudadiag.argtypes import positive_seconds, processes_per_node
+from cudadiag.durable import write_failure
 from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
 from cudadiag.listing_options import add_listing_options
 from cudadiag.repro.options import add_export_options
@@ -210,6 +211,7 @@ def _multi_rank_run(words: list[str]) -> argparse.Namespace | None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from cudadiag.commands import incident_json
     from cudadiag.isolate.runner import run_script
     from cudadiag.store import IncidentStore
     from cudadiag.ui.render import SHOW_IN_TERMINAL, render_short
@@ -222,11 +224,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not module and not os.path.exists(target):
         print(f"cudadiag run: {target}: no such script", file=sys.stderr)
         return 2
+    json_refused = _json_path_refused(args.json)
+    if json_refused:
+        print(f"cudadiag run: --json {args.json}: {json_refused}", file=sys.stderr)
+        return 2
     try:
         ranks = _torchrun_job(args, python)
         result = run_script(target, argv, module=module, python=python,
                             blocking=args.blocking, timeout=args.timeout,
                             precheck=not args.no_precheck, ranks=ranks)
+    except BrokenPipeError:
+        raise  # the reader of our output left: main() ends as any tool in a pipe does
     except (OSError, ValueError) as exc:
         print(f"cudadiag run: {exc}", file=sys.stderr)
         return 2
@@ -238,10 +246,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(render_short(result.incident, show=SHOW_IN_TERMINAL if saved else None),
               file=sys.stderr)
         if args.json:
-            Path(args.json).write_text(json.dumps(result.incident.to_dict(), indent=2))
+            _write_json(Path(args.json), incident_json(result.incident))
     elif result.message:
         print(result.message, file=sys.stderr)
     return _exit_status(result)
+
+
+def _json_path_refused(path: str | None) -> str | None:
+    """Why `--json PATH` could not be written, checked before the script runs; None when
+    it can (or no path was given)."""
+    if path is None:
+        return None
+    folder = Path(path).parent
+    if Path(path).is_dir():
+        return "is a directory; name the file to write"
+    if not folder.is_dir():
+        return f"the directory {folder} does not exist; create it first or choose another path"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the directory {folder} is not writable"
+    return None
+
+
+def _write_json(path: Path, text: str) -> None:
+    """Write the incident's JSON; a failure is one line (the incident is in the log)."""
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        print(f"cudadiag run: {write_failure(path.name, path.parent, exc)} (the incident is "
+              "in the log: `cudadiag show --json`)", file=sys.stderr)
 
 
 def _torchrun_job(args: argparse.Namespace, python: str | None) -> TorchrunJob | None:

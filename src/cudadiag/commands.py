@@ -74,7 +74,15 @@ class Explained:
 def show(store: IncidentStore, options: ShowOptions) -> str:
     """Return one incident in full (as JSON with `as_json`). Raises IncidentNotFound."""
     incident = store.get(options.incident)
-    return json.dumps(incident.to_dict(), indent=2) if options.as_json else render_text(incident)
+    return incident_json(incident) if options.as_json else render_text(incident)
+
+
+def incident_json(incident: Incident) -> str:
+    """The incident as JSON, every field kept, secret values masked as on the screen (the
+    private log alone holds them)."""
+    from cudadiag.repro.redact import Redactor
+
+    return json.dumps(Redactor().secrets_masked_in(incident.to_dict()), indent=2)
 
 
 def report(store: IncidentStore, incident_id: str | None) -> str:

@@ -354,6 +354,10 @@ def _message(result: IsolatedResult, timeout: float | None, what: str) -> str:
                 "process group was killed")
     if result.interrupted:
         return f"cudadiag: interrupted; {what}'s process group was killed"
+    if result.incident is None and result.returncode not in (0, None):
+        return (f"cudadiag: {what} exited with status {result.returncode}, with no exception "
+                f"to diagnose (sys.exit or an error handled by the program; "
+                f"{result.settings.note})")
     if result.incident is None:
         return f"cudadiag: {what} finished without error ({result.settings.note})"
     return ""

@@ -111,7 +111,7 @@ def build_document(incident: Incident, program: Program, stem: str, *,
                                 "reproduces": None, "files_read": files,
                                 "bundled": sorted(bundle.copied.values()) if bundle else []}),
         chdir=program.cwd if program.files_read and not bundle else None,
-        script_setup=program.setup,
+        script_setup=scrub.code(program.setup) if program.setup else None,
     )
 
 

@@ -21,6 +21,7 @@ import fnmatch
 import functools
 import getpass
 import io
+import json
 import os
 import re
 import socket
@@ -56,11 +57,14 @@ OWN_SECRET_SHAPES = (
     r"(?i)\bx-[\w-]*(?:key|token)['\"]?\s*[:=]\s*['\"]?([^\s'\"]{8,})",
     r"(?i)(?:token|credential|access_key|secret_key)\w*['\"]?\]?\s*(?:[:=]|[!=]=)\s*['\"]?"
     r"([^\s'\"(){}\[\],]{6,})",
+    r"(?i)(?<![\w-])--?(?:\w+[-_])*(?:key|token|secret|passw(?:or)?d|pwd|passphrase"
+    r"|credentials?|auth)(?![\w-])(?:=|['\"]?,?\s+['\"]?)([^\s'\"]{6,})",
 )
 """Secret shapes detect-secrets does not know (its GitHub detector wants exactly 36
 characters, its OpenAI one the old key format, its JWT one stops before the signature, its
-keywords do not include `token`). A
-pattern's value is its first group, else the whole match."""
+keywords do not include `token`), and a command line's secret options (`--api-key VALUE`,
+`--hf-token=VALUE`, `'--password', 'VALUE'` in an argv list). A pattern's value is its
+first group, else the whole match."""
 
 _PRIVATE_KEY = re.compile(
     r"-----BEGIN[A-Z ]*PRIVATE KEY(?: BLOCK)?-----(.*?)(?:-----END[A-Z ]*PRIVATE KEY"
@@ -134,18 +138,34 @@ class Redactor:
 
     def strings(self, value: Any) -> Any:
         """Return a copy of a JSON-like value (dicts, lists) with every string scrubbed."""
-        if isinstance(value, str):
-            return self(value)
-        if isinstance(value, Mapping):
-            return {key: self.strings(item) for key, item in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self.strings(item) for item in value]
-        return value
+        return self._each_string(value, self)
 
     def secrets_masked(self, text: str, context: str = "") -> str:
         """Return `text` with only its secret values masked (those found in `text` or in the
         `context` around it, e.g. `name=value`); paths, names and addresses are kept."""
         return _mask(text, self.secrets_in(context or text)) if text else text
+
+    def secrets_masked_in(self, value: Any) -> Any:
+        """Return a copy of a JSON-like value with, in every string, the secret values found
+        anywhere in it masked: secret environment variables' values and the shapes of
+        OWN_SECRET_SHAPES (a command line's `--api-key VALUE` among them), so a value seen
+        once is masked in every place. Paths, names, hashes and addresses are kept: the
+        value stays a faithful record (`show --json`)."""
+        text = json.dumps(value, default=str, ensure_ascii=False)
+        found = {secret: f"[REDACTED:{name}]" for secret, name in self._env_secrets
+                 if secret in text}
+        for secret in _own_secrets(text):
+            found.setdefault(secret, SECRET)
+        return self._each_string(value, lambda piece: _mask(piece, found))
+
+    def _each_string(self, value: Any, change: Callable[[str], str]) -> Any:
+        if isinstance(value, str):
+            return change(value)
+        if isinstance(value, Mapping):
+            return {key: self._each_string(item, change) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self._each_string(item, change) for item in value]
+        return value
 
     def secrets_in(self, text: str) -> dict[str, str]:
         """Return the secret values `text` holds, each with its placeholder."""

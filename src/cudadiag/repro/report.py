@@ -50,7 +50,8 @@ def render_report(incident: Incident, redactor: Redactor | None = None) -> str:
           if c.status in ("fail", "warn"))]]
     out += ["", f"**Run:** {incident.run.mode}, blocking launches "
             f"{'on' if incident.run.blocking else 'off'}"
-            + (f", {' '.join(incident.run.command)}" if incident.run.command else ""), ""]
+            + (f", {scrub(' '.join(incident.run.command))}" if incident.run.command else ""),
+            ""]
     code = _code(incident, scrub)
     if code:
         title = "Minimized code" if incident.repro else "Code that ran"
