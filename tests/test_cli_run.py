@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from cudadiag import incidents
 from test_cli import TRAIN, cudadiag
 from test_isolate_magics import _alive
 
@@ -136,6 +137,34 @@ def test_a_secret_given_on_the_command_line_is_masked_in_every_output_but_the_lo
     assert json.loads(outputs["show --json"])["run"]["command"][-1] == "[REDACTED]"
 
 
+SWALLOWS = """\
+import torch
+import torch.nn.functional as F
+
+skipped = []
+for i in range(5):
+    target = torch.tensor([0, 1, 3 if i == 2 else 2])
+    try:
+        F.cross_entropy(torch.zeros(3, 3), target)
+    except RuntimeError as error:  # what a device-side assert raises
+        skipped.append(i)
+print("skipped", skipped)
+"""
+
+
+def test_an_error_the_script_catches_and_goes_on_from_is_still_the_first_error(tmp_path):
+    (tmp_path / "swallows.py").write_text(SWALLOWS)
+    result = cudadiag("run", "swallows.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr  # the script's own status
+    assert "skipped [2]" in result.stdout  # its handler ran, as it would on the GPU
+    assert ("the program caught PrecheckError (aten::nll_loss_forward: target 3 at position "
+            "2 outside [0, 3)") in result.stderr
+    assert "loop: i=2 (swallows.py)" in result.stderr  # where it was raised, not i=4
+    (incident,) = incidents()
+    assert incident.diagnosis.details["value"] == 3 and incident.op.name == (
+        "aten::nll_loss_forward")
+
+
 def test_a_script_that_dies_by_os_exit_says_its_status(tmp_path):
     (tmp_path / "dies.py").write_text("import os\nprint('bye', flush=True)\nos._exit(3)\n")
     result = cudadiag("run", "dies.py", cwd=tmp_path)
@@ -186,9 +215,10 @@ def test_ctrl_c_at_any_moment_of_a_run_says_interrupted_in_one_line_and_exits_13
         tmp_path, delay):
     (tmp_path / "slow.py").write_text("import os, time\nprint('pid', os.getpid(), flush=True)"
                                       "\ntime.sleep(60)\n")
-    process = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom cudadiag.cli import main\n"
-         "print('ready', flush=True)\nsys.exit(main(['run', 'slow.py']))"],
+    process = subprocess.Popen(  # 'ready' once inside main() (Ctrl-C before it is Python's)
+        [sys.executable, "-c", "import sys\nfrom cudadiag import cli\nparser = cli._parser\n"
+         "def ready():\n    print('ready', flush=True)\n    return parser()\n"
+         "cli._parser = ready\nsys.exit(cli.main(['run', 'slow.py']))"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout.readline() == "ready\n"
     time.sleep(delay)  # from starting the run (importing torch) to streaming the script

@@ -9,6 +9,7 @@ the operator, the argument, the offending values and their positions.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -29,8 +30,10 @@ LIST_ITEMS_SHOWN = 16
 _active: list[OpTracer] = []
 
 
-class PrecheckError(CudadiagError, IndexError):
-    """An index argument outside its operator's range, found before the kernel ran."""
+class PrecheckError(CudadiagError, IndexError, RuntimeError):
+    """An index argument outside its operator's range, found before the kernel ran. A
+    RuntimeError as the device's own error is (torch.AcceleratorError), so a program's
+    `except RuntimeError` handlers run as they would on the GPU; an IndexError as the CPU's."""
 
     def __init__(self, violation: contracts.Violation, device: str) -> None:
         self.violation = violation
@@ -60,6 +63,10 @@ class OpTracer(TorchDispatchMode):
         self.precheck = precheck
         self.recent: deque[TracedCall] = deque(maxlen=keep)
         self.failed: OpInfo | None = None
+        self.raised: PrecheckError | None = None
+        """The first precheck error raised, even when the program caught it."""
+        self.on_first_raise: Callable[[PrecheckError], object] | None = None
+        """Called with that error as it is raised, the failing frames still as they are."""
         self.calls = 0
 
     def __enter__(self) -> OpTracer:
@@ -97,7 +104,12 @@ class OpTracer(TorchDispatchMode):
             index = next(t for t in index if t is not None)
         device = SIMULATED_DEVICE if probes.simulator_active() else str(index.device)
         self._record_failure(func, args, {}, violation.message())
-        raise PrecheckError(violation, device)
+        error = PrecheckError(violation, device)
+        if self.raised is None:
+            self.raised = error
+            if self.on_first_raise is not None:
+                self.on_first_raise(error)
+        raise error
 
     def _record_failure(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                         precheck: str | None) -> None:

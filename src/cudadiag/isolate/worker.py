@@ -34,7 +34,7 @@ from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
 BLOCKING_VARIABLES = (*NVIDIA_BLOCKING, *ROCM_BLOCKING)
 
 if TYPE_CHECKING:
-    from cudadiag.trace import OpTracer
+    from cudadiag.trace import OpTracer, PrecheckError
 
 CELL_FILENAME = "<cudadiag In[{}]>"
 _CELL_FILENAME_RE = re.compile(r"^<cudadiag In\[(\d+)\]>$")
@@ -109,6 +109,9 @@ def run_job(job: Job) -> JobResult:
         replay_batch(job.batch_step, torch.load(job.batch_path, weights_only=False))
     rng = torch.load(job.rng_path, weights_only=False) if job.rng_path else {}
     tracer = OpTracer(precheck=job.precheck) if job.trace else None
+    at_raise: list[LoopContext | None] = []
+    if tracer is not None:
+        tracer.on_first_raise = lambda error: at_raise.append(_loop_at_raise(error))
     failures: list[tuple[BaseException, int | None]] = []
     loop = None
     exit_code = 0
@@ -132,12 +135,58 @@ def run_job(job: Job) -> JobResult:
                 if len(failures) == 1:  # read now: later cells change the namespace
                     loop = loop_context(exc, cell_of)
     files_read = list(opened)  # before cudadiag's own reading of the incident
+    caught = _caught_precheck(tracer, failures)
+    if caught is not None:
+        print(f"cudadiag: the program caught {type(caught).__name__} "
+              f"({caught.violation.message()}) and went on; on the GPU the device's error "
+              "leaves the CUDA context unusable: it is the first error", file=sys.stderr)
+        failures.insert(0, (caught, None))
+        loop = at_raise[0] if at_raise else None  # the loop has moved on since
     if not failures:
         return JobResult(None, exit_code)
     incident = _incident(failures, job, tracer, loop)
     incident.run.cwd = cwd
     incident.run.files_read = files_read
-    return JobResult(incident, 1)
+    return JobResult(incident, exit_code if caught is not None and len(failures) == 1 else 1)
+
+
+def _caught_precheck(tracer: OpTracer | None, failures: list[tuple[BaseException, int | None]]
+                     ) -> PrecheckError | None:
+    """The precheck error the program caught and did not re-raise (nor raised another error
+    from), or None: the first error, though nothing reached cudadiag."""
+    if tracer is None or tracer.raised is None:
+        return None
+    if failures and _in_chain(tracer.raised, failures[0][0]):
+        return None
+    return tracer.raised
+
+
+def _loop_at_raise(error: BaseException) -> LoopContext | None:
+    """The loops and variables of the frames that are raising `error`, read now: a program
+    that catches it goes on and changes them."""
+    from cudadiag.loopvars import loop_context
+
+    stack = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        stack.append(frame)
+        frame = frame.f_back  # type: ignore[assignment]
+    tb = None
+    for each in stack:  # innermost first: the outermost frame ends up at the head
+        tb = types.TracebackType(tb, each, each.f_lasti, each.f_lineno)
+    probe = RuntimeError(str(error))
+    probe.__traceback__ = tb
+    return loop_context(probe, cell_of)
+
+
+def _in_chain(error: BaseException, exc: BaseException | None) -> bool:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if exc is error:
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _rank_incident(exc: BaseException, job: Job, tracer: OpTracer | None) -> Incident:
