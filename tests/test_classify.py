@@ -318,6 +318,15 @@ def test_no_kernel_image_takes_capability_from_the_environment():
     assert d.details["capability"] == "sm_120" and d.details["arch_list"] == "sm_80 sm_90"
 
 
+def test_a_cpu_only_build_points_at_the_build_not_at_the_driver():
+    diagnosis = classify("AssertionError: Torch not compiled with CUDA enabled")
+    assert diagnosis.summary.startswith("This PyTorch is a build without CUDA")
+    assert "Install a CUDA build" in diagnosis.first_checks[1]
+    assert not any("nvidia-smi" in check for check in diagnosis.first_checks)
+    assert not any("Reinstalling PyTorch" in avoid for avoid in diagnosis.avoid)
+    assert diagnosis.avoid[0].startswith("The driver or the GPU is at fault")
+
+
 def test_cpu_index_errors_give_the_value():
     assert classify("IndexError: Target 4 is out of bounds.").details["value"] == "4"
     d = classify("index 27 is out of bounds for dimension 0 with size 27")

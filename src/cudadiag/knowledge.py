@@ -709,7 +709,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("driver", r"Found no NVIDIA driver on your system"),
     _sig("driver", r"NVIDIA driver on your system is too old(?: \(found version "
                    r"(?P<driver_version>\d+)\))?"),
-    _sig("driver", r"Torch not compiled with CUDA enabled"),
+    _sig("driver", r"Torch not compiled with CUDA enabled", pitfall="cpu_only_build"),
     _sig("driver", r"No (?:CUDA|HIP) GPUs are available"),
     _sig("driver", r"(?:nvmlInit|NVML)[^\n]{0,80}INTERNAL ASSERT FAILED"),
     _sig("driver", r"INTERNAL ASSERT FAILED at \"[^\"\n]*c10/cuda/driver_api\.cpp\""),
@@ -822,6 +822,10 @@ class Pitfall:
     checks: tuple[str, ...]
     isolated: str
     """What an isolated re-run of the cell shows instead (it cannot fall into the pitfall)."""
+    avoid: tuple[str, ...] = ()
+    """What not to conclude, instead of the family's (when the family's would mislead)."""
+    family_checks: bool = True
+    """Whether the family's own first checks follow the pitfall's."""
 
 
 PITFALLS: dict[str, Pitfall] = {
@@ -846,6 +850,28 @@ PITFALLS: dict[str, Pitfall] = {
             isolated="the original failure was the spawn start method's (its processes could "
                      "not load the notebook's function); here each rank was forked with it, so "
                      "this is what the ranks themselves do",
+        ),
+        Pitfall(
+            "cpu_only_build",
+            "This PyTorch is a build without CUDA",
+            checks=(
+                "The torch the program imported has no CUDA support: check it with `python -c "
+                "\"import torch; print(torch.__file__, torch.__version__, torch.version.cuda)\"` "
+                "run by the same interpreter (a `+cpu` version, or torch.version.cuda None; "
+                "`cudadiag env` shows it too).",
+                "Install a CUDA build in this environment (the pip command for your CUDA "
+                "version from pytorch.org's install selector); a notebook kernel may run "
+                "another environment than your terminal: `import sys; sys.executable`.",
+                "No GPU at hand? Keep the tensors on the CPU: `device = 'cuda' if "
+                "torch.cuda.is_available() else 'cpu'`.",
+            ),
+            isolated="the original failure was the build's (no CUDA in it); the isolated "
+                     "run uses the same build",
+            avoid=(
+                "The driver or the GPU is at fault: this build never looks for them.",
+                "The model code is wrong.",
+            ),
+            family_checks=False,
         ),
     )
 }
