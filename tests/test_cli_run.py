@@ -137,6 +137,15 @@ def test_a_secret_given_on_the_command_line_is_masked_in_every_output_but_the_lo
     assert json.loads(outputs["show --json"])["run"]["command"][-1] == "[REDACTED]"
 
 
+def test_a_script_reads_what_is_piped_to_cudadiag_run(tmp_path):
+    (tmp_path / "reads.py").write_text("import sys\nprint('read', repr(sys.stdin.read()))\n")
+    result = subprocess.run([sys.executable, "-m", "cudadiag.cli", "run", "reads.py"],
+                            cwd=tmp_path, input="hello\nworld\n", capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "read 'hello\\nworld\\n'" in result.stdout
+
+
 SWALLOWS = """\
 import torch
 import torch.nn.functional as F

@@ -148,17 +148,21 @@ class Launcher(Protocol):
 
 class SubprocessLauncher:
     """A new interpreter per run: `python -m cudadiag.isolate.worker JOB`, in the working
-    directory `cwd` (default: this process's at each run)."""
+    directory `cwd` (default: this process's at each run). Its standard input is this
+    process's with `keep_stdin` (a script run from a shell reads what is piped to it), none
+    otherwise (a notebook's cell has no input to read)."""
 
-    def __init__(self, python: str | None = None, cwd: str | None = None) -> None:
+    def __init__(self, python: str | None = None, cwd: str | None = None,
+                 keep_stdin: bool = False) -> None:
         self.python = python or sys.executable
         self.cwd = cwd
+        self.keep_stdin = keep_stdin
 
     def start(self, job_path: str, env: dict[str, str]) -> WorkerProcess:
         """Start the worker; raises OSError when the interpreter cannot be started."""
         process = WorkerProcess(
             [self.python, "-m", "cudadiag.isolate.worker", job_path],
-            stdin=subprocess.DEVNULL,
+            stdin=None if self.keep_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,

@@ -138,7 +138,7 @@ def run_script(
     (isolate/ranks.py) and the returncode is torchrun's. Raises ValueError for a timeout that
     is not a positive finite number, OSError when the interpreter cannot be started."""
     script = ScriptTarget(target, list(argv), module)
-    launcher = SubprocessLauncher(python) if python else None
+    launcher = SubprocessLauncher(python, keep_stdin=True)
     return _execute([], script, blocking=blocking, timeout=timeout, env=env, ship=None,
                     trace=trace, precheck=precheck, rng_states=None, batch=None,
                     launcher=launcher, output=ChildOutput(stream, shown_limit=None),
