@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from datetime import datetime, timedelta, timezone
 
@@ -165,6 +166,24 @@ def test_cli_prune_by_hand_and_the_stats(capsys):
     assert [e.id for e in store.entries()] == [made[4].id]
     assert cli.main(["incidents", "--prune"]) == 0
     assert capsys.readouterr().out.startswith("cudadiag: nothing to prune; retention: the newest")
+
+
+def test_a_prune_on_a_read_only_home_says_so_in_one_line(cudadiag_home, capsys,
+                                                         monkeypatch):
+    store = IncidentStore()
+    for n in range(3):
+        store.append(make_incident(days_ago=3 - n))
+
+    def read_only(fd, operation):
+        raise OSError(errno.EROFS, "Read-only file system", str(cudadiag_home / ".lock"))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(store_module.fcntl, "flock", read_only)
+        assert cli.main(["incidents", "--prune", "--keep", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"cudadiag incidents: nothing was pruned: could not write .lock in "
+                   f"{cudadiag_home}: Read-only file system; choose a writable directory\n")
+    assert len(store.entries()) == 3
 
 
 def test_cli_stats_names_a_config_it_cannot_read(cudadiag_home, capsys):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from cudadiag.durable import write_failure
 from cudadiag.errors import CudadiagError
 from cudadiag.incident_index import IndexEntry
 from cudadiag.knowledge import FAMILY_NAMES
@@ -234,7 +235,12 @@ def _prune(store: IncidentStore, keep: int | None, keep_days: float | None) -> s
             incidents=keep if keep is not None else configured.incidents,
             days=keep_days if keep_days is not None else configured.days,
             source="this --prune" if keep or keep_days else configured.source)
-    result = store.prune(retention)
+    try:
+        result = store.prune(retention)
+    except OSError as exc:
+        name = Path(exc.filename).name if exc.filename else "the log"
+        raise ListingError(f"nothing was pruned: {write_failure(name, store.home, exc)}"
+                           ) from None
     if not result.pruned:
         return f"cudadiag: nothing to prune; retention: {retention.describe()}"
     return result.message()
