@@ -71,8 +71,9 @@ MISSING_WORDS = {
 
 def check_torchrun_options(options: list[str]) -> None:
     """Check `options` with torchrun's own parser. Raises TorchrunOptionsError for an
-    unknown option or a bad value, and for `-m`, `--no-python` and `--run-path`: cudadiag
-    puts its worker there (the script, or `-m module`, goes after `--`)."""
+    unknown option or a bad value, for more than one node, and for `-m`, `--no-python` and
+    `--run-path`: cudadiag puts its worker there (the script, or `-m module`, goes after
+    `--`)."""
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
@@ -85,6 +86,10 @@ def check_torchrun_options(options: list[str]) -> None:
         raise TorchrunOptionsError(
             f"torchrun does not know {' '.join(unknown)} (see `torchrun --help`); cudadiag's "
             "own options and torchrun's go before `--`, the script after it")
+    if str(known.nnodes).split(":")[-1] != "1":
+        raise TorchrunOptionsError(
+            f"--nnodes {known.nnodes}: cudadiag runs one node per command (its ranks' records "
+            "are collected on this machine); leave --nnodes out, or run the job on one node")
     if known.module or known.no_python or known.run_path:
         raise TorchrunOptionsError(
             "-m, --no-python and --run-path are cudadiag's to set (each rank runs cudadiag's "
