@@ -198,13 +198,25 @@ def test_rocm_gets_the_hip_variables_never_the_nvidia_one_alone(monkeypatch, lau
 
 
 def test_cells_mixing_magics_and_python_are_replayed_without_the_magics(shell, capsys):
-    _, cell = run(shell, "%load_ext cudadiag\n%time z = 1\nimport torch")
+    _, cell = run(shell, "%load_ext cudadiag\n%xmode Minimal\nimport torch")
     capsys.readouterr()
     run(shell, "%%blocking_launch\ntorch.ones(2)[torch.tensor([3])]")
     out = capsys.readouterr().out
-    assert f"skipped (magics and shell escapes): In[{cell}]: %time z = 1" in out
+    assert f"skipped (magics and shell escapes): In[{cell}]: %xmode Minimal" in out
     (isolated,) = _isolated(incidents())
     assert isolated.op.precheck == "aten::index: indices 3 at position 0 outside [-2, 2)"
+
+
+def test_a_timed_statement_is_replayed_as_the_statement(shell, capsys):
+    run(shell, "%load_ext cudadiag\nimport torch")
+    _, defines = run(shell, "idx = torch.tensor([0, 2, 9])")
+    _, timed = run(shell, "%time r = torch.zeros(4).index_select(0, idx).sum().item()")
+    capsys.readouterr()
+    run(shell, "%cuda_isolate")
+    out = capsys.readouterr().out
+    assert f"In[{defines}], In[{timed}]" in out and "skipped" not in out
+    (isolated,) = _isolated(incidents())
+    assert isolated.op.precheck == "aten::index_select: index 9 at position 2 outside [0, 4)"
 
 
 def _alive(pid: int) -> bool:

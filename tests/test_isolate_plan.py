@@ -102,14 +102,21 @@ def test_cells_option_overrides_the_analysis():
 
 
 def test_magics_and_shell_escapes_become_pass_with_a_note():
-    source, skipped = python_source("x = 1\n%time y = 2\nfiles = !ls\n  %load_ext cudadiag\nz?")
+    source, skipped = python_source("x = 1\n%xmode Minimal\nfiles = !ls\n  %load_ext cudadiag\nz?")
     assert source.splitlines() == ["x = 1", "pass", "pass", "  pass", "pass"]
-    assert skipped == ["%time y = 2", "files = !ls", "z?"]
-    transformed = "get_ipython().run_line_magic('time', 'y = 2')\nx = 1"
-    assert python_source(transformed) == ("pass\nx = 1", ["get_ipython().run_line_magic('time', "
-                                                          "'y = 2')"])
+    assert skipped == ["%xmode Minimal", "files = !ls", "z?"]
+    transformed = "get_ipython().run_line_magic('xmode', 'Minimal')\nx = 1"
+    assert python_source(transformed) == ("pass\nx = 1", ["get_ipython().run_line_magic('xmode', "
+                                                          "'Minimal')"])
     assert python_source("%%bash\necho hi")[0] == "pass"
     assert python_source("%%time\nx = 1")[0] == "pass\nx = 1"
+
+
+def test_a_timed_statement_is_kept_as_the_statement():
+    assert python_source("x = 1\n    %time y = f(x)\n%timeit g()") == (
+        "x = 1\n    y = f(x)\npass", ["%timeit g()"])
+    transformed = "get_ipython().run_line_magic('time', 'y = 2')\nx = 1"
+    assert python_source(transformed) == ("y = 2\nx = 1", [])
 
 
 def test_free_names_respect_local_scopes_and_order():

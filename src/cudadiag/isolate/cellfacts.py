@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ _MAGIC_LINE = re.compile(
 _HELP_LINE = re.compile(r"^\s*[\w.]+\?\??\s*$")
 _KEPT_LINE_MAGICS = ("%load_ext cudadiag",)
 _PYTHON_CELL_MAGICS = ("%%time", "%%capture")
+_TIMED_LINE = re.compile(r"^(\s*)%time\s+(\S.*)$")
+_TIMED_CALL = re.compile(r"^(\s*)get_ipython\(\)\.run_line_magic\('time', (.+)\)\s*$")
+"""`%time STATEMENT` (as typed, or as IPython transformed it): the statement runs once in
+the cell's namespace, so it is replayed as the statement itself."""
 _BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "get_ipython", "In", "Out",
                                         "exit", "quit", "display"}
 _CALL_TEXT_MAX = 80
@@ -155,6 +160,10 @@ def python_source(raw: str) -> tuple[str, list[str]]:
     kept, skipped = [], []
     for line in lines:
         stripped = line.strip()
+        timed = _timed_statement(line)
+        if timed is not None:
+            kept.append(timed)
+            continue
         magic = _MAGIC_LINE.match(line)
         if magic or _HELP_LINE.match(line):
             if not stripped.startswith(_KEPT_LINE_MAGICS) and "'load_ext', 'cudadiag'" not in line:
@@ -164,6 +173,20 @@ def python_source(raw: str) -> tuple[str, list[str]]:
         else:
             kept.append(line)
     return "\n".join(kept), skipped
+
+
+def _timed_statement(line: str) -> str | None:
+    """The statement a `%time` line runs, with the line's indent; None for any other line."""
+    typed = _TIMED_LINE.match(line)
+    if typed:
+        return f"{typed.group(1)}{typed.group(2)}"
+    transformed = _TIMED_CALL.match(line)
+    if transformed:
+        with contextlib.suppress(ValueError, SyntaxError):
+            statement = ast.literal_eval(transformed.group(2))
+            if isinstance(statement, str) and "\n" not in statement:
+                return f"{transformed.group(1)}{statement}"
+    return None
 
 
 @dataclass
