@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from cudadiag import classify, summarize
@@ -54,6 +56,17 @@ def test_text_has_banner_error_batch_checks_and_later_errors():
     assert "batch[1] | [6] | int64 | cpu | [1] | 0 | 4 | 0 | 5" in text
     assert "Later errors (1, probable consequences of the first)" in text
     assert "[simulated]" in text
+
+
+def test_the_first_error_lists_what_the_message_says_not_how_it_was_worded():
+    text = ("Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], thread: "
+            "[2,0,0] Assertion `t >= 0 && t < n_classes` failed.\n" + ASSERT + "\nCUDA kernel "
+            "errors might be asynchronously reported at some other API call, so the stacktrace "
+            "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+            "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+    shown = render_text(replace(incident(), diagnosis=classify(text)))
+    assert "assertion: t >= 0 && t < n_classes" in shown
+    assert not any(hint in shown for hint in ("async_hint", "blocking_hint", "dsa_hint"))
 
 
 def test_html_escapes_and_marks_its_parts():

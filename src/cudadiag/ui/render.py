@@ -30,6 +30,7 @@ from cudadiag.incident import (
     TensorSummary,
 )
 from cudadiag.incident_index import IndexEntry, failing_cell
+from cudadiag.knowledge import UNSHOWN_DETAILS
 from cudadiag.repro.redact import Redactor
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
 from cudadiag.ui.pictures import values_picture
@@ -263,7 +264,7 @@ def sections(incident: Incident) -> list[Section]:
         error.append(f"operator: {incident.op.name}({args})")
         if incident.op.precheck:
             error.append(f"precheck: {incident.op.precheck}")
-    error += [f"{k}: {v}" for k, v in d.details.items()]
+    error += [f"{k}: {v}" for k, v in d.details.items() if k not in UNSHOWN_DETAILS]
     error += [f"at {frame_text(f)}" for f in e.traceback if f.user]
     parts.append(Section("error", "First error", error))
     if incident.loop and incident.loop.frames:
