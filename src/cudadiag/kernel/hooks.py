@@ -187,9 +187,11 @@ class KernelCapture:
         return states
 
     def _raising_cell(self, exc: BaseException) -> int | None:
-        """The cell of the deepest user frame that raised `exc` (an error ingested late)."""
-        reported = ErrorInfo.from_exception(exc, self._locate_cell).reported_at
-        return reported.cell if reported is not None else None
+        """The cell that was running when `exc` was raised (an error ingested late): the
+        outermost cell frame of its traceback, since deeper ones are cells that only defined
+        the functions it called."""
+        traceback = ErrorInfo.from_exception(exc, self._locate_cell).traceback
+        return next((frame.cell for frame in traceback if frame.cell is not None), None)
 
     def _locate_cell(self, filename: str) -> int | None:
         filename_map = getattr(self.shell.compile, "_filename_map", {})
