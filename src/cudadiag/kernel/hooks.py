@@ -13,6 +13,7 @@ import contextlib
 import random
 import sys
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cudadiag import probes
@@ -25,6 +26,36 @@ from cudadiag.spawn_report import read_spawn_report
 from cudadiag.store import IncidentStore
 
 RNG_CELLS_KEPT = 256
+STATE_ATTRIBUTE = "_cudadiag_kernel_state"
+
+
+@dataclass
+class KernelState:
+    """What the extension knows of one kernel session. It lives on the shell, not in the
+    extension: `%reload_ext cudadiag` or `%unload_ext` + `%load_ext` leave the CUDA context
+    as unusable as it was, and the cells' RNG states as they were."""
+
+    session: int
+    """The shell's history session: a new one numbers its cells from 1 again."""
+    current: Incident | None = None
+    """The kernel's incident that decides what later errors are (the first one, or the
+    latest after a non-sticky error)."""
+    rng_states: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
+    """The RNG states each cell started from, by execution count, the latest last."""
+
+
+def kernel_state(shell: Any) -> KernelState:
+    """Return the state kept on `shell` for its current history session: a new, empty one
+    when there is none yet or when the shell started a new session (`reset(new_session=True)`),
+    whose cell numbers are not those the old state refers to. Raises nothing."""
+    session = getattr(getattr(shell, "history_manager", None), "session_number", 0)
+    state = getattr(shell, STATE_ATTRIBUTE, None)
+    # compared by field, not by class: a state made before `importlib.reload` of this module
+    # is still this kernel's
+    if getattr(state, "session", None) != session:
+        state = KernelState(session)
+        setattr(shell, STATE_ATTRIBUTE, state)
+    return state
 
 
 class Announcer(Protocol):
@@ -44,10 +75,6 @@ class KernelCapture:
         self.shell = shell
         self.store = store
         self.announcer = announcer
-        self.current: Incident | None = None
-        """The kernel's incident that decides what later errors are (the first one, or the
-        latest after a non-sticky error)."""
-        self.rng_states: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._rng_at_start: dict[str, Any] | None = None
         self.device_tail = DeviceMessageTail()
 
@@ -68,6 +95,21 @@ class KernelCapture:
                 self.shell.events.unregister(event, callback)
             except ValueError:
                 pass
+
+    @property
+    def current(self) -> Incident | None:
+        """The kernel's incident that decides what later errors are (the first one, or the
+        latest after a non-sticky error); kept on the shell (KernelState)."""
+        return kernel_state(self.shell).current
+
+    @current.setter
+    def current(self, incident: Incident | None) -> None:
+        kernel_state(self.shell).current = incident
+
+    @property
+    def rng_states(self) -> OrderedDict[int, dict[str, Any]]:
+        """The RNG states each cell started from, by execution count; kept on the shell."""
+        return kernel_state(self.shell).rng_states
 
     @property
     def cell_running(self) -> bool:
