@@ -76,6 +76,9 @@ class KernelCapture:
         self.store = store
         self.announcer = announcer
         self._rng_at_start: dict[str, Any] | None = None
+        self._device_lines_cell: int | None = None
+        """The first cell that ended without error while the device printed its own lines
+        (an error caught by the cell's try/except): the cell the next incident names."""
         self.device_tail = DeviceMessageTail()
 
     def register(self) -> None:
@@ -141,6 +144,18 @@ class KernelCapture:
         exc = getattr(result, "error_in_exec", None)
         if exc is not None:
             self.capture(exc, cell=count)
+        else:
+            self._note_device_lines(count)
+
+    def _note_device_lines(self, cell: int | None) -> None:
+        """Remember `cell`, which ended without error, as the one the device printed its
+        lines during, unless an earlier cell is remembered or the context is already known
+        to be unusable."""
+        if self._device_lines_cell is not None or cell is None or self.poisoned_by:
+            return
+        self.device_tail.settle()
+        if self.device_tail.scanner.lines:
+            self._device_lines_cell = cell
 
     def capture(self, exc: BaseException, cell: int | None,
                 ingested_late: bool = False) -> Incident | None:
@@ -170,6 +185,10 @@ class KernelCapture:
             return None
         if cell is None:
             cell = self._raising_cell(exc)
+        elif self._device_lines_cell is not None:
+            # the device failed during that cell, whose code caught the error it raised
+            cell = self._device_lines_cell
+        self._device_lines_cell = None
         source = self._cell_source(cell) if cell is not None else None
         # no violation here: a real device tells the kernel, not the values (the simulator's
         # knowledge of them stays out of the kernel's incident)
