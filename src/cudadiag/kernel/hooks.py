@@ -14,7 +14,7 @@ import random
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from cudadiag import probes
 from cudadiag.classify import classify
@@ -49,12 +49,13 @@ def kernel_state(shell: Any) -> KernelState:
     when there is none yet or when the shell started a new session (`reset(new_session=True)`),
     whose cell numbers are not those the old state refers to. Raises nothing."""
     session = getattr(getattr(shell, "history_manager", None), "session_number", 0)
-    state = getattr(shell, STATE_ATTRIBUTE, None)
+    kept = getattr(shell, STATE_ATTRIBUTE, None)
     # compared by field, not by class: a state made before `importlib.reload` of this module
     # is still this kernel's
-    if getattr(state, "session", None) != session:
-        state = KernelState(session)
-        setattr(shell, STATE_ATTRIBUTE, state)
+    if getattr(kept, "session", None) == session:
+        return cast(KernelState, kept)
+    state = KernelState(session)
+    setattr(shell, STATE_ATTRIBUTE, state)
     return state
 
 
