@@ -57,6 +57,7 @@ def test_errors_after_a_reload_are_consequences_of_the_first_incident(shell):
 
 def test_a_new_history_session_starts_without_the_old_incident(shell, capsys):
     _fail_with_device_assert(shell)
+    run(shell, "sim.stop()")  # the reset forgets `sim`: the fixture could not stop it
     shell.extension_manager.unload_extension("cudadiag")
     shell.reset(new_session=True)
     shell.extension_manager.load_extension("cudadiag")
