@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import sys
 import threading
 import time
 
@@ -30,6 +31,8 @@ class DeviceMessageTail:
         self._redirected: list[tuple[int, int, int]] = []
         """(fd, saved copy of its old target, read end of our pipe)"""
         self._thread: threading.Thread | None = None
+        self._scanning = False
+        """The pump has read a chunk it has not scanned yet."""
 
     def attach(self, *fds: int) -> None:
         """Route each fd through the tail (one thread serves them all, so what is written to
@@ -69,15 +72,27 @@ class DeviceMessageTail:
             selector.register(read_end, selectors.EVENT_READ, saved)
         while selector.get_map():
             for key, _ in selector.select():
+                self._scanning = True  # before the read: settle() must not see 0 bytes left
                 chunk = _read(key.fd)
                 if not chunk:
                     selector.unregister(key.fd)
                     self.scanner.end(key.fd)
                     os.close(key.fd)
+                    self._scanning = False
                     continue
                 _write_all(key.data, chunk)
                 self.scanner.feed(key.fd, chunk)
+                self._scanning = False
         selector.close()
+
+    def settle(self, timeout: float = DEVICE_LINES_WAIT_S) -> None:
+        """Wait, at most `timeout` seconds, until everything written to the fds so far has
+        been scanned: a cell that ends without error may have had the device print lines
+        that are still in the pipe. Returns at once when nothing is pending."""
+        deadline = time.monotonic() + timeout
+        while self._thread is not None and time.monotonic() < deadline and (
+                self._scanning or any(_unread(read_end) for _, _, read_end in self._redirected)):
+            time.sleep(0.005)
 
     def take(self, wait_for_lines: bool = False) -> str:
         """Return the lines kept so far and forget them.
@@ -90,6 +105,17 @@ class DeviceMessageTail:
         while wait_for_lines and not self.scanner.lines and time.monotonic() < deadline:
             time.sleep(0.01)
         return self.scanner.take()
+
+
+def _unread(fd: int) -> int:
+    """The bytes waiting in the pipe `fd` (0 when it cannot be asked)."""
+    import fcntl  # POSIX only, as the tail is
+    import termios
+
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4), sys.byteorder)
+    except OSError:
+        return 0
 
 
 def _read(fd: int) -> bytes:

@@ -13,7 +13,8 @@ import contextlib
 import random
 import sys
 from collections import OrderedDict
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
 
 from cudadiag import probes
 from cudadiag.classify import classify
@@ -25,6 +26,37 @@ from cudadiag.spawn_report import read_spawn_report
 from cudadiag.store import IncidentStore
 
 RNG_CELLS_KEPT = 256
+STATE_ATTRIBUTE = "_cudadiag_kernel_state"
+
+
+@dataclass
+class KernelState:
+    """What the extension knows of one kernel session. It lives on the shell, not in the
+    extension: `%reload_ext cudadiag` or `%unload_ext` + `%load_ext` leave the CUDA context
+    as unusable as it was, and the cells' RNG states as they were."""
+
+    session: int
+    """The shell's history session: a new one numbers its cells from 1 again."""
+    current: Incident | None = None
+    """The kernel's incident that decides what later errors are (the first one, or the
+    latest after a non-sticky error)."""
+    rng_states: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
+    """The RNG states each cell started from, by execution count, the latest last."""
+
+
+def kernel_state(shell: Any) -> KernelState:
+    """Return the state kept on `shell` for its current history session: a new, empty one
+    when there is none yet or when the shell started a new session (`reset(new_session=True)`),
+    whose cell numbers are not those the old state refers to. Raises nothing."""
+    session = getattr(getattr(shell, "history_manager", None), "session_number", 0)
+    kept = getattr(shell, STATE_ATTRIBUTE, None)
+    # compared by field, not by class: a state made before `importlib.reload` of this module
+    # is still this kernel's
+    if getattr(kept, "session", None) == session:
+        return cast(KernelState, kept)
+    state = KernelState(session)
+    setattr(shell, STATE_ATTRIBUTE, state)
+    return state
 
 
 class Announcer(Protocol):
@@ -44,11 +76,10 @@ class KernelCapture:
         self.shell = shell
         self.store = store
         self.announcer = announcer
-        self.current: Incident | None = None
-        """The kernel's incident that decides what later errors are (the first one, or the
-        latest after a non-sticky error)."""
-        self.rng_states: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._rng_at_start: dict[str, Any] | None = None
+        self._device_lines_cell: int | None = None
+        """The first cell that ended without error while the device printed its own lines
+        (an error caught by the cell's try/except): the cell the next incident names."""
         self.device_tail = DeviceMessageTail()
 
     def register(self) -> None:
@@ -68,6 +99,21 @@ class KernelCapture:
                 self.shell.events.unregister(event, callback)
             except ValueError:
                 pass
+
+    @property
+    def current(self) -> Incident | None:
+        """The kernel's incident that decides what later errors are (the first one, or the
+        latest after a non-sticky error); kept on the shell (KernelState)."""
+        return kernel_state(self.shell).current
+
+    @current.setter
+    def current(self, incident: Incident | None) -> None:
+        kernel_state(self.shell).current = incident
+
+    @property
+    def rng_states(self) -> OrderedDict[int, dict[str, Any]]:
+        """The RNG states each cell started from, by execution count; kept on the shell."""
+        return kernel_state(self.shell).rng_states
 
     @property
     def cell_running(self) -> bool:
@@ -99,6 +145,18 @@ class KernelCapture:
         exc = getattr(result, "error_in_exec", None)
         if exc is not None:
             self.capture(exc, cell=count)
+        else:
+            self._note_device_lines(count)
+
+    def _note_device_lines(self, cell: int | None) -> None:
+        """Remember `cell`, which ended without error, as the one the device printed its
+        lines during, unless an earlier cell is remembered or the context is already known
+        to be unusable."""
+        if self._device_lines_cell is not None or cell is None or self.poisoned_by:
+            return
+        self.device_tail.settle()
+        if self.device_tail.scanner.lines:
+            self._device_lines_cell = cell
 
     def capture(self, exc: BaseException, cell: int | None,
                 ingested_late: bool = False) -> Incident | None:
@@ -128,6 +186,10 @@ class KernelCapture:
             return None
         if cell is None:
             cell = self._raising_cell(exc)
+        elif self._device_lines_cell is not None:
+            # the device failed during that cell, whose code caught the error it raised
+            cell = self._device_lines_cell
+        self._device_lines_cell = None
         source = self._cell_source(cell) if cell is not None else None
         # no violation here: a real device tells the kernel, not the values (the simulator's
         # knowledge of them stays out of the kernel's incident)
@@ -187,9 +249,11 @@ class KernelCapture:
         return states
 
     def _raising_cell(self, exc: BaseException) -> int | None:
-        """The cell of the deepest user frame that raised `exc` (an error ingested late)."""
-        reported = ErrorInfo.from_exception(exc, self._locate_cell).reported_at
-        return reported.cell if reported is not None else None
+        """The cell that was running when `exc` was raised (an error ingested late): the
+        outermost cell frame of its traceback, since deeper ones are cells that only defined
+        the functions it called."""
+        traceback = ErrorInfo.from_exception(exc, self._locate_cell).traceback
+        return next((frame.cell for frame in traceback if frame.cell is not None), None)
 
     def _locate_cell(self, filename: str) -> int | None:
         filename_map = getattr(self.shell.compile, "_filename_map", {})
