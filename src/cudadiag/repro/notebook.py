@@ -12,7 +12,6 @@ at import (seconds), which must not happen in the kernel's thread when an export
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from cudadiag.classify import classify
 from cudadiag.incident import Incident, Observed, Signature
+from cudadiag.isolate.launcher import startup_environment
 from cudadiag.repro.document import Program, ReproDocument, build_document
 from cudadiag.repro.redact import Redactor
 from cudadiag.repro.staging import Staging, check_target
@@ -127,7 +127,7 @@ def verify_notebook(nb: NotebookNode, folder: Path, signature: Signature,
                             allow_errors=True, resources={"metadata": {"path": str(folder)}})
     with tempfile.TemporaryFile() as kernel_stderr:
         try:
-            client.execute(env={**os.environ, **env_vars}, stderr=kernel_stderr,
+            client.execute(env={**startup_environment(), **env_vars}, stderr=kernel_stderr,
                            stdout=subprocess.DEVNULL)
         except KeyboardInterrupt:
             return None, Observed(note="verification interrupted")

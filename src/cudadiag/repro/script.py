@@ -7,7 +7,6 @@ variables in its environment) and reads the exception Python printed last.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.incident import Observed, Signature
+from cudadiag.isolate.launcher import startup_environment
 from cudadiag.repro.document import ReproDocument
 from cudadiag.repro.notebook import VERIFY_TIMEOUT_S, ExportResult, verdict
 from cudadiag.repro.staging import Staging
@@ -61,7 +61,8 @@ def verify_script(script: Path, signature: Signature,
     stops it: (None, a note)."""
     try:
         done = subprocess.run([sys.executable, script.name], cwd=script.parent,
-                              env={**os.environ, **env_vars}, capture_output=True, text=True,
+                              env={**startup_environment(), **env_vars},
+                              capture_output=True, text=True,
                               timeout=VERIFY_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except KeyboardInterrupt:
         return None, Observed(note="verification interrupted")
