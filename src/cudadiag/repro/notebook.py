@@ -54,7 +54,7 @@ def to_notebook(doc: ReproDocument, chdir: str | None = None) -> NotebookNode:
     moves = [f"import os\nos.chdir({chdir!r})"] if chdir else []
     code = [*doc.setup, *moves, *([doc.script_setup] if doc.script_setup else []),
             *(source for _, source in doc.program)]
-    nb.cells = [new_markdown_cell(doc.header), *map(new_code_cell, code),
+    nb.cells = [new_markdown_cell(doc.header()), *map(new_code_cell, code),
                 new_markdown_cell(doc.closing)]
     nb.metadata["cudadiag"] = dict(doc.metadata)
     nbformat.validate(nb)
@@ -104,12 +104,20 @@ def write_and_verify(doc: ReproDocument, path: Path, signature: Any,
         if verify:
             result.reproduces, result.observed = verify_notebook(
                 to_notebook(doc, chdir=doc.chdir), staging.folder, signature, doc.env_vars)
-            nb.metadata["cudadiag"].update(
-                reproduces=result.reproduces,
-                observed=Redactor().strings(dataclasses.asdict(result.observed)))
+            record_verdict(doc, result)
+            nb = to_notebook(doc)
+            nb.metadata["cudadiag"].update(reproduces=result.reproduces,
+                                           observed=dataclasses.asdict(doc.observed))
             staging.write(path.name, nbformat.writes(nb).encode())
         staging.commit()
     return result
+
+
+def record_verdict(doc: ReproDocument, result: ExportResult) -> None:
+    """Put the verification's verdict into `doc` (what it observed scrubbed), for its
+    header."""
+    doc.reproduces = result.reproduces
+    doc.observed = Observed(**Redactor().strings(dataclasses.asdict(result.observed)))
 
 
 def verify_notebook(nb: NotebookNode, folder: Path, signature: Signature,

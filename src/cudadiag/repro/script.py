@@ -16,7 +16,7 @@ from typing import Any
 from cudadiag.incident import Observed, Signature
 from cudadiag.isolate.launcher import startup_environment
 from cudadiag.repro.document import ReproDocument
-from cudadiag.repro.notebook import VERIFY_TIMEOUT_S, ExportResult, verdict
+from cudadiag.repro.notebook import VERIFY_TIMEOUT_S, ExportResult, record_verdict, verdict
 from cudadiag.repro.staging import Staging
 
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?:: ?(.*))?$")
@@ -26,7 +26,7 @@ _VERIFY_NAME = ".verify.py"
 def to_script(doc: ReproDocument, chdir: str | None = None) -> str:
     """The document as a Python script; `chdir` adds a move to that directory before the
     program (verification only)."""
-    blocks = [_comment(doc.header), *doc.setup]
+    blocks = [_comment(doc.header()), *doc.setup]
     if chdir:
         blocks.append(f"import os\nos.chdir({chdir!r})")
     if doc.script_setup:
@@ -43,7 +43,6 @@ def write_and_verify_script(doc: ReproDocument, path: Path, signature: Any,
     with Staging(path) as staging:
         for side in doc.side_files:
             staging.write(side.name, side.data)
-        staging.write(path.name, to_script(doc).encode())
         result = ExportResult(path=path, reproduces=None, observed=Observed(),
                               side_files=[path.parent / s.name for s in doc.side_files])
         if verify:
@@ -51,6 +50,8 @@ def write_and_verify_script(doc: ReproDocument, path: Path, signature: Any,
             check.write_text(to_script(doc, chdir=doc.chdir))
             result.reproduces, result.observed = verify_script(check, signature, doc.env_vars)
             check.unlink()
+            record_verdict(doc, result)
+        staging.write(path.name, to_script(doc).encode())
         staging.commit()
     return result
 
