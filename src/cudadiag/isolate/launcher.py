@@ -170,8 +170,8 @@ class SubprocessLauncher:
 
 
 _ENVIRONMENT_AT_IMPORT = dict(os.environ)
-"""Where /proc is missing: the environment when cudadiag was first imported in this
-process (cudadiag's own modules import this one as the extension loads)."""
+"""Where /proc is missing: the environment when this module was imported (by
+`%load_ext cudadiag`, or the first isolated run or export)."""
 CUDADIAG_VARIABLES = ("CUDADIAG_HOME",)
 """cudadiag's own settings: a fresh run takes their current values (cudadiag may have set
 them itself, as `cudadiag demo` does), not those this process started with."""
@@ -179,7 +179,7 @@ them itself, as `cudadiag demo` does), not those this process started with."""
 
 def startup_environment() -> dict[str, str]:
     """Return the environment this process started with (on Linux, exactly: the kernel's
-    /proc/self/environ; elsewhere the snapshot taken when cudadiag was imported), with
+    /proc/self/environ; elsewhere the snapshot taken when cudadiag loaded), with
     cudadiag's own variables as they are now: what a fresh process started the way this one
     was gets, whatever the user's code has set in os.environ since. Never raises."""
     try:
