@@ -104,20 +104,21 @@ def write_and_verify(doc: ReproDocument, path: Path, signature: Any,
         if verify:
             result.reproduces, result.observed = verify_notebook(
                 to_notebook(doc, chdir=doc.chdir), staging.folder, signature, doc.env_vars)
-            record_verdict(doc, result)
+            observed = record_verdict(doc, result)
             nb = to_notebook(doc)
             nb.metadata["cudadiag"].update(reproduces=result.reproduces,
-                                           observed=dataclasses.asdict(doc.observed))
+                                           observed=dataclasses.asdict(observed))
             staging.write(path.name, nbformat.writes(nb).encode())
         staging.commit()
     return result
 
 
-def record_verdict(doc: ReproDocument, result: ExportResult) -> None:
-    """Put the verification's verdict into `doc` (what it observed scrubbed), for its
-    header."""
+def record_verdict(doc: ReproDocument, result: ExportResult) -> Observed:
+    """Put the verification's verdict into `doc`, for its header; return what it observed,
+    scrubbed (as the header shows it)."""
     doc.reproduces = result.reproduces
     doc.observed = Observed(**Redactor().strings(dataclasses.asdict(result.observed)))
+    return doc.observed
 
 
 def verify_notebook(nb: NotebookNode, folder: Path, signature: Signature,
