@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -173,10 +173,38 @@ class SubprocessLauncher:
         return process
 
 
-def child_environment(extra: dict[str, str]) -> dict[str, str]:
-    """Return this process's environment plus `extra`, with unbuffered Python output so the
-    child's prints reach the notebook as they happen."""
-    env = dict(os.environ)
+_ENVIRONMENT_AT_IMPORT = dict(os.environ)
+"""Where /proc is missing: the environment when this module was imported (by
+`%load_ext cudadiag`, or the first isolated run or export)."""
+CUDADIAG_VARIABLES = ("CUDADIAG_HOME",)
+"""cudadiag's own settings: a fresh run takes their current values (cudadiag may have set
+them itself, as `cudadiag demo` does), not those this process started with."""
+
+
+def startup_environment() -> dict[str, str]:
+    """Return the environment this process started with (on Linux, exactly: the kernel's
+    /proc/self/environ; elsewhere the snapshot taken when cudadiag loaded), with
+    cudadiag's own variables as they are now: what a fresh process started the way this one
+    was gets, whatever the user's code has set in os.environ since. Never raises."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        env = dict(_ENVIRONMENT_AT_IMPORT)
+    else:
+        pairs = (entry.partition(b"=") for entry in raw.split(b"\0") if b"=" in entry)
+        env = {os.fsdecode(name): os.fsdecode(value) for name, _, value in pairs}
+    for name in CUDADIAG_VARIABLES:
+        env.pop(name, None)
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def child_environment(extra: dict[str, str],
+                      base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return `base` (default: this process's current environment) plus `extra`, with
+    unbuffered Python output so the child's prints reach the notebook as they happen."""
+    env = dict(os.environ if base is None else base)
     env.update(extra)
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,6 +88,7 @@ def run_isolated(
     store: bool = True,
     show_replay: bool = False,
     ranks: RankJob | None = None,
+    base_env: Mapping[str, str] | None = None,
 ) -> IsolatedResult:
     """Run `code` in a fresh Python process with blocking launches, the op tracer and the
     index prechecks; return an IsolatedResult.
@@ -95,7 +96,8 @@ def run_isolated(
     `cells` are earlier cells replayed first (sources, or (execution count, source) pairs);
     `ship` holds values pickled into the child's namespace (or names a file that holds them
     already pickled, as a stored incident keeps them); `env` adds variables to the
-    child's environment; `rng_states` maps a cell number to the RNG states it started from;
+    child's environment, which starts from `base_env` (default: this process's);
+    `rng_states` maps a cell number to the RNG states it started from;
     `batch` = (step, data) makes the child's first watch() yield only that recorded batch.
     With `blocking=False` the re-run is faithful and asynchronous: no tracer, no prechecks.
     With `stream`, `code` prints live and each replayed cell's output is folded into one
@@ -111,7 +113,7 @@ def run_isolated(
     return _execute(numbered, None, blocking=blocking, timeout=timeout, env=env, ship=ship,
                     trace=trace, precheck=precheck, rng_states=rng_states, batch=batch,
                     launcher=launcher, output=ChildOutput(stream, show_replay), store=store,
-                    ranks=ranks)
+                    ranks=ranks, base_env=base_env)
 
 
 def run_script(
@@ -150,7 +152,8 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
              ship: dict[str, Any] | Path | None, trace: bool, precheck: bool,
              rng_states: dict[int, dict[str, Any]] | None, batch: tuple[int, Any] | None,
              launcher: Launcher | None, output: ChildOutput, store: bool,
-             ranks: RankJob | None = None) -> IsolatedResult:
+             ranks: RankJob | None = None,
+             base_env: Mapping[str, str] | None = None) -> IsolatedResult:
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout}")
     if os.name == "nt":
@@ -158,7 +161,7 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
                       "macOS (the live-kernel capture works on Windows)")
     settings = blocking_settings(blocking)
     extra = {**settings.env, **(env or {})}
-    child_env = child_environment(extra)
+    child_env = child_environment(extra, base_env)
     if not blocking:
         for name in (*NVIDIA_BLOCKING, *ROCM_BLOCKING):
             if name not in (env or {}):

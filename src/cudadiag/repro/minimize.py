@@ -28,7 +28,7 @@ from typing import Any
 from cudadiag.errors import MinimizeError, MinimizeInterrupted
 from cudadiag.incident import Incident, Signature
 from cudadiag.isolate import warm
-from cudadiag.isolate.launcher import Launcher
+from cudadiag.isolate.launcher import Launcher, startup_environment
 from cudadiag.isolate.runner import run_isolated
 from cudadiag.isolate.warm import WarmLauncher
 from cudadiag.repro import loops
@@ -222,7 +222,9 @@ def minimize(
 
     `ship` is a file of pickled values every candidate receives (their names in `provided`);
     `setup` is code run before every candidate and never removed (a script's command line);
-    candidates run in `cwd` (default: this process's working directory). The reference
+    candidates run in `cwd` (default: this process's working directory), in the environment
+    this process started with plus `env` (not os.environ as the user's code left it: a
+    statement that sets a variable the program reads must stay). The reference
     failure (see _start) gives the signature every candidate must match; `expected_family`
     (the incident's) must agree with it. Stops after `max_trials` candidates or `timeout`
     seconds (no trial runs past it), or on Ctrl-C, keeping the best candidate so far.
@@ -241,6 +243,8 @@ def minimize(
         with tempfile.TemporaryDirectory(prefix="cudadiag-minimize-") as scratch:
             paths = _ScratchFiles(scratch)
 
+            fresh = startup_environment()
+
             def run(program: list[Unit], limit: float | None, seed: int | None,
                     trace: bool) -> Incident | str | None:
                 numbered = _numbered(program, setup, paths.loop_states, seed)
@@ -248,6 +252,7 @@ def minimize(
                     numbered[-1][1], cells=numbered[:-1], target_cell=numbered[-1][0],
                     rng_states=rng_states, batch=batch, ship=ship, env=env, trace=trace,
                     precheck=trace, launcher=launcher, stream=False, store=False,
+                    base_env=fresh,
                     timeout=min(trial_timeout, limit) if limit else trial_timeout)
                 if result.interrupted:
                     return "interrupted"

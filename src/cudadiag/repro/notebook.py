@@ -12,7 +12,6 @@ at import (seconds), which must not happen in the kernel's thread when an export
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from cudadiag.classify import classify
 from cudadiag.incident import Incident, Observed, Signature
+from cudadiag.isolate.launcher import startup_environment
 from cudadiag.repro.document import Program, ReproDocument, build_document
 from cudadiag.repro.redact import Redactor
 from cudadiag.repro.staging import Staging, check_target
@@ -54,7 +54,7 @@ def to_notebook(doc: ReproDocument, chdir: str | None = None) -> NotebookNode:
     moves = [f"import os\nos.chdir({chdir!r})"] if chdir else []
     code = [*doc.setup, *moves, *([doc.script_setup] if doc.script_setup else []),
             *(source for _, source in doc.program)]
-    nb.cells = [new_markdown_cell(doc.header), *map(new_code_cell, code),
+    nb.cells = [new_markdown_cell(doc.header()), *map(new_code_cell, code),
                 new_markdown_cell(doc.closing)]
     nb.metadata["cudadiag"] = dict(doc.metadata)
     nbformat.validate(nb)
@@ -104,12 +104,21 @@ def write_and_verify(doc: ReproDocument, path: Path, signature: Any,
         if verify:
             result.reproduces, result.observed = verify_notebook(
                 to_notebook(doc, chdir=doc.chdir), staging.folder, signature, doc.env_vars)
-            nb.metadata["cudadiag"].update(
-                reproduces=result.reproduces,
-                observed=Redactor().strings(dataclasses.asdict(result.observed)))
+            observed = record_verdict(doc, result)
+            nb = to_notebook(doc)
+            nb.metadata["cudadiag"].update(reproduces=result.reproduces,
+                                           observed=dataclasses.asdict(observed))
             staging.write(path.name, nbformat.writes(nb).encode())
         staging.commit()
     return result
+
+
+def record_verdict(doc: ReproDocument, result: ExportResult) -> Observed:
+    """Put the verification's verdict into `doc`, for its header; return what it observed,
+    scrubbed (as the header shows it)."""
+    doc.reproduces = result.reproduces
+    doc.observed = Observed(**Redactor().strings(dataclasses.asdict(result.observed)))
+    return doc.observed
 
 
 def verify_notebook(nb: NotebookNode, folder: Path, signature: Signature,
@@ -127,7 +136,7 @@ def verify_notebook(nb: NotebookNode, folder: Path, signature: Signature,
                             allow_errors=True, resources={"metadata": {"path": str(folder)}})
     with tempfile.TemporaryFile() as kernel_stderr:
         try:
-            client.execute(env={**os.environ, **env_vars}, stderr=kernel_stderr,
+            client.execute(env={**startup_environment(), **env_vars}, stderr=kernel_stderr,
                            stdout=subprocess.DEVNULL)
         except KeyboardInterrupt:
             return None, Observed(note="verification interrupted")

@@ -371,6 +371,12 @@ def _safe(read: Callable[[], str]) -> str:
     return ""
 
 
+def masks_a_secret(text: str) -> bool:
+    """Return True when `text` holds a masked secret (`[REDACTED]`, or `[REDACTED:NAME]`
+    for an environment variable's value)."""
+    return SECRET[:-1] in text
+
+
 def redact(text: str) -> str:
     """Return `text` scrubbed for this machine (see Redactor)."""
     return Redactor()(text)

@@ -7,7 +7,6 @@ variables in its environment) and reads the exception Python printed last.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -15,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.incident import Observed, Signature
+from cudadiag.isolate.launcher import startup_environment
 from cudadiag.repro.document import ReproDocument
-from cudadiag.repro.notebook import VERIFY_TIMEOUT_S, ExportResult, verdict
+from cudadiag.repro.notebook import VERIFY_TIMEOUT_S, ExportResult, record_verdict, verdict
 from cudadiag.repro.staging import Staging
 
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?:: ?(.*))?$")
@@ -26,7 +26,7 @@ _VERIFY_NAME = ".verify.py"
 def to_script(doc: ReproDocument, chdir: str | None = None) -> str:
     """The document as a Python script; `chdir` adds a move to that directory before the
     program (verification only)."""
-    blocks = [_comment(doc.header), *doc.setup]
+    blocks = [_comment(doc.header()), *doc.setup]
     if chdir:
         blocks.append(f"import os\nos.chdir({chdir!r})")
     if doc.script_setup:
@@ -43,7 +43,6 @@ def write_and_verify_script(doc: ReproDocument, path: Path, signature: Any,
     with Staging(path) as staging:
         for side in doc.side_files:
             staging.write(side.name, side.data)
-        staging.write(path.name, to_script(doc).encode())
         result = ExportResult(path=path, reproduces=None, observed=Observed(),
                               side_files=[path.parent / s.name for s in doc.side_files])
         if verify:
@@ -51,6 +50,8 @@ def write_and_verify_script(doc: ReproDocument, path: Path, signature: Any,
             check.write_text(to_script(doc, chdir=doc.chdir))
             result.reproduces, result.observed = verify_script(check, signature, doc.env_vars)
             check.unlink()
+            record_verdict(doc, result)
+        staging.write(path.name, to_script(doc).encode())
         staging.commit()
     return result
 
@@ -61,7 +62,8 @@ def verify_script(script: Path, signature: Signature,
     stops it: (None, a note)."""
     try:
         done = subprocess.run([sys.executable, script.name], cwd=script.parent,
-                              env={**os.environ, **env_vars}, capture_output=True, text=True,
+                              env={**startup_environment(), **env_vars},
+                              capture_output=True, text=True,
                               timeout=VERIFY_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except KeyboardInterrupt:
         return None, Observed(note="verification interrupted")
