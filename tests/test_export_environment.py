@@ -68,14 +68,20 @@ def _assert_redacted_at(nb, line: str) -> None:
     assert cell.source.splitlines()[int(found.group(2)) - 1] == line
 
 
-def test_a_variable_set_in_a_cell_and_read_later_stays_in_the_repro(shell, capsys, project):
-    run(shell, SETUP + "\nos.environ['DATA_DIR'] = 'inputs'")
+@pytest.mark.parametrize(("sets", "kept"), [
+    ("os.environ['DATA_DIR'] = 'inputs'", "os.environ['DATA_DIR'] = 'inputs'"),
+    ("%env DATA_DIR=inputs", "import os; os.environ['DATA_DIR'] = 'inputs'"),
+])
+def test_a_variable_set_in_a_cell_and_read_later_stays_in_the_repro(shell, capsys, project,
+                                                                     sets, kept):
+    run(shell, SETUP)
+    run(shell, sets)
     run(shell, READ_IDS)
     capsys.readouterr()
     run(shell, f"%cudadiag export {project / 'r7.ipynb'}")
     out = capsys.readouterr().out
     assert "reproduces: yes" in out, out
-    assert "os.environ['DATA_DIR'] = 'inputs'" in _code(project / "r7.ipynb")
+    assert kept in _code(project / "r7.ipynb")
     error = _first_error(project / "r7.ipynb", project)
     assert error.ename == "SimulatedAcceleratorError", error  # not KeyError: 'DATA_DIR'
     assert "device-side assert" in error.evalue

@@ -112,6 +112,14 @@ def test_magics_and_shell_escapes_become_pass_with_a_note():
     assert python_source("%%time\nx = 1")[0] == "pass\nx = 1"
 
 
+def test_a_variable_set_with_env_is_set_in_the_replay():
+    assert python_source("%env DATA_DIR=inputs\n%env MODE fast\n%env\n%env X=$y") == (
+        "import os; os.environ['DATA_DIR'] = 'inputs'\n"
+        "import os; os.environ['MODE'] = 'fast'\npass\npass", ["%env", "%env X=$y"])
+    transformed = "get_ipython().run_line_magic('env', 'DATA_DIR=inputs')"
+    assert python_source(transformed)[0] == "import os; os.environ['DATA_DIR'] = 'inputs'"
+
+
 def test_a_timed_statement_is_kept_as_the_statement():
     assert python_source("x = 1\n    %time y = f(x)\n%timeit g()") == (
         "x = 1\n    y = f(x)\npass", ["%timeit g()"])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,10 +32,13 @@ _MAGIC_LINE = re.compile(
 _HELP_LINE = re.compile(r"^\s*[\w.]+\?\??\s*$")
 _KEPT_LINE_MAGICS = ("%load_ext cudadiag",)
 _PYTHON_CELL_MAGICS = ("%%time", "%%capture")
-_TIMED_LINE = re.compile(r"^(\s*)%time\s+(\S.*)$")
-_TIMED_CALL = re.compile(r"^(\s*)get_ipython\(\)\.run_line_magic\('time', (.+)\)\s*$")
+_LINE_MAGIC = re.compile(r"^(?P<indent>\s*)%(?P<name>time|env)\s+(?P<argument>\S.*)$")
+_LINE_MAGIC_CALL = re.compile(r"^(?P<indent>\s*)get_ipython\(\)\.run_line_magic\("
+                              r"'(?P<name>time|env)', (?P<argument>.+)\)\s*$")
 """`%time STATEMENT` (as typed, or as IPython transformed it): the statement runs once in
 the cell's namespace, so it is replayed as the statement itself."""
+_ENV_SET = re.compile(r"^(?P<name>[A-Za-z_]\w*)(?:=|\s+)(?P<value>[^$]*)$")
+"""What `%env NAME=value` (or `%env NAME value`) sets; a `$` would be expanded by IPython."""
 _BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "get_ipython", "In", "Out",
                                         "exit", "quit", "display"}
 _CALL_TEXT_MAX = 80
@@ -160,9 +162,9 @@ def python_source(raw: str) -> tuple[str, list[str]]:
     kept, skipped = [], []
     for line in lines:
         stripped = line.strip()
-        timed = _timed_statement(line)
-        if timed is not None:
-            kept.append(timed)
+        statement = _python_statement(line)
+        if statement is not None:
+            kept.append(statement)
             continue
         magic = _MAGIC_LINE.match(line)
         if magic or _HELP_LINE.match(line):
@@ -175,17 +177,27 @@ def python_source(raw: str) -> tuple[str, list[str]]:
     return "\n".join(kept), skipped
 
 
-def _timed_statement(line: str) -> str | None:
-    """The statement a `%time` line runs, with the line's indent; None for any other line."""
-    typed = _TIMED_LINE.match(line)
-    if typed:
-        return f"{typed.group(1)}{typed.group(2)}"
-    transformed = _TIMED_CALL.match(line)
-    if transformed:
-        with contextlib.suppress(ValueError, SyntaxError):
-            statement = ast.literal_eval(transformed.group(2))
-            if isinstance(statement, str) and "\n" not in statement:
-                return f"{transformed.group(1)}{statement}"
+def _python_statement(line: str) -> str | None:
+    """The Python statement a `%time` or a setting `%env` line amounts to, with the line's
+    indent; None for any other line."""
+    magic = _LINE_MAGIC.match(line) or _LINE_MAGIC_CALL.match(line)
+    if magic is None:
+        return None
+    argument = magic["argument"]
+    if magic.re is _LINE_MAGIC_CALL:
+        try:
+            argument = ast.literal_eval(argument)
+        except (ValueError, SyntaxError):
+            return None
+        if not isinstance(argument, str) or "\n" in argument:
+            return None
+    argument = argument.strip()
+    if magic["name"] == "time" and argument:
+        return f"{magic['indent']}{argument}"
+    setting = _ENV_SET.match(argument) if magic["name"] == "env" else None
+    if setting:
+        return (f"{magic['indent']}import os; os.environ[{setting['name']!r}] = "
+                f"{setting['value'].strip()!r}")
     return None
 
 
