@@ -22,3 +22,13 @@ def run(shell: Any, source: str) -> tuple[Any, int]:
     """Run one cell the way a notebook does; return (result, its execution count)."""
     count = len(shell.user_ns["In"])
     return shell.run_cell(source, store_history=True), count
+
+
+def fail_with_device_assert(shell: Any) -> int:
+    """Run the guide's example until its device-side assert surfaces; return the cell where
+    it did."""
+    run(shell, SETUP)
+    run(shell, MODEL)
+    result, cell = run(shell, "print('loss', loss.item())")
+    assert result.error_in_exec is not None
+    return cell

@@ -10,15 +10,7 @@ import torch
 
 from cudadiag import incidents
 from cudadiag.kernel.magics import capture_for
-from scenarios import MODEL, SETUP, run
-
-
-def _fail_with_device_assert(shell):
-    run(shell, SETUP)
-    run(shell, MODEL)
-    result, cell = run(shell, "print('loss', loss.item())")
-    assert result.error_in_exec is not None
-    return cell
+from scenarios import fail_with_device_assert, run
 
 
 def test_load_registers_callbacks_and_unload_removes_them(shell):
@@ -32,7 +24,7 @@ def test_load_registers_callbacks_and_unload_removes_them(shell):
 
 
 def test_device_assert_in_a_cell_becomes_the_incident(shell, capsys):
-    cell = _fail_with_device_assert(shell)
+    cell = fail_with_device_assert(shell)
     (incident,) = incidents()
     assert incident.diagnosis.family == "device_assert"
     assert incident.diagnosis.sticky and incident.diagnosis.asynchronous
@@ -48,7 +40,7 @@ def test_device_assert_in_a_cell_becomes_the_incident(shell, capsys):
 
 
 def test_later_errors_are_consequences_not_new_incidents(shell):
-    cell = _fail_with_device_assert(shell)
+    cell = fail_with_device_assert(shell)
     _, second = run(shell, "y = torch.ones(2) + 1")
     _, third = run(shell, "undefined_name")
     (incident,) = incidents()
@@ -59,7 +51,7 @@ def test_later_errors_are_consequences_not_new_incidents(shell):
 
 
 def test_every_cell_after_a_sticky_error_is_warned_and_still_runs(shell, capsys):
-    cell = _fail_with_device_assert(shell)
+    cell = fail_with_device_assert(shell)
     capsys.readouterr()
     result, _ = run(shell, "plain = 41 + 1")
     assert result.success and shell.user_ns["plain"] == 42
@@ -107,7 +99,7 @@ def test_rng_states_are_recorded_at_the_start_of_each_cell(shell):
 
 
 def test_incidents_and_show_magics(shell, capsys):
-    _fail_with_device_assert(shell)
+    fail_with_device_assert(shell)
     (incident,) = incidents()
     capsys.readouterr()
     run(shell, "%cudadiag incidents")
@@ -130,7 +122,7 @@ def test_bad_magic_usage_is_a_usage_error(shell, line):
 
 
 def test_unload_stops_the_warnings(shell, capsys):
-    _fail_with_device_assert(shell)
+    fail_with_device_assert(shell)
     shell.extension_manager.unload_extension("cudadiag")
     capsys.readouterr()
     run(shell, "z = 1")
@@ -156,7 +148,7 @@ def test_device_lines_written_to_the_stream_reach_the_incident(shell):
 
 def test_a_simulated_error_at_item_shows_no_torch_wrapper_frames(shell):
     """Like a real CUDA error raised from C++: the traceback ends at the user's line."""
-    _fail_with_device_assert(shell)
+    fail_with_device_assert(shell)
     (incident,) = incidents()
     files = [f.file for f in incident.error.traceback]
     assert not any("torch" in f for f in files), files

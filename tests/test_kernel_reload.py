@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cudadiag import incidents
-from scenarios import MODEL, SETUP, run
+from scenarios import fail_with_device_assert, run
 
 RELOADS = {
     "reload_ext": ["%reload_ext cudadiag"],
@@ -14,20 +14,18 @@ RELOADS = {
 }
 
 
-def _fail_with_device_assert(shell):
-    run(shell, SETUP)
-    run(shell, MODEL)
-    result, cell = run(shell, "print('loss', loss.item())")
-    assert result.error_in_exec is not None
+def _failed_then_reloaded(shell, capsys, reload: list[str]) -> int:
+    """The cell where the guide's example failed, after `reload` ran; output so far read."""
+    cell = fail_with_device_assert(shell)
+    for line in reload:
+        run(shell, line)
+    capsys.readouterr()
     return cell
 
 
 @pytest.mark.parametrize("reload", RELOADS.values(), ids=RELOADS.keys())
 def test_the_reminder_survives_reloading_the_extension(shell, capsys, reload):
-    cell = _fail_with_device_assert(shell)
-    for line in reload:
-        run(shell, line)
-    capsys.readouterr()
+    cell = _failed_then_reloaded(shell, capsys, reload)
     result, _ = run(shell, "y = 2")
     assert result.success
     assert f"has been unusable since In[{cell}]" in capsys.readouterr().err
@@ -35,10 +33,7 @@ def test_the_reminder_survives_reloading_the_extension(shell, capsys, reload):
 
 @pytest.mark.parametrize("reload", RELOADS.values(), ids=RELOADS.keys())
 def test_cuda_isolate_finds_the_kernels_incident_after_a_reload(shell, capsys, reload):
-    cell = _fail_with_device_assert(shell)
-    for line in reload:
-        run(shell, line)
-    capsys.readouterr()
+    cell = _failed_then_reloaded(shell, capsys, reload)
     result, _ = run(shell, "%cuda_isolate --dry-run")
     assert result.success
     out = capsys.readouterr().out
@@ -47,7 +42,7 @@ def test_cuda_isolate_finds_the_kernels_incident_after_a_reload(shell, capsys, r
 
 
 def test_errors_after_a_reload_are_consequences_of_the_first_incident(shell):
-    cell = _fail_with_device_assert(shell)
+    cell = fail_with_device_assert(shell)
     run(shell, "%reload_ext cudadiag")
     _, later = run(shell, "z = torch.ones(2) + 1")
     (incident,) = incidents()
@@ -56,7 +51,7 @@ def test_errors_after_a_reload_are_consequences_of_the_first_incident(shell):
 
 
 def test_a_new_history_session_starts_without_the_old_incident(shell, capsys):
-    _fail_with_device_assert(shell)
+    fail_with_device_assert(shell)
     run(shell, "sim.stop()")  # the reset forgets `sim`: the fixture could not stop it
     shell.extension_manager.unload_extension("cudadiag")
     shell.reset(new_session=True)
