@@ -125,6 +125,10 @@ def test_the_magic_lists_with_the_same_filters(log, shell, capsys):
         shell.run_line_magic("cudadiag", "incidents --since soon")
     with pytest.raises(UsageError, match="invalid choice: 'gpu'"):
         shell.run_line_magic("cudadiag", "incidents --mode gpu")
+    with pytest.raises(UsageError) as unknown:
+        shell.run_line_magic("cudadiag", "bogus")
+    assert "{incidents,show,panel,report,export,checkpoints,explain,validate}" in str(
+        unknown.value)
 
 
 def test_keep_days_refuses_a_bad_number_in_days(capsys):

@@ -76,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     checkpoints.add_argument("--before", metavar="ID",
                              help="trust only checkpoints written before this incident "
                                   "(default: the first sticky incident of this kernel)")
+    # read before this parser (their arguments are free text), listed so usage names them
+    sub.add_parser("explain", help="diagnose a log file, pasted text, or the last error")
+    sub.add_parser("validate", help="re-run a loop's cell over the steps that matter")
     return parser
 
 
