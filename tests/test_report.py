@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
@@ -79,3 +80,14 @@ def test_there_is_one_markdown_renderer():
     from cudadiag.ui import render
 
     assert not [name for name in dir(render) if "markdown" in name.lower()]
+
+
+def test_the_batch_values_are_shown_to_four_significant_digits():
+    import torch
+
+    from cudadiag import summarize
+    from cudadiag.incident import BatchInfo
+
+    batch = BatchInfo(**vars(summarize({"x": torch.tensor([-2.7184, 2.2496])})))
+    report = render_report(dataclasses.replace(_incident(), batch=batch))
+    assert "values -2.718..2.25" in report

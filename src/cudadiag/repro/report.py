@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from cudadiag.incident import Incident
 from cudadiag.repro.redact import Redactor, without_addresses
-from cudadiag.ui.render import arg_text, environment_lines, frame_text, loop_code
+from cudadiag.ui.render import arg_text, environment_lines, frame_text, loop_code, value_text
 
 MESSAGE_LINES = 12
 
@@ -41,7 +41,8 @@ def render_report(incident: Incident, redactor: Redactor | None = None) -> str:
     if incident.batch and incident.batch.tensors:
         out += ["**Batch:**", ""] + [
             f"- `{t.path}`: {t.dtype} {t.shape} on {t.device}, stride {t.stride}"
-            + (f", values {t.min}..{t.max}" if t.min is not None else "")
+            + (f", values {value_text(t.min)}..{value_text(t.max)}" if t.min is not None
+               else "")
             for t in incident.batch.tensors] + [""]
     compat = incident.env.compat if incident.env else []
     out += ["**Environment:**", ""] + [f"- {versions(line)}" for line in [

@@ -411,16 +411,19 @@ def _batch_lines(batch: BatchInfo) -> list[str]:
     return lines + [line for line in (batch.note, batch.replayed) if line]
 
 
-def _tensor_row(t: TensorSummary) -> list[str]:
-    def value(v: float | None) -> str:
-        if isinstance(v, float):
-            return f"{v:.4g}"
-        return "" if v is None else str(v)
+def value_text(v: float | None) -> str:
+    """A tensor summary's figure as shown: floats to 4 significant digits, "" for None."""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "" if v is None else str(v)
 
+
+def _tensor_row(t: TensorSummary) -> list[str]:
     if t.values_skipped:
         values = [t.values_skipped, "", "", "", "", ""]
     else:
-        values = [value(v) for v in (t.min, t.max, t.negatives, t.distinct, t.nan, t.inf)]
+        values = [value_text(v)
+                  for v in (t.min, t.max, t.negatives, t.distinct, t.nan, t.inf)]
     return [t.path, str(t.shape), t.dtype, t.device, str(t.stride), *values]
 
 
