@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cudadiag.argtypes import positive_seconds, processes_per_node
-from cudadiag.durable import write_failure
+from cudadiag.durable import unwritable, write_failure
 from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
 from cudadiag.listing_options import add_listing_options
 from cudadiag.repro.options import add_export_options
@@ -224,7 +224,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not module and not os.path.exists(target):
         print(f"cudadiag run: {target}: no such script", file=sys.stderr)
         return 2
-    json_refused = _json_path_refused(args.json)
+    json_refused = unwritable(Path(args.json)) if args.json else None
     if json_refused:
         print(f"cudadiag run: --json {args.json}: {json_refused}", file=sys.stderr)
         return 2
@@ -250,21 +250,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     elif result.message:
         print(result.message, file=sys.stderr)
     return _exit_status(result)
-
-
-def _json_path_refused(path: str | None) -> str | None:
-    """Why `--json PATH` could not be written, checked before the script runs; None when
-    it can (or no path was given)."""
-    if path is None:
-        return None
-    folder = Path(path).parent
-    if Path(path).is_dir():
-        return "is a directory; name the file to write"
-    if not folder.is_dir():
-        return f"the directory {folder} does not exist; create it first or choose another path"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"the directory {folder} is not writable"
-    return None
 
 
 def _write_json(path: Path, text: str) -> None:

@@ -25,6 +25,19 @@ def write_failure(name: str, folder: Path, exc: OSError) -> str:
     return f"could not write {name} in {folder}: {reason}{_WRITE_HINTS.get(exc.errno or 0, '')}"
 
 
+def unwritable(path: Path) -> str | None:
+    """Why `path` cannot be written as a new or replaced file (a directory, a folder that is
+    missing or not writable), checked before any work; None when it can."""
+    folder = path.parent
+    if path.is_dir():
+        return "is a directory; name the file to write"
+    if not folder.is_dir():
+        return f"the directory {folder} does not exist; create it first or choose another path"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the directory {folder} is not writable"
+    return None
+
+
 def write_all(fd: int, data: bytes) -> None:
     """os.write until every byte is written (a write may be short on a nearly full disk).
 

@@ -790,9 +790,9 @@ HINT_PATTERNS: dict[str, re.Pattern[str]] = {
     "log_file_hint": re.compile(r"run with CUDA_LOG_FILE=stderr"),
     "cuda_error_name": re.compile(r"Search for `(?P<cuda_error_name>(?:cuda|hip)Error\w+)'"),
 }
-UNSHOWN_DETAILS = frozenset({"async_hint", "blocking_hint", "dsa_hint", "log_file_hint"})
+UNSHOWN_DETAILS = frozenset(HINT_PATTERNS) - {"cuda_error_name"}
 """Details that only say how PyTorch worded the message: kept in the record, not listed
-with the first error (its advice already follows from them)."""
+with the first error (its advice already follows from them; the error's name is shown)."""
 
 # Fragmentation is likely when the allocator holds, reserved but unused, at least this share
 # of what was asked for: the memory exists but not as one block.

@@ -21,11 +21,12 @@ import site
 import sys
 import time
 import types
+from collections.abc import Iterable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.incident import Incident, LoopContext, RunInfo
+from cudadiag.incident import Incident, LoopContext, RunInfo, exception_chain
 from cudadiag.isolate import rankfiles, spawn
 from cudadiag.isolate.job import Job, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
@@ -156,7 +157,7 @@ def _caught_precheck(tracer: OpTracer | None, failures: list[tuple[BaseException
     from), or None: the first error, though nothing reached cudadiag."""
     if tracer is None or tracer.raised is None:
         return None
-    if failures and _in_chain(tracer.raised, failures[0][0]):
+    if failures and any(e is tracer.raised for e in exception_chain(failures[0][0])):
         return None
     return tracer.raised
 
@@ -166,27 +167,22 @@ def _loop_at_raise(error: BaseException) -> LoopContext | None:
     that catches it goes on and changes them."""
     from cudadiag.loopvars import loop_context
 
-    stack = []
-    frame = sys._getframe(1)
+    stack: list[tuple[types.FrameType, int, int]] = []
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
-        stack.append(frame)
-        frame = frame.f_back  # type: ignore[assignment]
-    tb = None
-    for each in stack:  # innermost first: the outermost frame ends up at the head
-        tb = types.TracebackType(tb, each, each.f_lasti, each.f_lineno)
+        stack.append((frame, frame.f_lasti, frame.f_lineno))
+        frame = frame.f_back
     probe = RuntimeError(str(error))
-    probe.__traceback__ = tb
+    probe.__traceback__ = _linked(reversed(stack))
     return loop_context(probe, cell_of)
 
 
-def _in_chain(error: BaseException, exc: BaseException | None) -> bool:
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if exc is error:
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
+def _linked(entries: Iterable[tuple[types.FrameType, int, int]]) -> types.TracebackType | None:
+    """A traceback through `entries` ((frame, last instruction, line), outermost first)."""
+    tb = None
+    for frame, lasti, line in reversed(list(entries)):
+        tb = types.TracebackType(tb, frame, lasti, line)
+    return tb
 
 
 def _rank_incident(exc: BaseException, job: Job, tracer: OpTracer | None) -> Incident:
@@ -263,10 +259,7 @@ def _print_traceback(exc: BaseException) -> None:
     this worker and runpy above it, nor those of cudadiag's tracer or simulator below it.
     In a rank of a multi-process run, record it with the same frames (torchrun's summary
     shows them)."""
-    frames = _script_frames(exc.__traceback__)
-    tb = None
-    for frame in reversed(frames):
-        tb = types.TracebackType(tb, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    tb = _linked((f.tb_frame, f.tb_lasti, f.tb_lineno) for f in _script_frames(exc.__traceback__))
     recorded = exc.__traceback__
     exc.__traceback__ = tb  # the hook may read the exception's own traceback
     try:

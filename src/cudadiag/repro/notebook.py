@@ -57,6 +57,9 @@ def to_notebook(doc: ReproDocument, chdir: str | None = None) -> NotebookNode:
     nb.cells = [new_markdown_cell(doc.header()), *map(new_code_cell, code),
                 new_markdown_cell(doc.closing)]
     nb.metadata["cudadiag"] = dict(doc.metadata)
+    if doc.observed is not None:  # checked: the verdict, as the header states it
+        nb.metadata["cudadiag"].update(reproduces=doc.reproduces,
+                                       observed=dataclasses.asdict(doc.observed))
     nbformat.validate(nb)
     return nb
 
@@ -94,8 +97,6 @@ def write_and_verify(doc: ReproDocument, path: Path, signature: Any,
     with Staging(path) as staging:
         for side in doc.side_files:
             staging.write(side.name, side.data)
-        nb = to_notebook(doc)
-        staging.write(path.name, nbformat.writes(nb).encode())
         side_files = [path.parent / s.name for s in doc.side_files]
         result = ExportResult(path=path, reproduces=None, observed=Observed(),
                               side_files=side_files)
@@ -104,11 +105,8 @@ def write_and_verify(doc: ReproDocument, path: Path, signature: Any,
         if verify:
             result.reproduces, result.observed = verify_notebook(
                 to_notebook(doc, chdir=doc.chdir), staging.folder, signature, doc.env_vars)
-            observed = record_verdict(doc, result)
-            nb = to_notebook(doc)
-            nb.metadata["cudadiag"].update(reproduces=result.reproduces,
-                                           observed=dataclasses.asdict(observed))
-            staging.write(path.name, nbformat.writes(nb).encode())
+            record_verdict(doc, result)
+        staging.write(path.name, nbformat.writes(to_notebook(doc)).encode())
         staging.commit()
     return result
 

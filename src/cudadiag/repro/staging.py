@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
-from cudadiag.durable import write_failure
+from cudadiag.durable import unwritable, write_failure
 from cudadiag.errors import ExportError
 
 
@@ -30,14 +30,9 @@ def check_target(path: Path, suffixes: tuple[str, ...]) -> None:
     and is writable (checked before any minimizing, so a bad path costs nothing)."""
     if path.suffix not in suffixes:
         raise ExportError(f"{path}: the repro's name must end in {' or '.join(suffixes)}")
-    folder = path.parent
-    if not folder.is_dir():
-        raise ExportError(f"{path}: the directory {folder} does not exist; create it first "
-                          "or choose another path")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ExportError(f"{path}: the directory {folder} is not writable")
-    if path.is_dir():
-        raise ExportError(f"{path} is a directory; name the file to write")
+    reason = unwritable(path)
+    if reason is not None:
+        raise ExportError(f"{path}: {reason}")
 
 
 class Staging:
@@ -120,7 +115,6 @@ class _Exiting:
 
 
 _exiting = _Exiting()
-_STAGING_NAME = re.compile(r"\.(?P<target>.+)\.(?P<pid>\d+)\.[^.]+\.partial")
 
 
 @atexit.register
@@ -139,9 +133,10 @@ def _refuse_when_exiting(target: Path) -> None:
 def _remove_left_by_dead_exports(target: Path) -> None:
     """Remove the staging folders of earlier exports to `target` whose process is gone (a
     kernel killed while exporting: nothing in it could clean up)."""
+    name = re.compile(rf"\.{re.escape(target.name)}\.(\d+)\.[^.]+\.partial")
     for folder in target.parent.glob(f".{glob.escape(target.name)}.*.partial"):
-        found = _STAGING_NAME.fullmatch(folder.name)
-        if found and found["target"] == target.name and not _alive(int(found["pid"])):
+        found = name.fullmatch(folder.name)
+        if found and not _alive(int(found.group(1))):
             shutil.rmtree(folder, ignore_errors=True)
 
 
