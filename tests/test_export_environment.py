@@ -49,6 +49,16 @@ def _code(path) -> str:
     return "\n".join(c.source for c in nb.cells if c.cell_type == "code")
 
 
+def _fail_reading_ids(shell, capsys, setup: str, in_loop: str) -> None:
+    """Run SETUP plus `setup`, then READ_IDS from './inputs' with `in_loop` as the loop's
+    first statement (the table lookup fails after it); forget the output."""
+    run(shell, f"{SETUP}\n{setup}")
+    run(shell, READ_IDS.replace("os.environ['DATA_DIR']", "'inputs'").replace(
+        "for r, row in enumerate(rows): acc",
+        f"for r, row in enumerate(rows):\n    {in_loop}\n    acc"))
+    capsys.readouterr()
+
+
 def _first_error(path, cwd):
     """The first error of the notebook run in a fresh kernel started in `cwd`, from the
     environment this test process started with (nothing a cell set)."""
@@ -89,13 +99,8 @@ def test_a_variable_set_in_a_cell_and_read_later_stays_in_the_repro(shell, capsy
 
 def test_a_secret_variable_stays_redacted_and_the_repro_still_fails_the_same_way(
         shell, capsys, project):
-    run(shell, SETUP + "\nos.environ['HF_TOKEN'] = 'hf_abcdefghijklmnopqrstuvwxyz'")
-    run(shell, READ_IDS.replace("os.environ['DATA_DIR']", "'inputs'").replace(
-        "for r, row in enumerate(rows): acc",
-        "for r, row in enumerate(rows):\n"
-        "    headers = {'Authorization': os.environ['HF_TOKEN']}  # as a download would\n"
-        "    acc"))
-    capsys.readouterr()
+    _fail_reading_ids(shell, capsys, "os.environ['HF_TOKEN'] = 'hf_abcdefghijklmnopqrstuvwxyz'",
+                      "headers = {'Authorization': os.environ['HF_TOKEN']}  # as a download would")
     run(shell, f"%cudadiag export {project / 'r8.ipynb'}")
     out = capsys.readouterr().out
     assert "reproduces: yes" in out, out
@@ -140,13 +145,9 @@ def test_a_script_that_sets_a_variable_it_reads_keeps_the_line(project):
 
 def test_a_repro_that_does_not_reproduce_says_so_and_names_the_redacted_values(
         shell, capsys, project):
-    run(shell, SETUP + '\nAPI_KEY = "AKIAIOSFODNN7EXAMPLE"\nheaders = {"X-Api-Key": API_KEY}')
-    run(shell, READ_IDS.replace("os.environ['DATA_DIR']", "'inputs'").replace(
-        "for r, row in enumerate(rows): acc",
-        "for r, row in enumerate(rows):\n"
-        "    assert headers['X-Api-Key'].startswith('AKIA')\n"
-        "    acc"))
-    capsys.readouterr()
+    _fail_reading_ids(shell, capsys,
+                      'API_KEY = "AKIAIOSFODNN7EXAMPLE"\nheaders = {"X-Api-Key": API_KEY}',
+                      "assert headers['X-Api-Key'].startswith('AKIA')")
     for name in ("r9.ipynb", "r9.py"):
         run(shell, f"%cudadiag export {project / name}")
         out = capsys.readouterr().out
