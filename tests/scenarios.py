@@ -32,3 +32,29 @@ def fail_with_device_assert(shell: Any) -> int:
     result, cell = run(shell, "print('loss', loss.item())")
     assert result.error_in_exec is not None
     return cell
+
+# A label 4 among 4 classes at dataset index 27, on plain CPU tensors (no device to poison):
+# the training loop fails at its last step; the user fixes the label and re-runs the loop.
+WALK_SETUP = ("import torch\nimport torch.nn.functional as F\n"
+              "from torch.utils.data import DataLoader, TensorDataset\nimport cudadiag")
+WALK_DATA = ("torch.manual_seed(0)\nxl = torch.randn(30, 8)\n"
+             "yl = torch.tensor([i % 4 for i in range(30)])\nyl[27] = 4\n"
+             "loader = DataLoader(TensorDataset(xl, yl), batch_size=8)\n"
+             "model = torch.nn.Linear(8, 4)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)")
+WALK_LOOP = ("for features, target in cudadiag.watch(loader, name='train'):\n"
+             "    loss = F.cross_entropy(model(features), target)\n"
+             "    opt.zero_grad()\n    loss.backward()\n    opt.step()")
+WALK_FIX = "yl[27] = 3\nloader = DataLoader(TensorDataset(xl, yl), batch_size=8)"
+
+
+def fail_fix_rerun(shell: Any) -> tuple[int, int]:
+    """Run the walk: the loop fails, the data is fixed, the loop is re-run; return the
+    numbers of the failed loop cell and of its re-run."""
+    run(shell, WALK_SETUP)
+    run(shell, WALK_DATA)
+    result, failed = run(shell, WALK_LOOP)
+    assert result.error_in_exec is not None
+    run(shell, WALK_FIX)
+    result, rerun = run(shell, WALK_LOOP)
+    assert result.error_in_exec is None
+    return failed, rerun

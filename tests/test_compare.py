@@ -158,3 +158,35 @@ def test_cpu_twin_marks_cpu_not_applicable_and_names_the_cpu_error(shell):
     assert cpu.reason == "the cell used no CUDA device: it ran on the CPU already"
     assert deterministic.outcome == "failed"
     assert not any("CPU success" in w for w in table.warnings)
+
+
+@pytest.mark.slow
+def test_a_cell_that_appends_to_a_file_runs_once_per_row_only_when_allowed(
+        shell, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run(shell, "import torch")
+    cell = len(shell.user_ns["In"])
+    run(shell, "x = torch.ones(3)\nwith open('log.txt', 'a') as log:\n    log.write('ran\\n')\n"
+               "y = x * 2")
+    capsys.readouterr()
+
+    result = run(shell, f"%cuda_compare {cell} --variants fp32,deterministic")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert str(result.error_in_exec) == (
+        f"not run: In[{cell}] would run once per row (the reference and 2 variants), each "
+        "time doing again what it does to this machine:\n"
+        f"  In[{cell}] writes a file: open('log.txt', 'a')\n"
+        f"Add --allow-side-effects to run In[{cell}] once per row (the reference and 2 "
+        "variants) anyway.")
+    out = capsys.readouterr().out
+    assert (f"  side effect: In[{cell}] (the cell re-run) writes a file: "
+            "open('log.txt', 'a')") in out
+    assert "reference:" not in out  # nothing ran
+    assert (tmp_path / "log.txt").read_text() == "ran\n"
+
+    table = run(shell, f"%cuda_compare {cell} --variants fp32,deterministic "
+                       "--allow-side-effects").result
+    out = capsys.readouterr().out
+    assert out.index("side effect: In[") < out.index("  reference: ok")  # named first
+    assert [r.outcome for r in table.rows] == ["ok", "ok", "ok"]
+    assert (tmp_path / "log.txt").read_text() == "ran\n" * 4

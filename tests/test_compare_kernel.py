@@ -1,6 +1,7 @@
 """The journey in real kernels through nbclient: a cell fails, %cuda_isolate, %cuda_compare
-and %cudadiag validate name the failure; after a restart and a data fix, %cuda_compare
---before says "failed before, passes now" and validate's counts match."""
+and %cudadiag validate name the failure; after a data fix (across a restart, or in the same
+kernel with the loop re-run), %cuda_compare --before says "failed before, passes now" and
+validate's counts match."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
 from cudadiag import incidents
+from scenarios import WALK_DATA, WALK_FIX, WALK_LOOP, WALK_SETUP
 
 pytestmark = pytest.mark.slow
 
@@ -60,3 +62,28 @@ def test_compare_validate_and_the_fix_check_across_a_restart(cudadiag_home):
     check, validate = cells[-2], cells[-1]
     assert f"Fix check for incident {isolated.id}\n  failed before, passes now" in shown(check)
     assert "every chosen step passes: 30 of 30 samples processed" in shown(validate)
+
+
+def test_fail_fix_re_run_then_validate_and_the_fix_check_judge_the_re_run(cudadiag_home):
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True)
+
+    def execute_one(source: str) -> nbformat.NotebookNode:
+        nb.cells.append(new_code_cell(source))
+        return client.execute_cell(nb.cells[-1], len(nb.cells) - 1)
+
+    with client.setup_kernel():
+        for source in ("%load_ext cudadiag", WALK_SETUP, WALK_DATA):
+            execute_one(source)
+        failed = execute_one(WALK_LOOP)  # In[4]: a label 4 among 4 classes at index 27
+        assert any(o.output_type == "error" for o in failed.outputs)
+        execute_one(WALK_FIX)  # In[5]: yl[27] = 3, a new loader
+        assert not any(o.output_type == "error" for o in execute_one(WALK_LOOP).outputs)
+        validate = shown(execute_one("%cudadiag validate 6 --all"))
+        (kernel,) = incidents()
+        check = shown(execute_one(f"%cuda_compare --before {kernel.id}"))
+    assert "every chosen step passes: 30 of 30 samples processed" in validate
+    assert f"Fix check for incident {kernel.id}\n  failed before, passes now" in check
+    assert "In[4] as recorded, then In[6] as it is now, step 3 only" in check
+    assert "  not replayed: In[4] failed in this session; In[6], its new version" in validate

@@ -9,6 +9,7 @@ from IPython.core.error import UsageError
 from cudadiag.isolate.compare import Row
 from cudadiag.isolate.fixcheck import PASSES_NOW, FixCheck
 from cudadiag.testing import reset_simulated_device
+from scenarios import WALK_SETUP, fail_fix_rerun
 
 SETUP = ("import torch\nimport torch.nn.functional as F\n"
          "from torch.utils.data import DataLoader, TensorDataset\nimport cudadiag\n"
@@ -94,3 +95,52 @@ def test_unfixed_cell_still_fails_and_the_kernel_incident_finds_its_isolated_rer
 def test_unknown_incident_is_a_usage_error(shell):
     with pytest.raises(UsageError, match="no incident"):
         shell.run_line_magic("cuda_compare", "--before 0123456789ab")
+
+
+@pytest.mark.slow
+def test_fixed_data_in_the_same_kernel_failed_before_passes_now(shell, capsys):
+    import cudadiag
+
+    failed, rerun = fail_fix_rerun(shell)  # no restart: the fix and the re-run follow
+    (kernel,) = cudadiag.incidents()
+    capsys.readouterr()
+    found = run(shell, f"%cuda_compare --before {kernel.id}").result
+    out = capsys.readouterr().out
+    assert (found.old_cell, found.new_cell) == (failed, rerun)
+    assert found.before.failure.startswith("index_out_of_bounds")
+    assert found.verdict == PASSES_NOW and found.after.ok
+    assert f"new code: plan: replay In[{failed - 2}], In[{failed - 1}], In[{failed + 1}], " \
+           f"In[{rerun}]; ship nothing" in out
+    assert "failed before, passes now" in str(found)
+
+
+@pytest.mark.slow
+def test_a_fix_check_of_a_cell_that_writes_runs_only_with_allow_side_effects(
+        shell, tmp_path, monkeypatch):
+    import cudadiag
+
+    monkeypatch.chdir(tmp_path)
+    cell = ("with open('loss.log', 'a') as log:\n    log.write('loss\\n')\n"
+            "loss = F.cross_entropy(torch.zeros(3, 4), torch.tensor([0, 2, {last}]))")
+    run(shell, WALK_SETUP)
+    old = len(shell.user_ns["In"])
+    run(shell, cell.format(last=4))  # fails: a target 4 among 4 classes
+    new = len(shell.user_ns["In"])
+    run(shell, cell.format(last=3))
+    (incident,) = cudadiag.incidents()
+    assert (tmp_path / "loss.log").read_text() == "loss\n" * 2
+
+    result = run(shell, f"%cuda_compare --before {incident.id}")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert str(result.error_in_exec) == (
+        "not run: the failing case would run twice (the old code, then the new code), each "
+        "time doing again what it does to this machine:\n"
+        f"  In[{old}] writes a file: open('loss.log', 'a')\n"
+        f"  In[{new}] writes a file: open('loss.log', 'a')\n"
+        "Add --allow-side-effects to run the failing case twice (the old code, then the new "
+        "code) anyway.")
+    assert (tmp_path / "loss.log").read_text() == "loss\n" * 2  # nothing ran
+
+    found = run(shell, f"%cuda_compare --before {incident.id} --allow-side-effects").result
+    assert found.verdict == PASSES_NOW
+    assert (tmp_path / "loss.log").read_text() == "loss\n" * 4

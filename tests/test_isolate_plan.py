@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from IPython.core.error import UsageError
 
+from cudadiag import incidents
 from cudadiag.isolate.cellfacts import analyse_cell, python_source
 from cudadiag.isolate.plan import PlanError, make_plan
+from scenarios import fail_fix_rerun, run
 
 HISTORY = {
     1: "import torch\nimport torch.nn.functional as F\nimport matplotlib.pyplot as plt",
@@ -157,3 +160,39 @@ def test_a_value_a_replayed_cell_makes_again_is_not_shipped():
     assert plan.not_shipped["loss"] == "made again by In[2], which is replayed anyway"
     with pytest.raises(PlanError, match=r"cannot ship loss: it is made again by In\[2\]"):
         make_plan(history, 3, namespace, ship=["loss"])
+
+
+@pytest.mark.slow
+def test_the_re_run_after_a_fix_is_isolated_without_the_cell_that_failed_before(shell, capsys):
+    failed, rerun = fail_fix_rerun(shell)
+    capsys.readouterr()
+    run(shell, f"%cuda_isolate {rerun}")
+    out = capsys.readouterr().out
+    assert (f"plan: replay In[{failed - 2}], In[{failed - 1}], In[{failed + 1}], In[{rerun}]; "
+            "ship nothing") in out
+    assert (f"  not replayed: In[{failed}] failed in this session; In[{rerun}], its new "
+            "version, stands for it") in out
+    assert "the isolated run finished without error" in out
+    assert [i.run.mode for i in incidents()] == ["kernel"]  # the failure before the fix only
+
+
+def test_a_name_only_a_failed_cell_made_is_a_clear_error(shell):
+    run(shell, "import torch")
+    _, failed = run(shell, "model = torch.nn.Linear(2, 2)\nmodel(torch.ones(3))  # fails")
+    _, later = run(shell, "out = model(torch.ones(2))")
+    result, _ = run(shell, f"%cuda_isolate {later} --ship none --dry-run")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert str(result.error_in_exec) == (
+        f"In[{later}] reads model, made only by In[{failed}], which failed in this session, "
+        "and a replay never re-runs a cell that failed: run the code that makes it again in a "
+        "cell that ends without error")
+
+
+def test_a_cell_the_user_interrupted_is_replayed(shell, capsys):
+    run(shell, "import torch\nw = torch.zeros(2)")
+    _, interrupted = run(shell, "w += 1\nraise KeyboardInterrupt  # the user stopped it")
+    _, later = run(shell, "print(w)")
+    capsys.readouterr()
+    run(shell, f"%cuda_isolate {later} --ship none --dry-run")
+    out = capsys.readouterr().out
+    assert f"In[{interrupted}], In[{later}]; ship nothing" in out and "not replayed" not in out

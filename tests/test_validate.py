@@ -10,6 +10,7 @@ from IPython.core.error import UsageError
 
 from cudadiag.steps import StepProfile, choose_steps, profile_of
 from cudadiag.ui.panel import Panel
+from scenarios import WALK_SETUP, fail_fix_rerun
 
 SETUP = ("import torch\nimport torch.nn.functional as F\n"
          "from torch.utils.data import DataLoader, TensorDataset\nimport cudadiag\n"
@@ -132,3 +133,64 @@ def test_cpu_twin_validate_reports_the_failing_step(shell):
     report = run(shell, "%cudadiag validate").result
     assert report.failing_step == 3 and report.failure.startswith("index_out_of_bounds")
     assert (report.processed, report.expected) == (24, 30)
+
+
+@pytest.mark.slow
+def test_after_a_fix_in_the_same_kernel_validate_judges_the_re_run_cell(shell, capsys):
+    failed, rerun = fail_fix_rerun(shell)  # the loop failed, the label was fixed, re-run
+    capsys.readouterr()
+    report = run(shell, f"%cudadiag validate {rerun} --all").result
+    out = capsys.readouterr().out
+    assert report.cell == rerun and report.failure is None
+    assert report.verdict == "every chosen step passes: 30 of 30 samples processed"
+    assert [(s.step, s.outcome, s.run) for s in report.steps] == [
+        (0, "ok", 0), (1, "ok", 0), (2, "ok", 0), (3, "ok", 0)]
+    assert f"plan: replay In[{failed - 2}], In[{failed - 1}], In[{failed + 1}], In[{rerun}]" \
+        in out  # never the loop cell that failed before the fix
+    assert (f"  not replayed: In[{failed}] failed in this session; In[{rerun}], its new "
+            "version, stands for it") in out
+    chosen = run(shell, f"%cudadiag validate {rerun}").result  # the steps that matter
+    assert chosen.failure is None and chosen.processed == chosen.expected > 0
+    assert str(chosen).splitlines()[1].strip() == (
+        f"every chosen step passes: {chosen.expected} of {chosen.expected} samples processed")
+
+
+LOGGED_DATA = ("torch.manual_seed(0)\nwith open('data.log', 'a') as log:\n"
+               "    log.write('loaded\\n')\n"
+               "loader = DataLoader(TensorDataset(torch.randn(30, 8), torch.arange(30) % 4), "
+               "batch_size=8)\nmodel = torch.nn.Linear(8, 4)")
+LOGGED_LOOP = ("with open('train.log', 'a') as log:\n"
+               "    for features, target in cudadiag.watch(loader, name='train'):\n"
+               "        loss = F.cross_entropy(model(features), target)\n"
+               "        log.write('step\\n')")
+
+
+@pytest.mark.slow
+def test_validate_names_the_side_effects_and_repeats_earlier_ones_only_when_allowed(
+        shell, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run(shell, WALK_SETUP)
+    data = len(shell.user_ns["In"])
+    run(shell, LOGGED_DATA)
+    loop = len(shell.user_ns["In"])
+    run(shell, LOGGED_LOOP)
+    assert (tmp_path / "train.log").read_text() == "step\n" * 4
+    capsys.readouterr()
+
+    result = run(shell, f"%cudadiag validate {loop} --all")
+    assert isinstance(result.error_in_exec, UsageError)
+    message = str(result.error_in_exec)
+    assert message.startswith("not run: replaying would repeat what earlier cells did to this "
+                              f"machine:\n  In[{data}] writes a file: open('data.log', 'a')")
+    assert message.endswith(f"Add --allow-side-effects to replay In[{data}] anyway.")
+    out = capsys.readouterr().out  # named before anything ran; nothing ran
+    assert f"  side effect: In[{data}] writes a file: open('data.log', 'a')" in out
+    assert (f"  side effect: In[{loop}] (the cell re-run) writes a file: "
+            "open('train.log', 'a')") in out
+    assert (tmp_path / "data.log").read_text() == "loaded\n"
+    assert (tmp_path / "train.log").read_text() == "step\n" * 4
+
+    report = run(shell, f"%cudadiag validate {loop} --all --allow-side-effects").result
+    assert report.verdict == "every chosen step passes: 30 of 30 samples processed"
+    assert (tmp_path / "data.log").read_text() == "loaded\n" * 2  # the validation, once
+    assert (tmp_path / "train.log").read_text() == "step\n" * 8

@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.isolate.compare import FAILED, TIMED_OUT, Program, Row, run_row
+from cudadiag.isolate.plan import Rerun
 from cudadiag.isolate.validation import PROGRESS_FILE
 from cudadiag.steps import StepProfile
 
 PASSED, NOT_REACHED, CAUGHT, LEFT = "ok", "not reached", "exception caught", "left early"
+VALIDATION_RUN = Rerun(1, "once", frozenset())
+"""A validation runs the loop's cell once, over the chosen steps."""
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any
 from cudadiag.errors import CudadiagError
 from cudadiag.incident import Incident
 from cudadiag.isolate.cellfacts import analyse_cell
+from cudadiag.isolate.plan import Rerun
 from cudadiag.isolate.variants import INFO_FILE, OUTPUTS_FILE, VARIANTS, program_cells
 
 REFERENCE = "reference"
@@ -149,6 +150,17 @@ def parse_variants(text: str | Sequence[str] | None) -> list[str]:
         raise CompareError(f"unknown variant {', '.join(unknown) or '(none given)'}; choose "
                            f"among {', '.join(VARIANTS)}")
     return list(dict.fromkeys(names))
+
+
+def comparison_rerun(names: Sequence[str]) -> Rerun:
+    """Return how a comparison of the variants `names` runs the cell: the reference, then
+    each variant that applies to this build (one that does not is never run)."""
+    import torch
+
+    applying = sum(VARIANTS[name].missing(torch) is None for name in names)
+    variants = "variant" if applying == 1 else "variants"
+    return Rerun(1 + applying, f"once per row (the reference and {applying} {variants})",
+                 frozenset({"--ship"}))
 
 
 def assigned_names(code: str, target: int) -> list[str]:

@@ -17,10 +17,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cudadiag.isolate.compare import FAILED, OK, Program, Row, assigned_names, run_row
+from cudadiag.isolate.plan import Rerun
 from cudadiag.shortlist import cut_list
 
 PASSES_NOW = "failed before, passes now"
 INDICES_SHOWN = 12
+FIX_CHECK_RUN = Rerun(2, "twice (the old code, then the new code)", frozenset(),
+                      subject="the failing case")
+"""A fix check runs the failing cell twice: its recorded version, then its new one."""
 
 
 @dataclass

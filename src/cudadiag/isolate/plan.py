@@ -4,13 +4,20 @@ ship, which lines to skip, and which side effects replaying would repeat.
 The analysis is static (the facts of `cellfacts` over the kernel's history in execution order)
 and errs on the side of replaying: a cell is replayed when it binds or changes (directly or
 through an alias) a name that is needed, or sets process-wide state; a value is shipped only
-when no cell from the one that needs it onwards may have changed it.
+when no cell from the one that needs it onwards may have changed it. An earlier cell that
+failed in the session is never replayed: the cell that re-ran its code after the fix (its new
+version) stands for it.
+
+One rule for every re-run (%cuda_isolate, %cuda_compare, validate, the fix check): the plan
+names every side effect before anything runs, and refuses, unless side effects are allowed,
+a run that repeats what an earlier cell did or that runs the target more than once.
 """
 
 from __future__ import annotations
 
+import difflib
 import pickle
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +28,26 @@ SHIP_MAX_BYTES = 512 * 2**20
 RNG_STATE = frozenset({"seeds a random generator", "sets a random generator's state"})
 """Process-wide state that the child sets anyway: each cell starts from its recorded RNG
 states, so a cell replaced by a checkpoint is not replayed for these alone."""
+SIMILAR_ENOUGH = 0.5
+"""How alike (difflib ratio) a later cell must be to an earlier one to be taken as its new
+version."""
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """How a command runs the planned cells: how many times it runs the target (and how, in
+    words), and which of the plan's options it takes (a refusal offers only those)."""
+
+    runs: int = 1
+    how: str = "once"
+    """The runs in words, e.g. "once per row (the reference and 3 variants)"."""
+    options: frozenset[str] = frozenset({"--ship", "--cells"})
+    subject: str | None = None
+    """What runs `how`, in words, when it is more than the target (None: the target)."""
+
+
+ISOLATED_RUN = Rerun()
+"""%cuda_isolate: the target once; --ship and --cells choose what is replayed."""
 
 
 @dataclass
@@ -49,29 +76,23 @@ class Plan:
     """Names the checkpoint restores (`--restore`) before the target runs."""
     replaced: list[int] = field(default_factory=list)
     """Cells not replayed because the checkpoint restores what they changed."""
+    not_replayed: list[tuple[int, int | None]] = field(default_factory=list)
+    """Earlier cells that failed in the session and would otherwise be replayed, each with
+    its new version (a later cell that re-ran its code; None when there is none)."""
+    rerun: Rerun = ISOLATED_RUN
 
     @property
     def repeated_side_effects(self) -> list[tuple[int, SideEffect]]:
-        """Side effects of replayed cells other than the target (the user asked for that)."""
-        return [(n, effect) for n, effect in self.side_effects if n != self.target]
+        """Side effects the runs would repeat: those of replayed cells other than the target,
+        and the target's own when the command runs it more than once (running it once is what
+        the user asked for)."""
+        return [(n, effect) for n, effect in self.side_effects
+                if n != self.target or self.rerun.runs > 1]
 
     @property
     def refusal(self) -> str | None:
         """Why the plan must not run as it is (it would repeat side effects), or None."""
-        repeated = self.repeated_side_effects
-        if not repeated or self.allow_side_effects:
-            return None
-        cells = sorted({n for n, _ in repeated})
-        lines = ["not run: replaying would repeat what earlier cells did to this machine:"]
-        lines += [f"  In[{n}] {effect}" for n, effect in repeated]
-        lines += [f"In[{n}] is replayed for {self.replayed_for[n]}." for n in cells
-                  if n in self.replayed_for]
-        advice = f"Add --allow-side-effects to replay {_cells(cells)} anyway"
-        if self.ship_instead:
-            advice += (f", or --ship {','.join(self.ship_instead)} to send the values instead "
-                       "of replaying the cells that made them")
-        return "\n".join([*lines, advice + ", or --cells N,M,... to choose the cells to "
-                                            "replay."])
+        return repeat_refusal([self])
 
     def describe(self) -> str:
         """Return the lines the magics print before running: the plan, then its notes."""
@@ -85,14 +106,65 @@ class Plan:
             lines.append(f"  side effect: In[{n}]{which} {effect}")
         for n, what in self.process_state:
             lines.append(f"  kept for process-wide state: In[{n}] {what}")
+        for n, successor in self.not_replayed:
+            instead = f"; In[{successor}], its new version, stands for it" if successor else ""
+            lines.append(f"  not replayed: In[{n}] failed in this session{instead}")
         if self.skipped:
             skipped = "; ".join(f"In[{n}]: {text}" for n, text in self.skipped[:5])
             more = f" (+{len(self.skipped) - 5} more)" if len(self.skipped) > 5 else ""
             lines.append(f"  skipped (magics and shell escapes): {skipped}{more}")
         if self.refusal:
-            instead = f" or --ship {','.join(self.ship_instead)}" if self.ship_instead else ""
+            offered = self.ship_instead and "--ship" in self.rerun.options and any(
+                n != self.target for n, _ in self.repeated_side_effects)
+            instead = f" or --ship {','.join(self.ship_instead)}" if offered else ""
             lines.append(f"  a run needs --allow-side-effects{instead}")
         return "\n".join(lines)
+
+
+def repeat_refusal(plans: Sequence[Plan]) -> str | None:
+    """The rule of every re-run: return why the runs of `plans` (one command's, run as their
+    `rerun` says) must not go ahead, or None. They must not when, side effects not allowed,
+    they would repeat what an earlier cell did to this machine, or run a cell that acts on
+    it more than once in all (a comparison's rows, a fix check's old and new code)."""
+    if not plans or plans[0].allow_side_effects:
+        return None
+    rerun = plans[0].rerun
+    earlier = _unique((n, effect) for plan in plans for n, effect in plan.side_effects
+                      if n != plan.target)
+    again = _unique((n, effect) for plan in plans for n, effect in plan.side_effects
+                    if n == plan.target and rerun.runs > 1)
+    if not earlier and not again:
+        return None
+    cells = sorted({n for n, _ in earlier})
+    lines: list[str] = []
+    if earlier:
+        replayed_for = {n: why for plan in plans for n, why in plan.replayed_for.items()}
+        lines.append("replaying would repeat what earlier cells did to this machine:")
+        lines += [f"  In[{n}] {effect}" for n, effect in earlier]
+        lines += [f"In[{n}] is replayed for {replayed_for[n]}." for n in cells
+                  if n in replayed_for]
+    subject = rerun.subject or _cells(sorted({n for n, _ in again}))
+    if again:
+        lines.append(f"{subject} would run {rerun.how}, each time doing again what it does "
+                     "to this machine:")
+        lines += [f"  In[{n}] {effect}" for n, effect in again]
+    lines[0] = "not run: " + lines[0]
+    what = [f"replay {_cells(cells)}"] if earlier else []
+    if again:
+        what.append(f"run {subject} {rerun.how}")
+    advice = f"Add --allow-side-effects to {' and '.join(what)} anyway"
+    ship_instead = sorted({name for plan in plans for name in plan.ship_instead})
+    if earlier and ship_instead and "--ship" in rerun.options:
+        advice += (f", or --ship {','.join(ship_instead)} to send the values instead of "
+                   "replaying the cells that made them")
+    if earlier and "--cells" in rerun.options:
+        advice += ", or --cells N,M,... to choose the cells to replay"
+    return "\n".join([*lines, advice + "."])
+
+
+def _unique(effects: Iterable[tuple[int, SideEffect]]) -> list[tuple[int, SideEffect]]:
+    """The effects in order, each once (two plans of one command replay the same cells)."""
+    return list(dict.fromkeys(effects))
 
 
 def make_plan(
@@ -103,16 +175,21 @@ def make_plan(
     cells: list[int] | None = None,
     allow_side_effects: bool = False,
     restore: Collection[str] = (),
+    failed: Collection[int] = (),
+    rerun: Rerun = ISOLATED_RUN,
 ) -> Plan:
     """Plan the re-run of cell `target` from `history` ({execution count: raw source}).
 
     `namespace` is the kernel's user namespace (values to ship are read from it, never
     changed); `ship` is "auto", "none" or a list of names; `cells` overrides the analysis;
-    `allow_side_effects` lets the plan replay cells that act on the machine (otherwise its
-    `refusal` says why it must not run). `restore` names what a checkpoint restores just
-    before the target: a cell that changes a restored object in place (a training loop on
-    `model`) and binds nothing needed is not replayed, whatever else it changes in place;
-    a restored name no object of the kernel holds (a step count) needs no cell at all.
+    `allow_side_effects` lets the plan repeat side effects (otherwise its `refusal` says why
+    it must not run); `rerun` says how the command runs the plan (how many times the target).
+    `restore` names what a checkpoint restores just before the target: a cell that changes a
+    restored object in place (a training loop on `model`) and binds nothing needed is not
+    replayed, whatever else it changes in place; a restored name no object of the kernel
+    holds (a step count) needs no cell at all. `failed` are the cells that failed in the
+    session: none but the target is replayed (a later cell that re-ran the code stands for
+    it).
     Raises PlanError when the target is unknown, does not parse, or reads a name that neither
     a replayed cell nor a shipped value provides, and when a name of `ship` does not exist,
     cannot be shipped, or is not needed.
@@ -131,16 +208,33 @@ def make_plan(
     if cells is not None:
         plan = _explicit_plan(facts, target, cells, explicit, namespace, allow_side_effects)
         plan.restored = list(restore)
+        plan.rerun = rerun
         return plan
-    plan = _Planner(facts, target, namespace, ship, restore).plan(allow_side_effects)
+    plan = _Planner(facts, target, namespace, ship, restore, failed).plan(allow_side_effects)
+    plan.rerun = rerun
     if restore:
         plan.restored = list(restore)
         try:
-            without = _Planner(facts, target, namespace, ship).plan(allow_side_effects)
+            without = _Planner(facts, target, namespace, ship,
+                               failed=failed).plan(allow_side_effects)
         except PlanError:  # only the checkpoint provides what the target reads
             without = plan
         plan.replaced = sorted(set(without.replay) - set(plan.replay))
     return plan
+
+
+def newest_version(cells: Mapping[int, str], old: str) -> int | None:
+    """Return the number of the newest of `cells` most like the source `old` (its new
+    version: alike at least SIMILAR_ENOUGH, magics and shell escapes left out), or None when
+    none is alike."""
+    scored = [(difflib.SequenceMatcher(None, old, source).ratio(), number)
+              for number, source in cells.items()
+              if not source.lstrip().startswith(("%", "!"))]
+    alike = [(ratio, number) for ratio, number in scored if ratio >= SIMILAR_ENOUGH]
+    if not alike:
+        return None
+    best = max(ratio for ratio, _ in alike)
+    return max(number for ratio, number in alike if ratio >= best - 0.05)
 
 
 class _Planner:
@@ -148,8 +242,9 @@ class _Planner:
 
     def __init__(self, facts: dict[int, CellFacts], target: int,
                  namespace: Mapping[str, Any], ship: str | list[str],
-                 restore: Collection[str] = ()) -> None:
+                 restore: Collection[str] = (), failed: Collection[int] = ()) -> None:
         self.facts = facts
+        self.failed = set(failed) - {target}
         self.restore = set(restore)
         self.restored_in_place = {n for n in restore
                                   if hasattr(namespace.get(n), "load_state_dict")}
@@ -168,6 +263,7 @@ class _Planner:
         self.shipped: list[str] = []
         self.refused: dict[str, str] = {}
         self.provides: dict[int, set[str]] = {}
+        self.not_replayed: list[int] = []
 
     def plan(self, allow_side_effects: bool) -> Plan:
         while True:
@@ -196,6 +292,7 @@ class _Planner:
             ship_instead=ship_instead,
             replayed_for=replayed_for,
             allow_side_effects=allow_side_effects,
+            not_replayed=[(n, self._new_version(n)) for n in sorted(self.not_replayed)],
         )
 
     def _walk(self) -> None:
@@ -205,6 +302,7 @@ class _Planner:
         self.shipped = []
         self.refused = dict(self.never_ship)
         self.provides = {}
+        self.not_replayed = []
         order = sorted(n for n in self.facts if n <= self.target)
         for number in reversed(order[:-1]):
             self._ship_needed(number + 1)
@@ -212,6 +310,9 @@ class _Planner:
             provided = set() if self._replaced(number) else (
                 (self.writes[number] & self.needed) - (self.restored_in_place - cell.rebinds))
             if cell.star_import or provided or self._keeps_process_state(cell):
+                if number in self.failed:  # replayed, it would fail again, or differently
+                    self.not_replayed.append(number)
+                    continue
                 self.replay.append(number)
                 self.provides[number] = provided
                 self.needed = (self.needed - cell.rebinds) | cell.uses
@@ -275,11 +376,33 @@ class _Planner:
             raise PlanError(f"cannot ship {', '.join(unused)}: neither In[{self.target}] nor "
                             "the cells it needs read it")
         missing = sorted(self.needed)  # uses never hold builtins (analyse_cell drops them)
-        if missing:
-            raise PlanError(
-                f"In[{self.target}] reads {', '.join(missing)}, which no earlier cell defines "
+        made_by = {name: [n for n in self.not_replayed if name in self.writes[n]]
+                   for name in missing}
+        undefined = [name for name in missing if not made_by[name]]
+        of_failed = [name for name in missing if made_by[name]]
+        problems = []
+        if undefined:
+            problems.append(
+                f"In[{self.target}] reads {', '.join(undefined)}, which no earlier cell defines "
                 "and which cannot be shipped (" + "; ".join(
-                    f"{n}: {self.refused.get(n, 'not defined')}" for n in missing) + ")")
+                    f"{n}: {self.refused.get(n, 'not defined')}" for n in undefined) + ")")
+        if of_failed:
+            cells = _cells(sorted({n for name in of_failed for n in made_by[name]}))
+            unshipped = "; ".join(f"{n}: {self.refused[n]}" for n in of_failed
+                                  if n in self.refused)
+            problems.append(
+                f"In[{self.target}] reads {', '.join(of_failed)}, made only by {cells}, which "
+                "failed in this session, and a replay never re-runs a cell that failed"
+                + (f" (not shipped: {unshipped})" if unshipped else "")
+                + ": run the code that makes it again in a cell that ends without error")
+        if problems:
+            raise PlanError(". ".join(problems))
+
+    def _new_version(self, failed: int) -> int | None:
+        """The cell after `failed`, up to the target, that re-ran its code (None if none)."""
+        later = {n: cell.source for n, cell in self.facts.items()
+                 if failed < n <= self.target}
+        return newest_version(later, self.facts[failed].source)
 
     def _instead_of(self, cells: set[int]) -> tuple[list[str], dict[int, str]]:
         """For the cells with side effects: the values that could be shipped instead, and why
@@ -313,6 +436,19 @@ class _Unship(Exception):
         self.reason = reason
 
 
+def recorded_plan(cells: Mapping[int, str], target: int, shipped: list[str], *,
+                  allow_side_effects: bool = False, rerun: Rerun = ISOLATED_RUN) -> Plan:
+    """Return the plan of a run recorded earlier (every cell of `cells` replayed, the target
+    last; the values named `shipped` sent): what running it again replays and repeats.
+    Raises PlanError when the target is not among the cells."""
+    if target not in cells:
+        raise PlanError(f"In[{target}] is not among the recorded cells")
+    plan = _fixed_plan(analyse_history(cells), target, sorted(cells), shipped,
+                       allow_side_effects)
+    plan.rerun = rerun
+    return plan
+
+
 def _explicit_plan(facts: dict[int, CellFacts], target: int, cells: list[int],
                    ship: list[str], namespace: Mapping[str, Any],
                    allow_side_effects: bool) -> Plan:
@@ -323,7 +459,12 @@ def _explicit_plan(facts: dict[int, CellFacts], target: int, cells: list[int],
         reason = _why_not_shippable(name, namespace, {})
         if reason is not None:
             raise PlanError(f"cannot ship {name}: {reason}")
-    replay = sorted(set(cells) | {target})
+    return _fixed_plan(facts, target, sorted(set(cells) | {target}), ship, allow_side_effects)
+
+
+def _fixed_plan(facts: dict[int, CellFacts], target: int, replay: list[int],
+                ship: list[str], allow_side_effects: bool) -> Plan:
+    """The plan that replays `replay` as chosen (no analysis of what the target needs)."""
     return Plan(target=target, replay=replay, ship=list(ship),
                 skipped=[(n, s) for n in replay for s in facts[n].skipped],
                 sources={n: facts[n].source for n in replay},

@@ -17,10 +17,17 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from cudadiag.argtypes import positive_seconds
-from cudadiag.kernel.magics import capture_for, cell_history, parse_magic_line, recorded_batch
+from cudadiag.kernel.magics import (
+    capture_for,
+    cell_history,
+    parse_magic_line,
+    plan_in_shell,
+    recorded_batch,
+)
 
 if TYPE_CHECKING:  # loaded on first use: %load_ext only registers the magic
     from cudadiag.isolate.compare import Program, Row
+    from cudadiag.isolate.plan import Plan, Rerun
     from cudadiag.ui.comparison import ComparisonView
 
 
@@ -31,12 +38,19 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
                      quiet: bool = False) -> ComparisonView:
     """Compare cell `cell` of `shell`'s history (a number; the source of a new cell; None:
     the cell of the kernel's latest incident) as it is and once per variant; return the
-    comparison, which displays as its table.
+    comparison, which displays as its table. The plan is printed first (unless `quiet`),
+    its side effects named; a cell with side effects runs once per row only with
+    `allow_side_effects`.
 
-    Raises UsageError for a bad cell, variant, plan or batch, KeyboardInterrupt when
-    interrupted.
+    Raises UsageError for a bad cell, variant, plan or batch, or a run that would repeat
+    side effects; KeyboardInterrupt when interrupted.
     """
-    from cudadiag.isolate.compare import CompareError, compare_program, parse_variants
+    from cudadiag.isolate.compare import (
+        CompareError,
+        compare_program,
+        comparison_rerun,
+        parse_variants,
+    )
     from cudadiag.ui import results
     from cudadiag.ui.comparison import viewable
 
@@ -50,11 +64,13 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
         history[target] = cell
     else:
         target = cell if cell is not None else _latest_incident_cell(shell)
-    program = plan_program(shell, history, target, ship=ship,
-                           allow_side_effects=allow_side_effects, batch=batch)
+    program, plan = plan_program(shell, history, target, ship=ship,
+                                 allow_side_effects=allow_side_effects, batch=batch,
+                                 rerun=comparison_rerun(variants))
     if not quiet:
         print(f"comparing In[{target}]: the cell as it is, then one change at a time, each "
               "in a fresh process", flush=True)
+    check_plans([("", plan)], show=not quiet)
     try:
         comparison = compare_program(program, variants, timeout=timeout,
                                      progress=None if quiet else print_row)
@@ -83,30 +99,46 @@ def _latest_incident_cell(shell: Any) -> int:
 
 
 def plan_program(shell: Any, history: dict[int, str], target: int, *, ship: str = "auto",
-                 allow_side_effects: bool = False, batch: str | None = None) -> Program:
+                 allow_side_effects: bool = False, batch: str | None = None,
+                 rerun: Rerun | None = None) -> tuple[Program, Plan]:
     """Return the Program of cell `target`, planned as an isolated run plans it (the cells
-    it needs, values shipped, RNG states, optionally one recorded batch); raises UsageError
-    for a plan that cannot run."""
+    it needs, values shipped, RNG states, optionally one recorded batch; no earlier cell
+    that failed in this session), and its Plan, for a command that runs it as `rerun` says
+    (default: once). Raises UsageError for a plan that cannot be made."""
     from cudadiag.errors import PlanError
     from cudadiag.isolate.compare import Program
-    from cudadiag.isolate.plan import make_plan
+    from cudadiag.isolate.plan import ISOLATED_RUN
 
     shipping: str | list[str] = ship if ship in ("auto", "none") else [
         n.strip() for n in ship.split(",") if n.strip()]
     try:
-        plan = make_plan(history, target, shell.user_ns, ship=shipping,
-                         allow_side_effects=allow_side_effects)
+        plan = plan_in_shell(shell, history, target, ship=shipping,
+                             allow_side_effects=allow_side_effects, rerun=rerun or ISOLATED_RUN)
     except PlanError as exc:
         raise UsageError(str(exc)) from None
-    if plan.refusal:
-        raise UsageError(plan.refusal)
-    return Program(
+    program = Program(
         code=plan.sources[target], target=target,
         cells=[(n, plan.sources[n]) for n in plan.replay if n != target],
         rng_states=capture_for(shell).rng_states_including_running(target),
         batch=recorded_batch(batch) if batch else None,
         ship={name: shell.user_ns[name] for name in plan.ship},
     )
+    return program, plan
+
+
+def check_plans(plans: Sequence[tuple[str, Plan]], *, show: bool = True) -> None:
+    """Before anything runs: print each plan of one command under its label (what is
+    replayed, every side effect named) unless not `show`; raise UsageError when together
+    they would repeat side effects (isolate/plan.repeat_refusal, the rule of every
+    re-run)."""
+    from cudadiag.isolate.plan import repeat_refusal
+
+    if show:
+        for label, plan in plans:
+            print(f"{label}{plan.describe()}", flush=True)
+    refusal = repeat_refusal([plan for _, plan in plans])
+    if refusal:
+        raise UsageError(refusal)
 
 
 @magics_class
@@ -127,7 +159,9 @@ class CompareMagics(Magics):
     @argument("--ship", default="auto", metavar="auto|none|a,b",
               help="values sent to the runs instead of replaying the cells that made them")
     @argument("--allow-side-effects", action="store_true",
-              help="replay cells that write files, start processes or reach the network")
+              help="run even when the runs repeat what cells did to this machine (files "
+                   "written, processes started, the network reached): earlier cells "
+                   "replayed, or the compared cell run once per row")
     @argument("--before", metavar="ID",
               help="fix check: the recorded failing case of incident ID with the old code, "
                    "then with the cell's current version (N, this cell's body, or the "
@@ -142,12 +176,15 @@ class CompareMagics(Magics):
         cpu row when the reference fails), allclose at the dtype's tolerance, the cell's wall
         time, and what the variant actually changed. A variant that means nothing on this
         machine is shown as "not applicable". CPU success is a clue, not a CUDA validation.
+        The plan is printed first, every side effect named; a cell that writes files, starts
+        processes or reaches the network runs once per row only with --allow-side-effects.
         Returns the comparison (it displays as the table). The kernel's state is untouched.
 
         With --before ID, a fix check instead: the recorded failing case of incident ID (its
         cells, RNG states and batch) with the old code, then with the current version of
         the cell (only the failing watch() step of its data); "failed before, passes now"
-        only when the old code fails, the new one passes and its outputs are finite.
+        only when the old code fails, the new one passes and its outputs are finite (a cell
+        with side effects runs twice, old and new, only with --allow-side-effects).
         """
         args = parse_magic_line(self.cuda_compare, line)
         if cell is not None and args.cell is not None:
@@ -160,7 +197,8 @@ class CompareMagics(Magics):
                                  "code only: drop --variants and --batch")
 
             return check_in_shell(self.shell, args.before,
-                                  cell if cell is not None else args.cell, timeout=args.timeout)
+                                  cell if cell is not None else args.cell, timeout=args.timeout,
+                                  allow_side_effects=args.allow_side_effects)
         return compare_in_shell(
             self.shell, cell if cell is not None else args.cell, variants=args.variants,
             timeout=args.timeout, batch=args.batch, ship=args.ship,
@@ -168,12 +206,14 @@ class CompareMagics(Magics):
 
 
 def compare(cell: int | str | None = None, *, variants: str | Sequence[str] | None = None,
-            timeout: float | None = None, batch: str | None = None) -> ComparisonView:
+            timeout: float | None = None, batch: str | None = None,
+            allow_side_effects: bool = False) -> ComparisonView:
     """Compare a cell of this notebook as it is and once per variant (see %cuda_compare);
     `cell` is an execution count, the source of a cell to compare, or None (the cell of the
     latest incident). Returns the comparison (it displays as its table).
 
-    Raises RuntimeError outside IPython, UsageError for a bad cell, variant or batch.
+    Raises RuntimeError outside IPython, UsageError for a bad cell, variant or batch, or for
+    runs that would repeat side effects without `allow_side_effects`.
     """
     from IPython import get_ipython
 
@@ -181,4 +221,5 @@ def compare(cell: int | str | None = None, *, variants: str | Sequence[str] | No
     if shell is None:
         raise RuntimeError("cudadiag.compare() compares notebook cells: call it in IPython or "
                            "Jupyter, after %load_ext cudadiag")
-    return compare_in_shell(shell, cell, variants=variants, timeout=timeout, batch=batch)
+    return compare_in_shell(shell, cell, variants=variants, timeout=timeout, batch=batch,
+                            allow_side_effects=allow_side_effects)

@@ -3,45 +3,48 @@ the current version of the failing cell (guide point 9)."""
 
 from __future__ import annotations
 
-import difflib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from cudadiag.errors import IncidentNotFound
+from cudadiag.errors import IncidentNotFound, PlanError
 from cudadiag.incident import Incident
 from cudadiag.isolate.compare import Program
-from cudadiag.isolate.fixcheck import check_fix
-from cudadiag.kernel.compare_magics import plan_program, print_row
+from cudadiag.isolate.fixcheck import FIX_CHECK_RUN, check_fix
+from cudadiag.isolate.plan import newest_version, recorded_plan
+from cudadiag.kernel.compare_magics import check_plans, plan_program, print_row
 from cudadiag.kernel.magics import capture_for, cell_history
 from cudadiag.store import IncidentStore
 from cudadiag.ui import results
 from cudadiag.ui.fixcheck import FixCheckView, viewable
 
-SIMILAR_ENOUGH = 0.5
-"""How alike (difflib ratio) a cell must be to the failing one to be taken as its new
-version when no cell is named."""
+if TYPE_CHECKING:
+    from cudadiag.isolate.plan import Plan
 
 
 def check_in_shell(shell: Any, incident_id: str, cell: int | str | None, *,
-                   timeout: float | None = None) -> FixCheckView:
+                   timeout: float | None = None,
+                   allow_side_effects: bool = False) -> FixCheckView:
     """Run the fix check of incident `incident_id` in `shell`: `cell` is the new version (a
     number, the source of a cell magic's body, or None: the newest cell most like the failing
-    one). Returns the check (it displays itself). Raises UsageError when the incident or its
-    recorded case cannot be found, KeyboardInterrupt when interrupted."""
+    one). Both plans are printed first, their side effects named. Returns the check (it
+    displays itself). Raises UsageError when the incident or its recorded case cannot be
+    found, or when the two runs would repeat side effects without `allow_side_effects`;
+    KeyboardInterrupt when interrupted."""
     store = capture_for(shell).store
     try:
         incident = store.get(incident_id)
     except IncidentNotFound as exc:
         raise UsageError(str(exc)) from None
-    recorded = _recorded(incident, store, shell)
+    recorded, old_plan = _recorded(incident, store, shell, allow_side_effects)
     history = cell_history(shell)
     if isinstance(cell, str):
         target = max(history, default=0) + 1
         history[target] = cell
     else:
         target = cell if cell is not None else _new_version(history, recorded.code)
-    after = plan_program(shell, history, target)
+    after, new_plan = plan_program(shell, history, target, rerun=FIX_CHECK_RUN,
+                                   allow_side_effects=allow_side_effects)
     old_states = (recorded.rng_states or {}).get(recorded.target)
     if old_states is not None:  # the new cell starts where the failing one started
         after.rng_states = {**(after.rng_states or {}), target: old_states}
@@ -51,6 +54,7 @@ def check_in_shell(shell: Any, incident_id: str, cell: int | str | None, *,
         step = (incident.step.loader, incident.step.iteration)
     print(f"fix check of incident {incident.id}: In[{recorded.target}] as recorded, then "
           f"In[{target}] as it is now" + (f", step {step[1]} only" if step else ""), flush=True)
+    check_plans([("old code: ", old_plan), ("new code: ", new_plan)])
     try:
         check = check_fix(incident.id, recorded, after, step=step, timeout=timeout,
                           progress=lambda label, row: print_row(row, label))
@@ -60,16 +64,17 @@ def check_in_shell(shell: Any, incident_id: str, cell: int | str | None, *,
     return viewable(check)
 
 
-def _recorded(incident: Incident, store: IncidentStore, shell: Any) -> Program:
-    """The failing case as recorded: an isolated incident's cells, RNG states, batch and
-    shipped values; for a kernel incident, the isolated re-run of its cell when there is one,
-    else its cell planned from this kernel's history."""
+def _recorded(incident: Incident, store: IncidentStore, shell: Any,
+              allow_side_effects: bool) -> tuple[Program, Plan]:
+    """The failing case as recorded, and its plan: an isolated incident's cells, RNG states,
+    batch and shipped values; for a kernel incident, the isolated re-run of its cell when
+    there is one, else its cell planned from this kernel's history."""
     from cudadiag.repro.export import stored_inputs
 
     if incident.run.mode == "kernel":
         rerun = _isolated_rerun(incident, store)
         if rerun is None:
-            return _from_this_kernel(incident, shell)
+            return _from_this_kernel(incident, shell, allow_side_effects)
         print(f"using incident {rerun.id}, the isolated re-run of In[{incident.run.cells[0]}] "
               "(its cells, RNG states and batch were kept)")
         incident = rerun
@@ -78,11 +83,15 @@ def _recorded(incident: Incident, store: IncidentStore, shell: Any) -> Program:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     target = incident.run.cells[-1]
-    return Program(code=inputs.cells[target], target=target,
-                   cells=[(n, s) for n, s in inputs.cells.items() if n != target],
-                   rng_states=inputs.rng_states, batch=inputs.batch, ship=inputs.ship)
-
-
+    try:
+        plan = recorded_plan(inputs.cells, target, inputs.shipped,
+                             allow_side_effects=allow_side_effects, rerun=FIX_CHECK_RUN)
+    except PlanError as exc:
+        raise UsageError(f"incident {incident.id}: {exc}") from None
+    program = Program(code=inputs.cells[target], target=target,
+                      cells=[(n, s) for n, s in inputs.cells.items() if n != target],
+                      rng_states=inputs.rng_states, batch=inputs.batch, ship=inputs.ship)
+    return program, plan
 def _isolated_rerun(incident: Incident, store: IncidentStore) -> Incident | None:
     cell = str(incident.run.cells[0]) if incident.run.cells else None
     source = incident.run.sources.get(cell) if cell else None
@@ -95,7 +104,8 @@ def _isolated_rerun(incident: Incident, store: IncidentStore) -> Incident | None
     return None
 
 
-def _from_this_kernel(incident: Incident, shell: Any) -> Program:
+def _from_this_kernel(incident: Incident, shell: Any,
+                      allow_side_effects: bool) -> tuple[Program, Plan]:
     history = cell_history(shell)
     cell = incident.run.cells[0] if incident.run.cells else None
     if cell is None or history.get(cell) != incident.run.sources.get(str(cell)):
@@ -103,17 +113,14 @@ def _from_this_kernel(incident: Incident, shell: Any) -> Program:
             f"incident {incident.id} was recorded in a kernel whose cells are gone, and no "
             "isolated re-run of it was kept: after the next failure, run %cuda_isolate "
             "before restarting, then use that incident's id with --before")
-    return plan_program(shell, history, cell)
+    return plan_program(shell, history, cell, rerun=FIX_CHECK_RUN,
+                        allow_side_effects=allow_side_effects)
 
 
 def _new_version(history: dict[int, str], old: str) -> int:
     """The newest cell most like the failing one (its current version)."""
-    scored = [(difflib.SequenceMatcher(None, old, source).ratio(), number)
-              for number, source in history.items()
-              if not source.lstrip().startswith(("%", "!"))]
-    alike = [(ratio, number) for ratio, number in scored if ratio >= SIMILAR_ENOUGH]
-    if not alike:
+    found = newest_version(history, old)
+    if found is None:
         raise UsageError("no cell of this kernel looks like the failing one: name the cell "
                          "holding its new version, e.g. %cuda_compare --before ID 7")
-    best = max(ratio for ratio, _ in alike)
-    return max(number for ratio, number in alike if ratio >= best - 0.05)
+    return found

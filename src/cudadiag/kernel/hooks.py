@@ -42,6 +42,9 @@ class KernelState:
     latest after a non-sticky error)."""
     rng_states: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
     """The RNG states each cell started from, by execution count, the latest last."""
+    failed: set[int] = field(default_factory=set)
+    """The cells whose code raised an exception (an interrupt does not count): a replay
+    never re-runs them (isolate/plan.py)."""
 
 
 def kernel_state(shell: Any) -> KernelState:
@@ -116,6 +119,11 @@ class KernelCapture:
         return kernel_state(self.shell).rng_states
 
     @property
+    def failed_cells(self) -> set[int]:
+        """The cells of this session whose code raised an exception; kept on the shell."""
+        return kernel_state(self.shell).failed
+
+    @property
     def cell_running(self) -> bool:
         """True between a cell's pre_run_cell and post_run_cell."""
         return self._rng_at_start is not None
@@ -143,6 +151,8 @@ class KernelCapture:
                 self.rng_states.popitem(last=False)
         self._rng_at_start = None
         exc = getattr(result, "error_in_exec", None)
+        if isinstance(exc, Exception) and count is not None:
+            self.failed_cells.add(count)
         if exc is not None:
             self.capture(exc, cell=count)
         else:

@@ -29,6 +29,7 @@ from cudadiag.ui.announce import KernelAnnouncer
 
 if TYPE_CHECKING:
     from cudadiag.incident import Incident
+    from cudadiag.isolate.plan import Plan
     from cudadiag.isolate.runner import IsolatedResult
 
 _captures: dict[int, KernelCapture] = {}
@@ -377,7 +378,6 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
     if incident.run.mode != "kernel":
         return stored_inputs(incident, store)
     from cudadiag.errors import PlanError
-    from cudadiag.isolate.plan import make_plan
 
     history = cell_history(shell)
     cell = incident.run.cells[0] if incident.run.cells else None
@@ -385,7 +385,7 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
         raise ExportError(f"incident {incident.id} did not come from this kernel's history; "
                          "export an isolated incident instead")
     try:
-        plan = make_plan(history, cell, shell.user_ns, ship="none")
+        plan = plan_in_shell(shell, history, cell, ship="none")
     except PlanError as exc:
         raise ExportError(str(exc)) from None
     batch = None
@@ -397,6 +397,16 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
     return ReproInputs(cells={n: plan.sources[n] for n in plan.replay},
                        rng_states=capture_for(shell).rng_states, batch=batch,
                        cwd=os.getcwd(), failed_at=failed_cells(incident))
+
+
+def plan_in_shell(shell: Any, history: dict[int, str], target: int, **options: Any) -> Plan:
+    """Return the plan of cell `target` of `shell`'s `history` (isolate/plan.make_plan with
+    `options`): values shipped from the kernel's namespace, no earlier cell that failed in
+    this session replayed. Raises PlanError as make_plan does."""
+    from cudadiag.isolate.plan import make_plan
+
+    return make_plan(history, target, shell.user_ns,
+                     failed=capture_for(shell).failed_cells, **options)
 
 
 def cell_history(shell: Any) -> dict[int, str]:
@@ -416,7 +426,6 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
     """Plan and run cell `target` isolated, print the outcome; return the result (None for
     --dry-run). Raises UsageError for a bad option or plan."""
     from cudadiag.errors import PlanError
-    from cudadiag.isolate.plan import make_plan
     from cudadiag.isolate.spawn import calls_spawn
     from cudadiag.isolate.verdict import verdict_line
 
@@ -429,9 +438,9 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
         cells = [int(n) for n in args.cells.split(",")] if args.cells else None
         env = dict(_key_value(item) for item in args.env)
         def plan_shipping(ship: str | list[str]) -> Any:
-            return make_plan(history, target, shell.user_ns, ship=ship, cells=cells,
-                             allow_side_effects=args.allow_side_effects,
-                             restore=[name for name, _ in restore])
+            return plan_in_shell(shell, history, target, ship=ship, cells=cells,
+                                 allow_side_effects=args.allow_side_effects,
+                                 restore=[name for name, _ in restore])
 
         plan = plan_shipping(ship)
         if ship == "auto" and calls_spawn(plan.sources[n] for n in plan.replay):

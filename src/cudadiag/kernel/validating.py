@@ -10,12 +10,12 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from cudadiag.argtypes import positive_seconds
-from cudadiag.kernel.compare_magics import plan_program
+from cudadiag.kernel.compare_magics import check_plans, plan_program
 from cudadiag.kernel.magics import MagicParser, cell_history, split_line
 from cudadiag.steps import cell_of, choose_steps, profiles, watched_in
 from cudadiag.ui import results
 from cudadiag.ui.validation import ValidationView, viewable
-from cudadiag.validate import validate_program
+from cudadiag.validate import VALIDATION_RUN, validate_program
 
 BAR_WIDTH = 30
 
@@ -33,13 +33,17 @@ def _parser() -> argparse.ArgumentParser:
                         help="seed of the random slice of steps (default 0)")
     parser.add_argument("--timeout", type=positive_seconds, metavar="S",
                         help="kill the run (its whole process group) after S seconds")
+    parser.add_argument("--allow-side-effects", action="store_true",
+                        help="replay earlier cells that wrote files, started processes or "
+                             "reached the network")
     return parser
 
 
 def validate_in_shell(shell: Any, line: str) -> ValidationView:
     """Run `%cudadiag validate LINE` in `shell`; return the report (it displays itself).
-    Raises UsageError for bad options, a cell that ran no watch() or a plan that cannot run;
-    KeyboardInterrupt when interrupted."""
+    The plan is printed first, its side effects named. Raises UsageError for bad options, a
+    cell that ran no watch(), a plan that cannot run or one that would repeat what earlier
+    cells did (without --allow-side-effects); KeyboardInterrupt when interrupted."""
     args = _parser().parse_args(split_line(line))
     record = watched_in(args.cell)
     if record is None:
@@ -53,13 +57,15 @@ def validate_in_shell(shell: Any, line: str) -> ValidationView:
     history = cell_history(shell)
     if cell not in history:
         raise UsageError(f"In[{cell}] is not in this kernel's history")
-    program = plan_program(shell, history, cell)
+    program, plan = plan_program(shell, history, cell, rerun=VALIDATION_RUN,
+                                 allow_side_effects=args.allow_side_effects)
     seen = profiles(record)
     failing = None if record.exhausted else record.step
     chosen = None if args.all else choose_steps(seen, record.length, failing, seed=args.seed)
     scope = "every step" if chosen is None else f"steps {sorted(chosen)}"
     print(f"validating In[{cell}] (watch {record.name!r}) over {scope} in a fresh process",
           flush=True)
+    check_plans([("", plan)])
     total = record.length if record.length is not None else len(seen)
     progress = _bar(total) if args.all else None
     try:
