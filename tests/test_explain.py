@@ -288,3 +288,18 @@ def test_explain_path_and_text_agree(tmp_path):
     log = tmp_path / "a.log"
     log.write_text(progress(5) + ASSERT_RANK1)
     assert explain_path(log).to_dict() == explain_text(log.read_text()).to_dict()
+
+
+@pytest.mark.parametrize("ending", ["", "\n"])
+def test_cli_counts_the_bytes_of_the_file_whether_or_not_it_ends_in_a_newline(
+        tmp_path, ending):
+    log = tmp_path / "job.log"
+    log.write_text(ASSERT_RANK1.rstrip("\n") + ending)
+    size = log.stat().st_size
+    shown = subprocess.run([sys.executable, "-m", "cudadiag.cli", "explain", str(log)],
+                           capture_output=True, text=True, timeout=120)
+    assert f"— 5 lines, {size:,} bytes" in shown.stdout.splitlines()[0]
+    as_json = subprocess.run([sys.executable, "-m", "cudadiag.cli", "explain", "--json",
+                              str(log)], capture_output=True, text=True, timeout=120)
+    assert (json.loads(as_json.stdout)["bytes"], json.loads(as_json.stdout)["lines"]) == (
+        size, 5)
