@@ -284,19 +284,15 @@ class CudadiagMagics(Magics):
 
 def _explain(shell: Any, argument: str) -> str:
     """`%cudadiag explain [--json] [FILE | TEXT]`: the argument is a file when one exists by
-    that name, else the text to explain; without one, the last error of this kernel.
-    Returns the text to print; raises UsageError."""
-    import os
-
+    that name, an error when it looks like a path to nothing, else the text to explain
+    (commands.explain_argument); without one, the last error of this kernel. Returns the
+    text to print; raises UsageError."""
     as_json = argument == "--json" or argument.startswith("--json ")
     if as_json:
         argument = argument[len("--json"):].strip()
-    path = os.path.expanduser(argument)
     try:
-        if argument and os.path.isfile(path):
-            explained = commands.explain_file(path)
-        elif argument:
-            explained = commands.explain_pasted(argument)
+        if argument:
+            explained = commands.explain_argument(argument)
         else:
             explained = commands.explain_pasted(_last_error_text(shell),
                                                 "the last error of this kernel")
