@@ -221,3 +221,33 @@ def test_the_cli_lists_verdicts_and_exits_1_when_none_is_trusted(tmp_path, capsy
     assert "rejected: hash mismatch" in capsys.readouterr().out
     assert cli.main(["checkpoints", str(tmp_path / "nope")]) == 2
     assert "cudadiag checkpoints:" in capsys.readouterr().err
+
+
+def test_the_checkpoints_magic_lists_where_the_kernel_last_saved_by_default(
+        shell, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(checkpoint, "_saved_to", [])  # a kernel that saved nothing yet
+    monkeypatch.chdir(tmp_path)  # the notebook's folder holds no checkpoint
+    refused, _ = run(shell, "%cudadiag checkpoints")
+    assert str(refused.error_in_exec) == (
+        "this kernel has saved no checkpoint with cudadiag.checkpoint.save: name the "
+        "directory, e.g. %cudadiag checkpoints ckpts")
+    for folder in ("runs/a", "runs/b"):
+        os.makedirs(folder)
+    run(shell, "import torch\nfrom cudadiag import checkpoint\n"
+               "checkpoint.save({'w': torch.ones(2)}, 'runs/a/early.pt', step=1)\n"
+               "checkpoint.save({'w': torch.ones(2)}, 'runs/b/late.pt', step=2)")
+    capsys.readouterr()
+    listed, _ = run(shell, "%cudadiag checkpoints")
+    assert listed.success, listed.error_in_exec
+    out = capsys.readouterr().out
+    assert out.startswith(f"checkpoints in {tmp_path.resolve() / 'runs' / 'b'}, newest first:")
+    assert "late.pt  step 2" in out and "early.pt" not in out
+
+
+def test_the_cli_lists_the_current_directory_by_default(tmp_path):
+    checkpoint.save(_state(), tmp_path / "here.pt", step=4)
+    listed = subprocess.run([sys.executable, "-m", "cudadiag.cli", "checkpoints"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("checkpoints in ., newest first:")
+    assert "here.pt  step 4" in listed.stdout and "trusted" in listed.stdout

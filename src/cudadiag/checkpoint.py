@@ -68,6 +68,12 @@ _saved_to: list[Path] = []
 """The directories `save()` wrote to in this process, the latest last."""
 
 
+def last_saved_directory() -> Path | None:
+    """Return the directory `save()` last wrote to in this process (a kernel), or None when
+    it saved nothing."""
+    return _saved_to[-1] if _saved_to else None
+
+
 def follow_incidents(source: IncidentSource | None) -> None:
     """Take `source` (the kernel extension's capture) as the incidents of this kernel; None
     forgets it. Called by `%load_ext cudadiag` and `%unload_ext cudadiag`."""
@@ -199,10 +205,11 @@ def resolve(spec: str) -> Verdict:
     checkpoint), or `latest` (the newest trusted one of the directory this process last
     saved to). Raises CheckpointError when there is none, or the file is not trusted."""
     if spec == "latest":
-        if not _saved_to:
+        latest = last_saved_directory()
+        if latest is None:
             raise CheckpointError("no checkpoint was saved with cudadiag.checkpoint.save in "
                                   "this process: give the checkpoint file or its directory")
-        spec = str(_saved_to[-1])
+        spec = str(latest)
     target = Path(spec).expanduser()
     if target.is_dir():
         chosen = latest_valid(target)

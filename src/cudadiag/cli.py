@@ -158,7 +158,8 @@ def _parser() -> argparse.ArgumentParser:
                     "with its reason (no manifest, hash mismatch, non-finite tensor, written "
                     "after the error). Exit status: 0 when one is trusted, 1 when none is, 2 "
                     "for bad arguments.")
-    checkpoints.add_argument("directory", help="the checkpoint directory")
+    checkpoints.add_argument("directory", nargs="?", default=".",
+                             help="the checkpoint directory (default: the current directory)")
     checkpoints.add_argument("--before", metavar="ID",
                              help="trust only checkpoints written before this incident")
     checkpoints.add_argument("--json", action="store_true", help="print the verdicts as JSON")
