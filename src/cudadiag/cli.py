@@ -225,6 +225,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not module and not os.path.exists(target):
         print(f"cudadiag run: {target}: no such script", file=sys.stderr)
         return 2
+    if not module and os.path.isdir(target) and not os.path.isfile(
+            os.path.join(target, "__main__.py")):
+        print(f"cudadiag run: {target} is a folder, not a script: name the script in it "
+              f"(cudadiag run -- python {os.path.join(target, 'train.py')}) or run a package "
+              "with -m (cudadiag run -- python -m PACKAGE)", file=sys.stderr)
+        return 2
     json_refused = unwritable(Path(args.json)) if args.json else None
     if json_refused:
         print(f"cudadiag run: --json {args.json}: {json_refused}", file=sys.stderr)
