@@ -80,8 +80,8 @@ def show(store: IncidentStore, options: ShowOptions) -> str:
 
 
 def incident_json(incident: Incident) -> str:
-    """The incident as JSON, every field kept, secret values masked as on the screen (the
-    private log alone holds them)."""
+    """The incident as JSON, every field kept, secret values masked as on the screen (those
+    of the environment that recorded it were masked in the log already)."""
     from cudadiag.repro.redact import Redactor
 
     return json.dumps(Redactor().secrets_masked_in(incident.to_dict()), indent=2)
