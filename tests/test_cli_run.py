@@ -230,6 +230,7 @@ def test_run_returns_when_the_script_exits_and_kills_what_it_left(tmp_path):
     pid = int(result.stdout.split()[-1])
     assert (f"cudadiag: killed 1 left-over process of the script: pid {pid} (sleep)"
             in result.stderr)
+    assert not _alive(pid)  # named once it is gone
     assert result.returncode == 0
 
 

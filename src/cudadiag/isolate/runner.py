@@ -34,7 +34,14 @@ from cudadiag.isolate.launcher import (
     child_environment,
 )
 from cudadiag.isolate.output import ChildOutput
-from cudadiag.isolate.procgroup import describe, group_members, kill_group
+from cudadiag.isolate.procgroup import (
+    KILL_WAIT_S,
+    describe,
+    group_members,
+    kill_and_wait,
+    kill_group,
+    wait_until_gone,
+)
 from cudadiag.store import IncidentStore
 
 if TYPE_CHECKING:
@@ -323,21 +330,34 @@ class _Pump:
                     selector.unregister(key.fileobj)
 
     def _kill_group(self) -> None:
+        """SIGTERM to the whole group; SIGKILL to it when the child has not exited within
+        KILL_GRACE_S. The rest of the group (which had SIGTERM too) gets what is left of the
+        grace to end before it counts as left over."""
+        deadline = time.monotonic() + KILL_GRACE_S
         kill_group(self.process.pid, signal.SIGTERM)
         try:
             self.process.wait(timeout=KILL_GRACE_S)
         except subprocess.TimeoutExpired:
             kill_group(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        wait_until_gone(self.process.pid, max(0.0, deadline - time.monotonic()))
 
     def _kill_leftovers(self) -> None:
+        """Kill what is left in the child's group and name it once it is gone (or, if some
+        of it outlives SIGKILL, name that too)."""
         left = group_members(self.process.pid)
         if not left:
             return
-        kill_group(self.process.pid, signal.SIGKILL)
-        plural = "process" if len(left) == 1 else "processes"
-        print(f"cudadiag: killed {len(left)} left-over {plural} of {self.what}: "
-              f"{describe(left)}", file=sys.stderr, flush=True)
+        alive = kill_and_wait(self.process.pid)
+        killed = [member for member in left if member not in alive]
+        if killed:
+            plural = "process" if len(killed) == 1 else "processes"
+            print(f"cudadiag: killed {len(killed)} left-over {plural} of {self.what}: "
+                  f"{describe(killed)}", file=sys.stderr, flush=True)
+        if alive:
+            print(f"cudadiag: {len(alive)} process(es) of {self.what} still running "
+                  f"{KILL_WAIT_S:g} s after SIGKILL: {describe(alive)}", file=sys.stderr,
+                  flush=True)
 
 
 @contextlib.contextmanager
