@@ -66,7 +66,7 @@ from cudadiag.incident_index import (
     row_coverage,
 )
 from cudadiag.retention import Retention, RetentionConfigError, is_older, load_retention
-from cudadiag.secret_names import env_secret_mask, map_strings
+from cudadiag.secret_values import env_secret_mask, map_strings
 
 try:
     import fcntl
