@@ -221,3 +221,73 @@ def test_the_cli_lists_verdicts_and_exits_1_when_none_is_trusted(tmp_path, capsy
     assert "rejected: hash mismatch" in capsys.readouterr().out
     assert cli.main(["checkpoints", str(tmp_path / "nope")]) == 2
     assert "cudadiag checkpoints:" in capsys.readouterr().err
+
+
+def test_the_checkpoints_magic_lists_where_the_kernel_last_saved_by_default(
+        shell, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(checkpoint, "_saved_to", [])  # a kernel that saved nothing yet
+    monkeypatch.chdir(tmp_path)  # the notebook's folder holds no checkpoint
+    refused, _ = run(shell, "%cudadiag checkpoints")
+    assert str(refused.error_in_exec) == (
+        "this kernel has saved no checkpoint with cudadiag.checkpoint.save: name the "
+        "directory, e.g. %cudadiag checkpoints ckpts")
+    for folder in ("runs/a", "runs/b"):
+        os.makedirs(folder)
+    run(shell, "import torch\nfrom cudadiag import checkpoint\n"
+               "checkpoint.save({'w': torch.ones(2)}, 'runs/a/early.pt', step=1)\n"
+               "checkpoint.save({'w': torch.ones(2)}, 'runs/b/late.pt', step=2)")
+    capsys.readouterr()
+    listed, _ = run(shell, "%cudadiag checkpoints")
+    assert listed.success, listed.error_in_exec
+    out = capsys.readouterr().out
+    assert out.startswith(f"checkpoints in {tmp_path.resolve() / 'runs' / 'b'}, newest first:")
+    assert "late.pt  step 2" in out and "early.pt" not in out
+
+
+def test_the_cli_lists_the_current_directory_by_default(tmp_path):
+    checkpoint.save(_state(), tmp_path / "here.pt", step=4)
+    listed = subprocess.run([sys.executable, "-m", "cudadiag.cli", "checkpoints"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("checkpoints in ., newest first:")
+    assert "here.pt  step 4" in listed.stdout and "trusted" in listed.stdout
+
+
+WHOLE_OBJECTS = """\
+import torch
+from cudadiag import checkpoint
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+optimizer = torch.optim.Adam(model.parameters())
+model(torch.randn(5, 4)).sum().backward()
+optimizer.step()
+checkpoint.save(model, "ckpts/step-1.pt", step=1)
+model[1].running_var[2] = float("nan")  # a buffer, in the module saved whole
+checkpoint.save(model, "ckpts/step-2.pt", step=2)
+model[1].running_var[2] = 1.0
+optimizer.state[model[0].weight]["exp_avg"][0, 1] = float("inf")
+checkpoint.save({"model": model, "optimizer": optimizer}, "ckpts/step-3.pt", step=3)
+optimizer.state[model[0].weight]["exp_avg"][0, 1] = 0.0
+model.temperature = torch.tensor([1.0, float("nan")])  # a plain attribute of the module
+checkpoint.save([model], "ckpts/step-4.pt", step=4)
+"""
+
+
+def test_a_nan_inside_a_saved_module_or_optimizer_is_never_trusted(tmp_path):
+    (tmp_path / "ckpts").mkdir()
+    (tmp_path / "train.py").write_text(WHOLE_OBJECTS)
+    saved = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+    assert saved.returncode == 0, saved.stderr
+    listed = subprocess.run([sys.executable, "-m", "cudadiag.cli", "checkpoints", "ckpts"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    lines = listed.stdout.splitlines()
+    rejected = "rejected: non-finite tensor (NaN or Inf): "
+    assert [line.split()[0] for line in lines[1:5]] == [
+        "step-4.pt", "step-3.pt", "step-2.pt", "step-1.pt"]
+    assert lines[1].endswith(rejected + "[0].temperature")
+    assert lines[2].endswith(rejected + "optimizer.state.0.exp_avg")
+    assert lines[3].endswith(rejected + "1.running_var")
+    assert lines[4].endswith("trusted")
+    assert lines[-1] == "resume from: ckpts/step-1.pt"

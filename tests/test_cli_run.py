@@ -19,15 +19,15 @@ from test_isolate_magics import _alive
 pytestmark = pytest.mark.slow
 
 BOOM = """\
-import json
+import torch
 
 
-def parse(text):
-    return json.loads(text)
+def parse(values):
+    return torch.tensor(values).view(3, 3)
 
 
 print("about to fail")
-parse("{not json")
+parse([1, 2])
 """
 
 
@@ -41,7 +41,7 @@ def test_run_prints_the_scripts_traceback_as_python_does_then_the_diagnosis(tmp_
     assert result.stdout == plain.stdout == "about to fail\n"
     traceback, _, diagnosis = result.stderr.partition("cudadiag [")
     assert traceback == plain.stderr
-    assert "boom.py:5 in parse: return json.loads(text)" in diagnosis
+    assert "boom.py:5 in parse: return torch.tensor(values).view(3, 3)" in diagnosis
 
 
 def test_a_script_shows_all_of_its_output_and_its_traceback_however_much_it_prints(tmp_path):
@@ -58,7 +58,7 @@ def test_a_script_shows_all_of_its_output_and_its_traceback_however_much_it_prin
     assert result.returncode == plain.returncode == 1
     assert len(result.stdout) > 3 * 2**20 // 2 and result.stdout == plain.stdout
     shown, _, diagnosis = result.stderr.partition("cudadiag [")
-    assert shown == plain.stderr and shown.splitlines()[-1].startswith("json.decoder.")
+    assert shown == plain.stderr and shown.splitlines()[-1].startswith("RuntimeError: shape")
     assert "not shown" not in result.stderr and "isolated run" not in result.stderr
     assert "loud.py:" in diagnosis
 
@@ -77,6 +77,46 @@ def test_the_traceback_of_a_failing_operator_ends_at_the_call_in_pytorch(tmp_pat
         assert internal not in traceback
     assert "target 4 at position 3 outside [0, 4)" in lines[-2]
     assert "aten::nll_loss_forward" in diagnosis
+
+
+UNRELATED = {
+    "KeyError: 'lr'": "config = {'epochs': 1}\nprint('lr', config['lr'])\n",
+    "NameError: name 'n_embd' is not defined": "import torch\nx = torch.zeros(n_embd)\n",
+    "DataError: no rows in train.csv": "class DataError(Exception):\n    pass\n\n"
+                                       "raise DataError('no rows in train.csv')\n",
+}
+
+
+@pytest.mark.parametrize("error", UNRELATED)
+def test_an_error_unrelated_to_pytorch_is_no_incident_as_in_the_kernel(tmp_path, shell,
+                                                                      capsys, error):
+    (tmp_path / "script.py").write_text(UNRELATED[error])
+    plain = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    ran = cudadiag("run", "script.py", cwd=tmp_path)
+    assert ran.returncode == plain.returncode == 1
+    traceback, _, said = ran.stderr.partition("cudadiag: ")
+    assert traceback == plain.stderr and traceback.splitlines()[-1] == error
+    assert said == (f"the script failed with {error}, an error unrelated to PyTorch: no "
+                    "incident recorded\n")
+    assert cudadiag("incidents", cwd=tmp_path).stdout == "no incidents recorded\n"
+    result = shell.run_cell(UNRELATED[error], store_history=True)  # the kernel's rule
+    assert str(result.error_in_exec) in error and incidents() == []
+
+
+def test_a_folder_given_as_the_script_is_a_usage_error(tmp_path):
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "train.py").write_text(TRAIN)
+    ran = cudadiag("run", "--", "python", "project", cwd=tmp_path)
+    assert ran.returncode == 2
+    assert ran.stderr == (
+        "cudadiag run: project is a folder, not a script: name the script in it (cudadiag run "
+        "-- python project/train.py) or run a package with -m (cudadiag run -- python -m "
+        "PACKAGE)\n")
+    assert incidents() == []
+    (tmp_path / "project" / "__main__.py").write_text("print('the folder ran')\n")
+    runs = cudadiag("run", "project", cwd=tmp_path)  # as `python project` runs it
+    assert runs.returncode == 0 and runs.stdout == "the folder ran\n", runs.stderr
 
 
 def test_sys_exit_with_a_message_prints_it_and_exits_1(tmp_path):
@@ -190,6 +230,7 @@ def test_run_returns_when_the_script_exits_and_kills_what_it_left(tmp_path):
     pid = int(result.stdout.split()[-1])
     assert (f"cudadiag: killed 1 left-over process of the script: pid {pid} (sleep)"
             in result.stderr)
+    assert not _alive(pid)  # named once it is gone
     assert result.returncode == 0
 
 

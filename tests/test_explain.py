@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 import tracemalloc
 
 import pytest
+from IPython.core.error import UsageError
 
 from cudadiag import cli
 from cudadiag.explain import explain_blocks, explain_path, explain_text
@@ -288,3 +290,39 @@ def test_explain_path_and_text_agree(tmp_path):
     log = tmp_path / "a.log"
     log.write_text(progress(5) + ASSERT_RANK1)
     assert explain_path(log).to_dict() == explain_text(log.read_text()).to_dict()
+
+
+@pytest.mark.parametrize("ending", ["", "\n"])
+def test_cli_counts_the_bytes_of_the_file_whether_or_not_it_ends_in_a_newline(
+        tmp_path, ending):
+    log = tmp_path / "job.log"
+    log.write_text(ASSERT_RANK1.rstrip("\n") + ending)
+    size = log.stat().st_size
+    shown = subprocess.run([sys.executable, "-m", "cudadiag.cli", "explain", str(log)],
+                           capture_output=True, text=True, timeout=120)
+    assert f"— 5 lines, {size:,} bytes" in shown.stdout.splitlines()[0]
+    as_json = subprocess.run([sys.executable, "-m", "cudadiag.cli", "explain", "--json",
+                              str(log)], capture_output=True, text=True, timeout=120)
+    assert (json.loads(as_json.stdout)["bytes"], json.loads(as_json.stdout)["lines"]) == (
+        size, 5)
+
+
+@pytest.mark.parametrize("argument", ["/nonexistent.log", "~/no-such-folder/slurm-1.out",
+                                      "slurm-404.out", "logs/train.log.gz"])
+def test_a_mistyped_log_path_is_no_such_file_in_the_magic_as_in_the_cli(shell, tmp_path,
+                                                                       argument):
+    result = shell.run_cell(f"%cudadiag explain {argument}")
+    assert isinstance(result.error_in_exec, UsageError)
+    typed = os.path.expanduser(argument)
+    assert str(result.error_in_exec) == f"{typed}: no such file"
+    cli_run = subprocess.run([sys.executable, "-m", "cudadiag.cli", "explain", typed],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert (cli_run.returncode, cli_run.stderr) == (2, f"cudadiag explain: {typed}: no such "
+                                                       "file\n")
+
+
+@pytest.mark.parametrize("pasted", ["CUBLAS_STATUS_NOT_SUPPORTED", "torch.OutOfMemoryError",
+                                    "RuntimeError: CUDA error: out of memory"])
+def test_pasted_words_that_are_no_path_are_still_explained_as_text(shell, capsys, pasted):
+    assert shell.run_cell(f"%cudadiag explain {pasted}").success
+    assert "cudadiag explain: the text given" in capsys.readouterr().out

@@ -220,13 +220,14 @@ def test_a_timed_statement_is_replayed_as_the_statement(shell, capsys):
 
 
 def _alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (dead, not yet reaped) is not alive."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        # a zombie still answers kill(0): look at its state
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):  # gone, or reaped in between
         return False
-    # a zombie still answers kill(0): look at its state
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split()[2] != "Z"
 
 
 GRANDCHILD = ("import subprocess, sys\n"

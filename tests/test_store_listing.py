@@ -135,5 +135,5 @@ def test_keep_days_refuses_a_bad_number_in_days(capsys):
     with pytest.raises(SystemExit) as caught:
         cli.main(["incidents", "--prune", "--keep-days", "0"])
     assert caught.value.code == 2
-    assert "--keep-days: expected a number of days greater than 0, like 180 or 1.5; got '0'" \
-        in capsys.readouterr().err
+    assert ("--keep-days: expected a number of days greater than 0 and at most 36,525, like "
+            "180 or 1.5; got '0'") in capsys.readouterr().err

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -55,7 +58,8 @@ def test_the_retention_comes_from_config_json_with_defaults(cudadiag_home):
 @pytest.mark.parametrize("text, says", [
     ("{not json", "is not a JSON object"),
     ('{"retention": {"incidents": 0}}', "at least 1, not 0"),
-    ('{"retention": {"days": "a year"}}', "a number above 0, not 'a year'"),
+    ('{"retention": {"days": "a year"}}',
+     r"a number above 0 and at most 36,525 \(100 years\), not 'a year'"),
     ('{"retention": {"count": 5}}', 'takes "incidents" and "days" only'),
 ])
 def test_a_bad_config_says_what_to_fix(cudadiag_home, text, says):
@@ -192,7 +196,8 @@ def test_cli_stats_names_a_config_it_cannot_read(cudadiag_home, capsys):
     assert cli.main(["incidents", "--stats"]) == 0
     out = capsys.readouterr().out
     assert "retention: cannot be read, nothing is pruned: " in out
-    assert "days an incident is kept must be a number above 0, not 0" in out
+    assert ("days an incident is kept must be a number above 0 and at most 36,525 (100 years), "
+            "not 0") in out
     assert cli.main(["incidents", "--prune"]) == 2
     assert capsys.readouterr().err.startswith("cudadiag incidents: ")
 
@@ -205,3 +210,53 @@ def test_config_retention_is_shown_with_its_file(cudadiag_home, capsys):
     assert cli.main(["incidents", "--stats"]) == 0
     assert (f"retention: the newest 20,000 incidents, none older than 365 days (set in "
             f"{config})") in capsys.readouterr().out
+
+
+FAILING_SCRIPT = ("import torch\nimport torch.nn.functional as F\n"
+                  "F.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 3]))\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("days, shown", [("1e9", "1000000000.0"), ("Infinity", "inf")])
+def test_an_absurd_retention_in_config_json_is_said_after_a_run_not_an_overflow(
+        cudadiag_home, tmp_path, days, shown):
+    cudadiag_home.mkdir()
+    config = cudadiag_home / "config.json"
+    config.write_text(f'{{"retention": {{"days": {days}}}}}')
+    (tmp_path / "fails.py").write_text(FAILING_SCRIPT)
+    ran = subprocess.run([sys.executable, "-m", "cudadiag.cli", "run", "fails.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 1
+    assert "OverflowError" not in ran.stderr
+    assert (f"cudadiag: nothing is pruned from the incident log: {config}: the days an "
+            f"incident is kept must be a number above 0 and at most 36,525 (100 years), not "
+            f"{shown}\n") in ran.stderr
+    listed = subprocess.run([sys.executable, "-m", "cudadiag.cli", "incidents"],
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "index_out_of_bounds" in listed.stdout, listed.stderr
+
+
+def test_magic_stats_with_an_absurd_retention_say_what_to_fix(shell, cudadiag_home, capsys):
+    IncidentStore().append(make_incident())
+    (cudadiag_home / "config.json").write_text('{"retention": {"days": 1e9}}')
+    result = shell.run_cell("%cudadiag incidents --stats")
+    assert result.success, result.error_in_exec
+    out = capsys.readouterr().out
+    assert "retention: cannot be read, nothing is pruned: " in out
+    assert "at most 36,525 (100 years), not 1000000000.0" in out
+    assert not shell.run_cell("%cudadiag incidents --prune").success
+
+
+@pytest.mark.parametrize("words, says", [
+    (["--prune", "--keep-days", "1e9"], "--keep-days: expected a number of days greater "
+                                        "than 0 and at most 36,525, like 180 or 1.5; got '1e9'"),
+    (["--since", "99999999999d"], "--since 99999999999d: reaches back before the calendar "
+                                  "starts; give a date"),
+    (["--since", "9999999d"], "--since 9999999d: reaches back before the calendar starts"),
+])
+def test_cli_absurd_spans_of_days_are_usage_errors(capsys, words, says):
+    IncidentStore().append(make_incident())
+    with pytest.raises(SystemExit) if words[0] == "--prune" else contextlib.nullcontext():
+        assert cli.main(["incidents", *words]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err

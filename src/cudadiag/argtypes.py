@@ -13,20 +13,26 @@ def positive_seconds(text: str) -> float:
     return _positive_number(text, "seconds", "30 or 2.5")
 
 
+MAX_DAYS = 36_525
+"""The longest span of days cudadiag takes (100 years): a date further back than a
+computer's calendar is a typo, not a retention."""
+
+
 def positive_days(text: str) -> float:
     """Return `text` as a number of days; raises argparse.ArgumentTypeError unless it is a
-    finite number greater than zero."""
-    return _positive_number(text, "days", "180 or 1.5")
+    number greater than zero and at most MAX_DAYS."""
+    return _positive_number(text, "days", "180 or 1.5", most=MAX_DAYS)
 
 
-def _positive_number(text: str, unit: str, example: str) -> float:
+def _positive_number(text: str, unit: str, example: str, most: float = math.inf) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    if not (math.isfinite(value) and 0 < value <= most):
+        upper = f" and at most {most:,g}" if math.isfinite(most) else ""
         raise argparse.ArgumentTypeError(
-            f"expected a number of {unit} greater than 0, like {example}; got {text!r}")
+            f"expected a number of {unit} greater than 0{upper}, like {example}; got {text!r}")
     return value
 
 

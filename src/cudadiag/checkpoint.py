@@ -17,10 +17,12 @@ is no kernel incident, and only what the manifest itself recorded counts.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import sys
+import types
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -66,6 +68,12 @@ class IncidentSource(Protocol):
 _followed: IncidentSource | None = None
 _saved_to: list[Path] = []
 """The directories `save()` wrote to in this process, the latest last."""
+
+
+def last_saved_directory() -> Path | None:
+    """Return the directory `save()` last wrote to in this process (a kernel), or None when
+    it saved nothing."""
+    return _saved_to[-1] if _saved_to else None
 
 
 def follow_incidents(source: IncidentSource | None) -> None:
@@ -199,10 +207,11 @@ def resolve(spec: str) -> Verdict:
     checkpoint), or `latest` (the newest trusted one of the directory this process last
     saved to). Raises CheckpointError when there is none, or the file is not trusted."""
     if spec == "latest":
-        if not _saved_to:
+        latest = last_saved_directory()
+        if latest is None:
             raise CheckpointError("no checkpoint was saved with cudadiag.checkpoint.save in "
                                   "this process: give the checkpoint file or its directory")
-        spec = str(_saved_to[-1])
+        spec = str(latest)
     target = Path(spec).expanduser()
     if target.is_dir():
         chosen = latest_valid(target)
@@ -243,29 +252,92 @@ def manifest_path(path: str | os.PathLike[str]) -> Path:
 
 
 def non_finite_tensors(obj: Any) -> list[str]:
-    """Return the names (`model.fc.weight`, `[2]`) of the floating or complex tensors in
-    `obj` (nested dicts, lists, tuples) holding a NaN or an infinity."""
+    """Return the names (`model.fc.weight`, `optimizer.state.0.exp_avg`, `[2]`) of the
+    floating or complex tensors held by `obj` that hold a NaN or an infinity: every tensor
+    `torch.save` would write (see `held_tensors`)."""
     import torch
 
     found = []
-    for name, tensor in _tensors(obj, ""):
+    for name, tensor in held_tensors(obj):
         if (tensor.is_floating_point() or tensor.is_complex()) and tensor.numel() and not bool(
                 torch.isfinite(tensor.detach()).all()):
             found.append(name or "(the object)")
     return found
 
 
-def _tensors(obj: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+def held_tensors(obj: Any) -> Iterator[tuple[str, Any]]:
+    """Yield (name, tensor) for every tensor `obj` holds, each object once: inside the
+    containers pytree opens (dicts, lists, tuples, namedtuples...), sets, dataclasses, an
+    `nn.Module`'s parameters, buffers and plain attributes (its submodules' too), an
+    optimizer's, scheduler's or scaler's state (its `state_dict()`), and the attributes of
+    other objects, as pickling them would reach."""
+    yield from _tensors(obj, "", set())
+
+
+def _tensors(obj: Any, prefix: str, seen: set[int]) -> Iterator[tuple[str, Any]]:
+    import torch
+    from torch.utils._pytree import tree_leaves_with_path
+
+    for path, leaf in tree_leaves_with_path(obj):
+        name = prefix + "".join(_key_name(key) for key in path)
+        if isinstance(leaf, torch.Tensor):
+            yield name.lstrip("."), leaf
+        elif id(leaf) not in seen:
+            seen.add(id(leaf))
+            yield from _opened(leaf, name, seen)
+
+
+def _key_name(key: Any) -> str:
+    """`.key` for a mapping key or an attribute, `[i]` for a position (pytree's key path)."""
+    from torch.utils._pytree import GetAttrKey, MappingKey, SequenceKey
+
+    if isinstance(key, SequenceKey):
+        return f"[{key.idx}]"
+    if isinstance(key, MappingKey):
+        return f".{key.key}"
+    if isinstance(key, GetAttrKey):
+        return f".{key.name}"
+    return str(key)
+
+
+def _opened(leaf: Any, name: str, seen: set[int]) -> Iterator[tuple[str, Any]]:
+    """The tensors inside a leaf pytree does not open."""
     import torch
 
-    if isinstance(obj, torch.Tensor):
-        yield prefix, obj
-    elif isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from _tensors(value, f"{prefix}.{key}" if prefix else str(key))
-    elif isinstance(obj, list | tuple):
-        for index, value in enumerate(obj):
-            yield from _tensors(value, f"{prefix}[{index}]")
+    if isinstance(leaf, torch.nn.Module):
+        for found, tensor in (*leaf.named_parameters(), *leaf.named_buffers()):
+            yield f"{name}.{found}".lstrip("."), tensor
+        for path, module in leaf.named_modules():
+            attributes = {key: value for key, value in vars(module).items()
+                          if not key.startswith("_")}
+            yield from _tensors(attributes, f"{name}.{path}" if path else name, seen)
+    elif isinstance(leaf, (set, frozenset)):
+        yield from _tensors(list(leaf), name, seen)
+    elif dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
+        yield from _tensors({f.name: getattr(leaf, f.name) for f in dataclasses.fields(leaf)},
+                            name, seen)
+    elif (state := _state_dict(leaf)) is not None:
+        yield from _tensors(state, name, seen)
+    elif _pickled_by_attributes(leaf):
+        yield from _tensors(dict(vars(leaf)), name, seen)
+
+
+def _state_dict(leaf: Any) -> Any:
+    """The state of an optimizer, a scheduler, a gradient scaler (what they save), or None."""
+    state_dict = getattr(leaf, "state_dict", None)
+    if isinstance(leaf, type) or not callable(state_dict):
+        return None
+    try:
+        return state_dict()
+    except Exception:  # the object's own code: its attributes are still searched
+        return None
+
+
+def _pickled_by_attributes(leaf: Any) -> bool:
+    """True for an instance of a Python class, whose attributes pickling saves."""
+    return (hasattr(leaf, "__dict__") and type(leaf).__module__ != "builtins"
+            and not isinstance(leaf, (type, types.ModuleType, types.FunctionType,
+                                      types.MethodType)))
 
 
 def _manifest_fields(step: int, extra: dict[str, Any] | None,

@@ -158,7 +158,8 @@ def _parser() -> argparse.ArgumentParser:
                     "with its reason (no manifest, hash mismatch, non-finite tensor, written "
                     "after the error). Exit status: 0 when one is trusted, 1 when none is, 2 "
                     "for bad arguments.")
-    checkpoints.add_argument("directory", help="the checkpoint directory")
+    checkpoints.add_argument("directory", nargs="?", default=".",
+                             help="the checkpoint directory (default: the current directory)")
     checkpoints.add_argument("--before", metavar="ID",
                              help="trust only checkpoints written before this incident")
     checkpoints.add_argument("--json", action="store_true", help="print the verdicts as JSON")
@@ -223,6 +224,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           " or cudadiag run -- python -m MODULE [ARGS...]")
     if not module and not os.path.exists(target):
         print(f"cudadiag run: {target}: no such script", file=sys.stderr)
+        return 2
+    if not module and os.path.isdir(target) and not os.path.isfile(
+            os.path.join(target, "__main__.py")):
+        print(f"cudadiag run: {target} is a folder, not a script: name the script in it "
+              f"(cudadiag run -- python {os.path.join(target, 'train.py')}) or run a package "
+              "with -m (cudadiag run -- python -m PACKAGE)", file=sys.stderr)
         return 2
     json_refused = unwritable(Path(args.json)) if args.json else None
     if json_refused:

@@ -11,6 +11,8 @@ UsageError, so the shell and the notebook say the same thing.
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -78,8 +80,8 @@ def show(store: IncidentStore, options: ShowOptions) -> str:
 
 
 def incident_json(incident: Incident) -> str:
-    """The incident as JSON, every field kept, secret values masked as on the screen (the
-    private log alone holds them)."""
+    """The incident as JSON, every field kept, secret values masked as on the screen (those
+    of the environment that recorded it were masked in the log already)."""
     from cudadiag.repro.redact import Redactor
 
     return json.dumps(Redactor().secrets_masked_in(incident.to_dict()), indent=2)
@@ -99,6 +101,32 @@ def explain_file(path: str | Path) -> Explained:
     from cudadiag.explain import explain_path
 
     return Explained(explain_path(path), str(path))
+
+
+def explain_argument(argument: str) -> Explained:
+    """Explain what `%cudadiag explain ARGUMENT` names: the log file of that name when there
+    is one, else the pasted text it is. Raises ExplainError when the file cannot be read,
+    and when the argument looks like a path (`looks_like_a_path`) but names nothing: a
+    mistyped file name is not a log to explain."""
+    path = os.path.expanduser(argument)
+    if os.path.exists(path) or looks_like_a_path(argument):
+        return explain_file(path)
+    return explain_pasted(argument)
+
+
+_FILE_SUFFIX = re.compile(r".\.[a-z0-9]{1,5}$")
+"""A file name's ending: `job.log`, `slurm-1234.out`, `run.log.gz`, `train.py`."""
+
+
+def looks_like_a_path(text: str) -> bool:
+    """Return True for one word that reads as a file's path: with a folder separator, a
+    leading `~` or `.`, or a short lowercase suffix (`slurm-1234.out`). Pasted error text has
+    spaces, or reads as a name (`torch.OutOfMemoryError`, `CUBLAS_STATUS_NOT_SUPPORTED`)."""
+    word = text.strip()
+    if not word or any(c.isspace() for c in word):
+        return False
+    return ("/" in word or "\\" in word or word.startswith(("~", "."))
+            or _FILE_SUFFIX.search(word) is not None)
 
 
 def explain_standard_input() -> Explained:

@@ -146,6 +146,14 @@ def add_device_lines(incident: Incident, lines: str) -> None:
     incident.diagnosis = fresh
 
 
+def is_diagnosable(error_type: str, family: str, simulated: bool) -> bool:
+    """Return True for an error that makes an incident: one of a known family, an exception
+    type of torch's (`error_type` as qualified_type_name writes it), or one raised on the
+    simulated device. A NameError, a KeyError or a program's own exception class are not:
+    the kernel and `cudadiag run` both file only what this admits."""
+    return family != "unknown" or error_type.split(".")[0] == "torch" or simulated
+
+
 def is_simulated(exc: BaseException) -> bool:
     """Return True when `exc` (or a cause of it) came from cudadiag's simulated device."""
     return any(getattr(e, "simulated", False) for e in exception_chain(exc))

@@ -161,18 +161,22 @@ def explain_stream(stream: _Readable) -> Explanation:
 def explain_blocks(chunks: Iterable[bytes]) -> Explanation:
     """Explain a log given as successive byte chunks (cut anywhere)."""
     scanner: _Scanner | None = None
-    for block in _whole_lines(chunks):
+    read = [0]
+    for block in _whole_lines(chunks, read):
         if scanner is None:
             scanner = _Scanner(every_line=len(block) < SHORT_TEXT_BYTES)
         scanner.feed(block)
-    scanner = scanner or _Scanner()
-    return scanner.finish()
+    explanation = (scanner or _Scanner()).finish()
+    explanation.bytes = read[0]
+    return explanation
 
 
-def _whole_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Re-cut chunks into blocks of whole lines, each ending with a newline."""
+def _whole_lines(chunks: Iterable[bytes], read: list[int]) -> Iterator[bytes]:
+    """Re-cut chunks into blocks of whole lines, each ending with a newline (a last line
+    without one gets it); `read[0]` counts the bytes of the chunks themselves."""
     carry = b""
     for chunk in chunks:
+        read[0] += len(chunk)
         chunk = carry + chunk
         cut = chunk.rfind(b"\n")
         if cut < 0:
@@ -202,7 +206,6 @@ class _Scanner:
     def __init__(self, every_line: bool = False) -> None:
         self.every_line = every_line
         self.lines = 0
-        self.bytes = 0
         self.first: dict[int | None, RankError] = {}
         self.windows: list[_Window] = []
         self.summary: _Window | None = None
@@ -215,7 +218,6 @@ class _Scanner:
         """The end of the previous block, for the lines just before an error."""
 
     def feed(self, block: bytes) -> None:
-        self.bytes += len(block)
         if len(self.ranks) < MAX_RANKS:
             self._note_ranks(block)
         lowered = block.lower()
@@ -351,7 +353,7 @@ class _Scanner:
             ranks_seen=sorted(self.ranks), root_cause_rank=self.root_cause_rank,
             only_collective_failures=only_collective,
             silent_ranks=sorted(r for r in self.ranks if r not in failed),
-            lines=self.lines, bytes=self.bytes, sticky_evidence=self.sticky_evidence,
+            lines=self.lines, sticky_evidence=self.sticky_evidence,
         )
 
 

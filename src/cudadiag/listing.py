@@ -95,7 +95,11 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     span = _SPAN.fullmatch(text.strip())
     if span:
         amount, unit = float(span.group(1)), span.group(2).lower()
-        return now - timedelta(**{_SPAN_UNITS[unit]: amount})
+        try:
+            return now - timedelta(**{_SPAN_UNITS[unit]: amount})
+        except OverflowError:
+            raise ListingError(f"--since {text}: reaches back before the calendar starts; "
+                               f"give {_SINCE_HELP}") from None
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:

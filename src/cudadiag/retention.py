@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from cudadiag.argtypes import MAX_DAYS
 from cudadiag.errors import CudadiagError
 from cudadiag.incident_index import IndexEntry
 
@@ -44,9 +45,10 @@ class Retention:
                 f"the number of incidents kept must be a whole number of at least 1, not "
                 f"{self.incidents!r}")
         if isinstance(self.days, bool) or not isinstance(self.days, (int, float)) \
-                or not self.days > 0:
+                or not 0 < self.days <= MAX_DAYS:
             raise RetentionConfigError(
-                f"the days an incident is kept must be a number above 0, not {self.days!r}")
+                f"the days an incident is kept must be a number above 0 and at most "
+                f"{MAX_DAYS:,} (100 years), not {self.days!r}")
 
     def describe(self) -> str:
         """Return `the newest 10,000 incidents, none older than 180 days`."""

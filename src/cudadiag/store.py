@@ -28,7 +28,7 @@ import os
 import shutil
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -66,6 +66,7 @@ from cudadiag.incident_index import (
     row_coverage,
 )
 from cudadiag.retention import Retention, RetentionConfigError, is_older, load_retention
+from cudadiag.secret_values import env_secret_mask, map_strings
 
 try:
     import fcntl
@@ -183,10 +184,13 @@ class IncidentStore:
         Raises IncidentNotSaved when the log cannot be written: the record is kept in memory
         and written with the next append (or at exit).
         """
-        record = record_line(incident)
+        mask = _secrets_mask(incident)
+        entry = entry_for_incident(incident)
+        entry = entry._replace(summary=mask(entry.summary),
+                               script=mask(entry.script) if entry.script else entry.script)
         unsaved = _unsaved.setdefault(self._key, {})
         unsaved.pop(incident.id, None)
-        unsaved[incident.id] = (record, entry_for_incident(incident))
+        unsaved[incident.id] = (record_line(incident, mask), entry)
         try:
             self._write_unsaved(unsaved)
         except OSError as exc:
@@ -767,10 +771,19 @@ def _keep_in_file(log_file: LogFile, kept: list[IndexEntry], is_current: bool,
     state.cover(inode, offset)
 
 
-def record_line(incident: Incident) -> bytes:
+def _secrets_mask(incident: Incident) -> Callable[[str], str]:
+    """What masks the values of the secret variables this process knows, in its environment
+    and in the run's (`run.env_vars`), wherever a record of `incident` holds them (an error
+    message that quotes a key): a report printed later, from a shell that does not know
+    them, cannot show them."""
+    return env_secret_mask({**os.environ, **incident.run.env_vars})
+
+
+def record_line(incident: Incident, mask: Callable[[str], str] = str) -> bytes:
     """The log line of `incident`: its JSON without the fields that hold their default
-    (reading the record gives them back), its schema always named."""
-    data = _without_defaults(incident)
+    (reading the record gives them back), its schema always named, `mask` applied to
+    every string."""
+    data = map_strings(_without_defaults(incident), mask)
     data["schema"] = incident.schema
     return (json.dumps(data, default=str, separators=(",", ":")) + "\n").encode()
 

@@ -11,7 +11,13 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
+
+KILL_WAIT_S = 10.0
+"""How long a process group sent SIGKILL may take to be gone before it is named as still
+running."""
+POLL_S = 0.01
 
 
 def group_members(pgid: int) -> list[tuple[int, str]]:
@@ -32,6 +38,24 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
     """Send `sig` to every process of group `pgid`; a group that is already gone is fine."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def kill_and_wait(pgid: int, timeout: float = KILL_WAIT_S) -> list[tuple[int, str]]:
+    """Send SIGKILL to every process of group `pgid` and wait until none of them is alive;
+    return (pid, command name) of those still alive after `timeout` seconds (a process
+    stuck in an uninterruptible call), [] once all are gone. A killed process is not gone
+    when the signal is sent: it must be scheduled to exit, later on a busy machine."""
+    kill_group(pgid, signal.SIGKILL)
+    return wait_until_gone(pgid, timeout)
+
+
+def wait_until_gone(pgid: int, timeout: float) -> list[tuple[int, str]]:
+    """Wait until group `pgid` has no live process (zombies count as gone), at most
+    `timeout` seconds; return those still alive then."""
+    deadline = time.monotonic() + timeout
+    while (left := group_members(pgid)) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    return left
 
 
 def describe(members: list[tuple[int, str]]) -> str:

@@ -34,7 +34,7 @@ from cudadiag.explain import is_consequence
 from cudadiag.incident import Diagnosis, Incident, LaterError, RankRecord, RunInfo
 from cudadiag.isolate.job import Job, JobResult
 from cudadiag.isolate.launcher import Launcher, SubprocessLauncher, WorkerProcess
-from cudadiag.isolate.procgroup import describe, group_members, kill_group
+from cudadiag.isolate.procgroup import describe, group_members, kill_and_wait, kill_group
 from cudadiag.isolate.rankfiles import (
     LauncherFailure,
     LauncherReport,
@@ -253,9 +253,11 @@ class RankJob(ABC):
         deadline = time.monotonic() + STOP_GRACE_S
         while time.monotonic() < deadline and any(group_members(pids[r]) for r in left):
             time.sleep(0.1)
-        for rank in left:
-            kill_group(pids[rank], signal.SIGKILL)
+        alive = {rank: still for rank in left if (still := kill_and_wait(pids[rank]))}
         named = "; ".join(f"rank {rank}: {describe(members)}" for rank, members in left.items())
+        if alive:
+            named += " (still running after SIGKILL: " + "; ".join(
+                f"rank {rank}: {describe(members)}" for rank, members in alive.items()) + ")"
         print(f"cudadiag: stopped what torchrun left running: {named}", file=sys.stderr,
               flush=True)
         return True

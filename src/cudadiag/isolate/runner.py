@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.diagnose import add_device_lines, incident_of_dead_process
+from cudadiag.diagnose import add_device_lines, incident_of_dead_process, is_diagnosable
 from cudadiag.incident import Incident, RunInfo
 from cudadiag.isolate.job import Job, JobCell, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import (
@@ -34,7 +34,14 @@ from cudadiag.isolate.launcher import (
     child_environment,
 )
 from cudadiag.isolate.output import ChildOutput
-from cudadiag.isolate.procgroup import describe, group_members, kill_group
+from cudadiag.isolate.procgroup import (
+    KILL_WAIT_S,
+    describe,
+    group_members,
+    kill_and_wait,
+    kill_group,
+    wait_until_gone,
+)
 from cudadiag.store import IncidentStore
 
 if TYPE_CHECKING:
@@ -68,6 +75,9 @@ class IsolatedResult:
     start: str = ""
     """How the process was made (warm or cold, and why cold) and whether the blocking
     variables were in effect in it, as the child checked."""
+    unrelated: str = ""
+    """For a script that failed with an error unrelated to PyTorch (no incident): its
+    exception, `KeyError: 'lr'`."""
 
 
 def run_isolated(
@@ -202,13 +212,28 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
             _complete(result.incident, output, wall, process.returncode, numbered, script)
             if ranks is not None:
                 ranks.complete(result.incident)
+            if script is not None and ranks is None:
+                result.unrelated = _unrelated_to_pytorch(result.incident, child_result)
             result.incident.run.shipped = sorted(ship) if isinstance(ship, dict) else []
-            if store:
-                _store(result.incident, job)
+        if result.unrelated:
+            result.incident = None
+        if result.incident is not None and store:
+            _store(result.incident, job)
     result.message = _message(result, timeout, what)
     if ranks is not None and result.incident is None:
         result.message = ranks.message(result.message, result)
     return result
+
+
+def _unrelated_to_pytorch(incident: Incident, child: JobResult | None) -> str:
+    """`KeyError: 'lr'` when `incident` is the child's Python exception and no incident by
+    the kernel's rule (diagnose.is_diagnosable: a KeyError, a NameError), read with the
+    device's own lines; "" otherwise. A process that died without an exception (a crash in
+    a library) is always an incident."""
+    if child is None or child.incident is not incident or is_diagnosable(
+            incident.error.type, incident.diagnosis.family, incident.run.simulated):
+        return ""
+    return f"{incident.error.type}: {incident.error.message}"
 
 
 def _complete(incident: Incident, output: ChildOutput, wall: float, returncode: int | None,
@@ -305,21 +330,34 @@ class _Pump:
                     selector.unregister(key.fileobj)
 
     def _kill_group(self) -> None:
+        """SIGTERM to the whole group; SIGKILL to it when the child has not exited within
+        KILL_GRACE_S. The rest of the group (which had SIGTERM too) gets what is left of the
+        grace to end before it counts as left over."""
+        deadline = time.monotonic() + KILL_GRACE_S
         kill_group(self.process.pid, signal.SIGTERM)
         try:
             self.process.wait(timeout=KILL_GRACE_S)
         except subprocess.TimeoutExpired:
             kill_group(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        wait_until_gone(self.process.pid, max(0.0, deadline - time.monotonic()))
 
     def _kill_leftovers(self) -> None:
+        """Kill what is left in the child's group and name it once it is gone (or, if some
+        of it outlives SIGKILL, name that too)."""
         left = group_members(self.process.pid)
         if not left:
             return
-        kill_group(self.process.pid, signal.SIGKILL)
-        plural = "process" if len(left) == 1 else "processes"
-        print(f"cudadiag: killed {len(left)} left-over {plural} of {self.what}: "
-              f"{describe(left)}", file=sys.stderr, flush=True)
+        alive = kill_and_wait(self.process.pid)
+        killed = [member for member in left if member not in alive]
+        if killed:
+            plural = "process" if len(killed) == 1 else "processes"
+            print(f"cudadiag: killed {len(killed)} left-over {plural} of {self.what}: "
+                  f"{describe(killed)}", file=sys.stderr, flush=True)
+        if alive:
+            print(f"cudadiag: {len(alive)} process(es) of {self.what} still running "
+                  f"{KILL_WAIT_S:g} s after SIGKILL: {describe(alive)}", file=sys.stderr,
+                  flush=True)
 
 
 @contextlib.contextmanager
@@ -357,6 +395,9 @@ def _message(result: IsolatedResult, timeout: float | None, what: str) -> str:
                 "process group was killed")
     if result.interrupted:
         return f"cudadiag: interrupted; {what}'s process group was killed"
+    if result.unrelated:
+        return (f"cudadiag: {what} failed with {result.unrelated}, an error unrelated to "
+                "PyTorch: no incident recorded")
     if result.incident is None and result.returncode not in (0, None):
         return (f"cudadiag: {what} exited with status {result.returncode}, with no exception "
                 f"to diagnose (sys.exit or an error handled by the program; "

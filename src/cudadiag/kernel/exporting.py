@@ -50,8 +50,8 @@ def run_export(shell: Any, incident: Incident, path: Path, inputs: ReproInputs,
             print(f"\ncudadiag export: {STOPPED_EARLY}", file=sys.stderr)
         return None
     view = _ExportView(intro, options.max_trials, options.timeout)
-    if not background:  # nbconvert, papermill: the printed result stays in the notebook
-        print(view.run(export, raise_errors=True))
+    if not background:  # nbconvert, papermill: the outcome stays in the view's static form
+        view.run(export, raise_errors=True)
         return None
     thread = threading.Thread(target=view.run, name=THREAD_NAME, daemon=True, args=(export,))
     thread.start()
@@ -60,7 +60,10 @@ def run_export(shell: Any, incident: Incident, path: Path, inputs: ReproInputs,
 
 class _ExportView:
     """The widgets in the export cell: a progress bar (the share of the trial or time
-    budget used, whichever is larger) and the result, updated from the export's thread."""
+    budget used, whichever is larger) and the result, updated from the export's thread.
+    Where widgets do not render (nbconvert, a notebook reopened without its widget state)
+    the output reads as text: what the export is doing, then how it ended (the output is
+    displayed again with the outcome)."""
 
     def __init__(self, intro: str, max_trials: int, timeout: float) -> None:
         import ipywidgets
@@ -69,8 +72,17 @@ class _ExportView:
         self.budget = Budget(max_trials, timeout)
         self.bar = ipywidgets.IntProgress(min=0, max=100, description="minimizing",
                                           bar_style="info")
+        self.text = intro
         self.status = ipywidgets.HTML(value=_pre(intro))
-        display(ipywidgets.VBox([self.bar, self.status]))
+        self.box = ipywidgets.VBox([self.bar, self.status])
+        self.shown = display(self, display_id=True)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = self.box._repr_mimebundle_(**kwargs) or {}
+        data: dict[str, Any] = dict(bundle[0] if isinstance(bundle, tuple) else bundle)
+        data["text/plain"] = self.text
+        data["text/html"] = _pre(self.text)
+        return data
 
     def run(self, export: Any, raise_errors: bool = False) -> str:
         """Run `export(progress)`, show how it ended and return that text; errors are
@@ -102,6 +114,9 @@ class _ExportView:
         self.bar.bar_style = style
         self.bar.description = "done" if style == "success" else "stopped"
         self.status.value = _pre(text)
+        self.text = text
+        if self.shown is not None:
+            self.shown.update(self)
         return text
 
 

@@ -18,10 +18,15 @@ from typing import Any, Protocol, cast
 
 from cudadiag import probes
 from cudadiag.classify import classify
-from cudadiag.diagnose import incident_from_exception, is_simulated, later_error
+from cudadiag.diagnose import (
+    incident_from_exception,
+    is_diagnosable,
+    is_simulated,
+    later_error,
+)
 from cudadiag.errors import IncidentNotSaved
 from cudadiag.fdtail import DeviceMessageTail
-from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.incident import ErrorInfo, Incident, RunInfo, qualified_type_name
 from cudadiag.spawn_report import read_spawn_report
 from cudadiag.store import IncidentStore
 
@@ -185,7 +190,8 @@ class KernelCapture:
             wait_for_lines=diagnosis.asynchronous or exited_child)
         if device_lines:
             diagnosis = classify(exc, context=device_lines)
-        relevant = is_relevant(exc, diagnosis.family)
+        relevant = is_diagnosable(qualified_type_name(exc), diagnosis.family,
+                                  is_simulated(exc))
         poisoned = self.poisoned_by
         if poisoned is not None:
             poisoned.error.later.append(later_error(exc, cell, family=diagnosis.family,
@@ -272,12 +278,3 @@ class KernelCapture:
     def _cell_source(self, cell: int) -> str | None:
         history = getattr(self.shell.history_manager, "input_hist_raw", None) or []
         return history[cell] if 0 <= cell < len(history) else None
-
-
-def is_relevant(exc: BaseException, family: str) -> bool:
-    """Return True for errors cudadiag diagnoses: a recognised family, or raised by torch."""
-    return (
-        family != "unknown"
-        or type(exc).__module__.split(".")[0] == "torch"
-        or is_simulated(exc)
-    )

@@ -72,8 +72,9 @@ def _parser() -> argparse.ArgumentParser:
                              "or papermill runs, which end with the last cell)")
     checkpoints = sub.add_parser("checkpoints", help="list the checkpoints of a directory with "
                                                      "their verdicts (trusted or why not)")
-    checkpoints.add_argument("directory", nargs="?", default=".",
-                             help="the checkpoint directory (default: the current one)")
+    checkpoints.add_argument("directory", nargs="?",
+                             help="the checkpoint directory (default: where this kernel last "
+                                  "saved with cudadiag.checkpoint.save)")
     checkpoints.add_argument("--before", metavar="ID",
                              help="trust only checkpoints written before this incident "
                                   "(default: the first sticky incident of this kernel)")
@@ -159,8 +160,9 @@ class CudadiagMagics(Magics):
         %cudadiag report [ID]              a scrubbed Markdown report for an issue tracker
         %cudadiag export [ID] [PATH.ipynb] minimize, export and verify a repro notebook
         %cudadiag checkpoints [DIR] [--before ID]
-                                           the checkpoints of DIR, newest first: trusted, or
-                                           why not (hash, NaN/Inf, written after the error)
+                                           the checkpoints of DIR (default: where this kernel
+                                           last saved), newest first: trusted, or why not
+                                           (hash, NaN/Inf, written after the error)
         %cudadiag explain [--json] [FILE | TEXT]
                                            diagnose a log file, pasted text, or (with no
                                            argument) the last error of this kernel
@@ -285,19 +287,15 @@ class CudadiagMagics(Magics):
 
 def _explain(shell: Any, argument: str) -> str:
     """`%cudadiag explain [--json] [FILE | TEXT]`: the argument is a file when one exists by
-    that name, else the text to explain; without one, the last error of this kernel.
-    Returns the text to print; raises UsageError."""
-    import os
-
+    that name, an error when it looks like a path to nothing, else the text to explain
+    (commands.explain_argument); without one, the last error of this kernel. Returns the
+    text to print; raises UsageError."""
     as_json = argument == "--json" or argument.startswith("--json ")
     if as_json:
         argument = argument[len("--json"):].strip()
-    path = os.path.expanduser(argument)
     try:
-        if argument and os.path.isfile(path):
-            explained = commands.explain_file(path)
-        elif argument:
-            explained = commands.explain_pasted(argument)
+        if argument:
+            explained = commands.explain_argument(argument)
         else:
             explained = commands.explain_pasted(_last_error_text(shell),
                                                 "the last error of this kernel")
@@ -322,14 +320,19 @@ def _last_error_text(shell: Any) -> str:
 
 
 def _checkpoints(args: Any) -> None:
-    """`%cudadiag checkpoints`: each checkpoint of the directory with its verdict."""
+    """`%cudadiag checkpoints [DIR]`: each checkpoint of DIR (default: where this kernel last
+    saved) with its verdict."""
     from cudadiag import checkpoint
 
+    directory = args.directory or checkpoint.last_saved_directory()
+    if directory is None:
+        raise UsageError("this kernel has saved no checkpoint with cudadiag.checkpoint.save: "
+                         "name the directory, e.g. %cudadiag checkpoints ckpts")
     try:
-        verdicts = checkpoint.review(args.directory, before=args.before)
+        verdicts = checkpoint.review(directory, before=args.before)
     except (NotADirectoryError, IncidentNotFound, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    print(render.render_checkpoints(args.directory, verdicts))
+    print(render.render_checkpoints(str(directory), verdicts))
 
 
 def capture_for(shell: Any) -> KernelCapture:

@@ -2,12 +2,13 @@
 a precise request with personal data and needless paths removed.
 
 Secrets are found as values, then masked wherever they appear: the values of environment
-variables whose names look secret (SECRET_ENV_NAMES), what detect-secrets' detectors find
-(AWS, GitHub, Slack, JWT, URL credentials, keyword assignments, high-entropy strings...), and
-cudadiag's own shapes for what those do not cover (OWN_SECRET_SHAPES: Hugging Face tokens,
-newer OpenAI and GitHub tokens, Authorization headers, private key bodies). Then the home
-directory becomes `~`, the user and host names, e-mail and IP addresses are masked, and
-absolute paths outside the project are shortened to their last two parts.
+variables whose names look secret (secret_names.SECRET_ENV_NAMES), what detect-secrets'
+detectors find (AWS, GitHub, Slack, JWT, URL credentials, keyword assignments, high-entropy
+strings...), and cudadiag's own shapes for what those do not cover (OWN_SECRET_SHAPES:
+Hugging Face tokens, newer OpenAI and GitHub tokens, Authorization headers, private key
+bodies). Then the home directory becomes `~`, the user and host names, e-mail and IP
+addresses are masked, and absolute paths outside the project are shortened to their last two
+parts.
 
 Code is scrubbed token by token (`Redactor.code`): only string literals and comments change,
 and a cell that parsed still parses.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import fnmatch
 import functools
 import getpass
 import io
@@ -31,17 +31,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-SECRET_ENV_NAMES = (
-    "*TOKEN*", "*SECRET*", "*KEY*", "*PASSWORD*", "*PASSWD*", "*PASSPHRASE*", "*CREDENTIAL*",
-    "*_AUTH*", "AUTH_*", "*_PAT", "*_DSN", "*COOKIE*", "HF_*", "HUGGING_FACE_*", "AWS_*",
-    "AZURE_*", "WANDB_API_KEY", "OPENAI_*", "ANTHROPIC_*", "DATABASE_URL",
-)
-"""Environment variables whose values are masked wherever they appear (case-insensitive
-shell patterns)."""
-SECRET_MIN_LENGTH = 6
-"""Shorter values are not worth masking: they would mask ordinary words and numbers."""
-NOT_SECRET_VALUES = frozenset({"true", "false", "yes", "no", "none", "null", "enabled",
-                               "disabled", "offline", "online", "default", "auto"})
+from cudadiag.secret_names import masked_value
+from cudadiag.secret_values import NOT_SECRET_VALUES, map_strings, secret_env_values
 
 OWN_SECRET_SHAPES = (
     r"\bhf_[A-Za-z0-9]{10,}",
@@ -138,7 +129,7 @@ class Redactor:
 
     def strings(self, value: Any) -> Any:
         """Return a copy of a JSON-like value (dicts, lists) with every string scrubbed."""
-        return self._each_string(value, self)
+        return map_strings(value, self)
 
     def secrets_masked(self, text: str, context: str = "") -> str:
         """Return `text` with only its secret values masked (those found in `text` or in the
@@ -152,24 +143,15 @@ class Redactor:
         once is masked in every place. Paths, names, hashes and addresses are kept: the
         value stays a faithful record (`show --json`)."""
         text = json.dumps(value, default=str, ensure_ascii=False)
-        found = {secret: f"[REDACTED:{name}]" for secret, name in self._env_secrets
+        found = {secret: masked_value(name) for secret, name in self._env_secrets
                  if secret in text}
         for secret in _own_secrets(text):
             found.setdefault(secret, SECRET)
-        return self._each_string(value, lambda piece: _mask(piece, found))
-
-    def _each_string(self, value: Any, change: Callable[[str], str]) -> Any:
-        if isinstance(value, str):
-            return change(value)
-        if isinstance(value, Mapping):
-            return {key: self._each_string(item, change) for key, item in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self._each_string(item, change) for item in value]
-        return value
+        return map_strings(value, lambda piece: _mask(piece, found))
 
     def secrets_in(self, text: str) -> dict[str, str]:
         """Return the secret values `text` holds, each with its placeholder."""
-        found = {value: f"[REDACTED:{name}]" for value, name in self._env_secrets
+        found = {value: masked_value(name) for value, name in self._env_secrets
                  if value in text}
         for value in (*_own_secrets(text), *_detect_secrets(text)):
             found.setdefault(value, SECRET)
@@ -195,21 +177,6 @@ class Redactor:
             text = re.sub(rf"(?<![\w./-]){re.escape(self.home.rstrip('/'))}(?![\w.-])", "~",
                           text)
         return _ABS_PATH.sub(_shorten_path, text)
-
-
-def secret_env_values(env: Mapping[str, str]) -> list[tuple[str, str]]:
-    """Return (value, name) for the variables of `env` whose names look secret and whose
-    values are worth masking, longest value first."""
-    found = []
-    for name, value in env.items():
-        if not any(fnmatch.fnmatchcase(name.upper(), p) for p in SECRET_ENV_NAMES):
-            continue
-        value = value.strip()
-        if (len(value) < SECRET_MIN_LENGTH or value.lower() in NOT_SECRET_VALUES
-                or (value.startswith(("/", "~")) and os.path.exists(os.path.expanduser(value)))):
-            continue  # a path to a key file is not the key
-        found.append((value, name))
-    return sorted(found, key=lambda pair: -len(pair[0]))
 
 
 def scrub_literals(source: str, scrub: Callable[[str], str]) -> str:

@@ -38,5 +38,7 @@ class KernelAnnouncer:
         display(Panel(incident, store=self.store, shell=self.shell))
 
     def poisoned(self, incident: Incident) -> None:
-        """Remind, before a cell runs, that `incident` left the CUDA context unusable."""
-        print(render.sticky_warning_line(incident), file=sys.stderr)
+        """Remind, before a cell runs, that `incident` left the CUDA context unusable. Sent
+        at once: a notebook keeps its streams in the order they are flushed, and the cell's
+        own output must come after."""
+        print(render.sticky_warning_line(incident), file=sys.stderr, flush=True)
