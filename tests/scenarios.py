@@ -32,3 +32,7 @@ def fail_with_device_assert(shell: Any) -> int:
     result, cell = run(shell, "print('loss', loss.item())")
     assert result.error_in_exec is not None
     return cell
+
+
+GUIDE_SCRIPT = "\n".join([SETUP, MODEL, "print('loss', loss.item())", ""])
+"""The guide's example as a script (`cudadiag run -- python guide.py`)."""
