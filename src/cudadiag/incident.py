@@ -170,6 +170,9 @@ class OpInfo:
     """The precise contract violation found before the kernel ran, when one was found."""
     recent_tensors: list[str] = field(default_factory=list)
     """Each distinct tensor argument of the recent calls once: `float32[8, 16]@cuda:0`."""
+    vocabularies: list[int] = field(default_factory=list)
+    """The row counts of the embedding tables the run looked up before the failure: a loss
+    with as many classes takes token ids."""
 
 
 @dataclass

@@ -17,7 +17,7 @@ def build_dataset(words, stoi, block_size=3):
             ix = stoi[ch]
             X.append(context)
             Y.append(ix)
-            context = context[1:] + [ix]
+            context = [*context[1:], ix]
     return torch.tensor(X), torch.tensor(Y)
 
 

@@ -29,7 +29,7 @@ class Vocab:
 
     def encode(self, sentence):
         ids = [self.stoi[w] for w in sentence.split()]
-        return ids + [self.stoi.setdefault("<eos>", len(self.stoi))]
+        return [*ids, self.stoi.setdefault("<eos>", len(self.stoi))]
 
 
 class NextWord(nn.Module):
