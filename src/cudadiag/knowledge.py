@@ -369,12 +369,14 @@ FAMILIES: dict[str, Family] = {
                 _check("For class targets, a value equal to C has two readings: labels "
                        "numbered 1..C, or a class the model was not built for; over the whole "
                        "dataset, min and max, whether 0 occurs and the number of distinct "
-                       "labels tell them apart.", "guide 7", topics=("label_readings",)),
+                       "labels tell them apart.", "guide 7", topics=("label_readings",),
+                       answered_by=("kind_known",)),
                 _check("For embeddings: indices against num_embeddings (vocabulary size, "
-                       "padding id).", "embedding", topics=("vocabulary",)),
+                       "padding id).", "embedding", topics=("vocabulary",),
+                       answered_by=("kind_known",)),
                 _check("Check that the label mapping is a bijection with the class names: "
                        "cudadiag.check_label_mapping(label_to_index, class_names).", "guide 7",
-                       topics=("label_mapping",)),
+                       topics=("label_mapping",), answered_by=("kind_known",)),
             ),
             avoid=(
                 WIDENING_AVOID,
@@ -1254,7 +1256,7 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
     _pattern(
         "labels_without_zero", ("class_target",),
         lambda v: v.min is not None and v.min >= 1 and v.largest == v.high,
-        "target {high} for {high} output columns (valid [0, {high}); these targets span "
+        "target {high} for {high} output columns (valid [{low}, {high}); these targets span "
         "{min}..{max}, no 0): labels numbered 1..{high}, or a class the model was not built for. "
         "Over the whole dataset: 0 never a label and {high} distinct values 1..{high} reads as "
         "a 1..{high} encoding; {wider} distinct values, 0 among them, as an unexpected "
@@ -1263,7 +1265,7 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
     _pattern(
         "label_equals_classes", ("class_target",),
         lambda v: v.largest == v.high,
-        "target {high} for {high} output columns (valid [0, {high}){seen}): a class the model "
+        "target {high} for {high} output columns (valid [{low}, {high}){seen}): a class the model "
         "was not built for, or labels numbered 1..{high}. Over the whole dataset: {wider} "
         "distinct values, 0 among them, reads as an unexpected {ordinal} class; 0 never a label "
         "and {high} distinct values 1..{high} as a 1..{high} encoding", "guide 7", "cross-entropy",
@@ -1271,7 +1273,7 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
     _pattern(
         "targets_far_beyond", ("class_target",),
         lambda v: v.largest > v.high,
-        "targets reach {max} for {high} output columns (valid [0, {high})): too far for a "
+        "targets reach {max} for {high} output columns (valid [{low}, {high})): too far for a "
         "1..{high} encoding — a marker for positions to skip (then pass ignore_index={max}) or "
         "ids of another numbering, to map onto [0, {high}) where the labels are made",
         "guide 7", "cross-entropy", group="range", topics=("index_range", "label_readings")),
@@ -1314,7 +1316,7 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
     _pattern(
         "index_is_dimension_size", ("index",),
         lambda v: v.largest == v.high,
-        "an index equals the size of the dimension it indexes ({high}; valid [0, {high})). "
+        "an index equals the size of the dimension it indexes ({high}; valid [{low}, {high})). "
         "Taken from a mapping (characters, categories, ids numbered as they are found), it is "
         "a {ordinal} value where the table holds {high} — a new category in the data, not an "
         "off-by-one: count what the mapping holds (len(stoi), the distinct values) against the "
@@ -1324,7 +1326,7 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
     _pattern(
         "indices_beyond", ("index",),
         lambda v: v.largest > v.high,
-        "indices reach {max} for a dimension of {high} (valid [0, {high})): they were made for "
+        "indices reach {max} for a dimension of {high} (valid [{low}, {high})): they were made for "
         "another tensor — another table, the size before a slice or a filter, a global id used "
         "as a local one", "guide 5", group="range", topics=("index_range", "index_readings")),
     _pattern(
