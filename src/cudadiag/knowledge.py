@@ -1,7 +1,12 @@
 """The error-family table: what each family means, what to check first, what not to conclude.
 
-This module is data. `classify.py` reads it; nothing else should hold diagnosis knowledge.
+This module is data. `classify.py` and `advice.py` read it; nothing else should hold
+diagnosis knowledge.
 
+- `Advice`: one line of advice with its sources (`guide N`, a point of shared/guide.md, or a
+  key of `DOCS`, the primary documentation), its topics, the case facts that answer it
+  (`CASE_FACTS`) and, for a conclusion to avoid, what a check must never propose; commands
+  in it are worded per `SURFACES`.
 - `FAMILIES`: one entry per family (design.md's exact strings), in the user's words.
 - `CUDA_ERRORS`: the CUDA/HIP runtime error codes cudadiag knows, with their
   `cudaGetErrorString` text, family and stickiness (NVIDIA's "the process must be terminated
@@ -9,6 +14,8 @@ This module is data. `classify.py` reads it; nothing else should hold diagnosis 
 - `SIGNATURES`: message patterns, each deciding a family. The earliest match in a text wins;
   at the same position the earlier entry in this list wins.
 - `DETAIL_PATTERNS`: values pulled from the text once the family is known.
+- `PITFALLS`, `OPERATOR_ADVICE`, `VALUE_PATTERNS`, `GUARD_ADVICE`: the advice of a known
+  mistake, of an operator's kind of index, of a shape of the offending values, of a guard.
 """
 
 from __future__ import annotations
