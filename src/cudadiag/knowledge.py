@@ -119,16 +119,19 @@ SURFACES: dict[str, dict[str, str]] = {
     "notebook": {
         "rerun": "re-run the cell isolated with blocking launches (%cuda_isolate)",
         "restarting": "Restarting the kernel",
+        "env": "`!cudadiag env` in a cell",
     },
     "script": {
         "rerun": "run the script with `cudadiag run -- python {script}` (blocking launches, "
                  "the op tracer and prechecks)",
         "restarting": "Restarting the process",
+        "env": "`cudadiag env`",
     },
     "log": {
         "rerun": "re-run the program with `cudadiag run -- python {script}` (blocking "
                  "launches, the op tracer and prechecks; %cuda_isolate in a notebook)",
         "restarting": "Restarting the process (or the notebook's kernel)",
+        "env": "`cudadiag env`",
     },
 }
 """The words of commands and actions as the user can act on them where the advice is read: a
@@ -464,7 +467,7 @@ FAMILIES: dict[str, Family] = {
                 _check("Find the first error in the output, not the last.", "guide 1"),
                 _check("Name the operator that failed: {rerun}.", "guide 4",
                        answered_by=("isolated",)),
-                _check("Record versions and backend (cudadiag env).", "guide 2"),
+                _check("Record versions and backend: {env}.", "guide 2"),
             ),
             avoid=(_avoid("Concluding from the last message printed.", "guide 1",
                           forbids=r"\bfrom the last (?:message|error|line)\b"),),
@@ -1071,7 +1074,7 @@ PITFALLS: dict[str, Pitfall] = {
                 _check("The torch the program imported has no CUDA support: check it with "
                        "`python -c \"import torch; print(torch.__file__, torch.__version__, "
                        "torch.version.cuda)\"` run by the same interpreter (a `+cpu` version, "
-                       "or torch.version.cuda None; `cudadiag env` shows it too).", "hip",
+                       "or torch.version.cuda None; {env} shows it too).", "hip",
                        "guide 2"),
                 _check("Install a CUDA build in this environment (the pip command for your "
                        "CUDA version from pytorch.org's install selector); a notebook kernel "
