@@ -119,6 +119,26 @@ def test_a_target_token_id_equal_to_the_vocabulary_size_gets_token_advice_not_on
     assert not any(TARGET_CHECK in c or "labels numbered" in c for c in checks)
 
 
+def test_a_character_gpt_with_more_positions_than_tokens_still_takes_token_targets():
+    tok, pos, head = torch.nn.Embedding(65, 8), torch.nn.Embedding(256, 8), torch.nn.Linear(8, 65)
+    idx, targets = torch.tensor([[1, 2, 3]]), torch.tensor([[2, 3, 65]])
+    checks = _checks(lambda: F.cross_entropy(
+        head(tok(idx) + pos(torch.arange(3))).view(-1, 65), targets.view(-1)))
+    assert checks[0].startswith("a target token id equals the vocabulary size (65)")
+
+
+def test_a_binary_classifier_over_a_two_row_token_type_table_takes_class_targets():
+    """BERT's token-type table has 2 rows, as many as a binary classifier's classes: only the
+    vocabulary, looked up first, makes targets token ids."""
+    words, types, head = (torch.nn.Embedding(100, 8), torch.nn.Embedding(2, 8),
+                          torch.nn.Linear(8, 2))
+    ids, segments = torch.tensor([[5, 7, 9]]), torch.zeros(1, 3, dtype=torch.long)
+    labels = torch.tensor([2])  # labels numbered 1 and 2
+    checks = _checks(lambda: F.cross_entropy(head((words(ids) + types(segments)).mean(1)),
+                                             labels))
+    assert checks[0].startswith("target 2 for 2 output columns")
+
+
 def test_the_same_target_without_an_embedding_of_that_size_is_a_class_target():
     checks = _checks(_loss([0, 2, 18], 18))
     assert checks[0].startswith("target 18 for 18 output columns")

@@ -14,8 +14,9 @@ script run with `cudadiag run`, a log), and keeps at most knowledge.MAX_FIRST_CH
 The operator's kind of index (class targets, token ids, plain indices) comes from, in this
 order: the precheck violation, the operator the tracer saw fail, the library function that
 raised (synchronous errors only: an asynchronous one is raised by a later, unrelated call),
-the device's assertion line, the message. Class targets whose classes number as many as an
-embedding table the run looked up are token ids (a language model's targets). The values
+the device's assertion line, the message. Class targets whose classes number as many as the
+rows of the first embedding table the run looked up (the model's input vocabulary) are
+token ids: a language model's targets. The values
 come from the violation (op, argument, offending values, valid range, ignore_index) and the
 whole index tensor's range from the tracer's record of the failing call or from the batch in
 flight.
@@ -236,12 +237,13 @@ def _compat_rows(incident: Incident) -> list[Advice]:
 
 def _token_targets(kinds: tuple[str, ...], values: knowledge.IndexValues | None,
                    op: OpInfo | None) -> tuple[str, ...]:
-    """Class targets whose classes number as many as the rows of an embedding the run looked
-    up are token ids: the loss's classes are the model's vocabulary."""
+    """Class targets whose classes number as many as the rows of the first embedding the
+    run looked up (its input vocabulary, not a table of positions or token types) are token
+    ids: the loss's classes are the model's vocabulary."""
     if kinds != ("class_target",) or op is None or not op.vocabularies:
         return kinds
     classes = values.high if values is not None else _class_count(op)
-    return ("token_target",) if classes in op.vocabularies else kinds
+    return ("token_target",) if classes == op.vocabularies[0] else kinds
 
 
 def _class_count(op: OpInfo) -> int | None:

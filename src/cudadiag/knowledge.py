@@ -110,8 +110,9 @@ CASE_FACTS: dict[str, str] = {
     "kind_known": "the kind of index the failing operator takes is known: its own checks are "
                   "given",
     "no_negative_values": "the offending values are known and none is negative",
-    "no_vocabulary": "the run traced the model and no embedding it looked up has as many rows "
-                     "as the loss has classes: the targets are no token ids",
+    "no_vocabulary": "the run traced the model and its input vocabulary (the first embedding "
+                     "it looked up) has not as many rows as the loss has classes: the targets "
+                     "are no token ids",
 }
 """What a case may already answer: an advice line answered by one of its facts is left out."""
 

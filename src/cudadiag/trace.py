@@ -70,8 +70,9 @@ class OpTracer(TorchDispatchMode):
         self.on_first_raise: Callable[[PrecheckError], object] | None = None
         """Called with that error as it is raised, the failing frames still as they are."""
         self.calls = 0
-        self.vocabularies: set[int] = set()
-        """The row counts of the embedding tables looked up so far."""
+        self.vocabularies: dict[int, None] = {}
+        """The row counts of the embedding tables looked up so far, in the order first
+        looked up."""
 
     def __enter__(self) -> OpTracer:
         _active.append(self)
@@ -87,7 +88,7 @@ class OpTracer(TorchDispatchMode):
         kwargs = kwargs or {}
         self.calls += 1
         if func.overloadpacket.__name__ in EMBEDDING_LOOKUPS and args:
-            self.vocabularies.add(int(args[0].shape[0]))
+            self.vocabularies.setdefault(int(args[0].shape[0]))
         if self.precheck:
             self._precheck(func, args)
         try:
@@ -128,7 +129,7 @@ class OpTracer(TorchDispatchMode):
             recent=recent,
             precheck=precheck,
             recent_tensors=tensors,
-            vocabularies=sorted(self.vocabularies),
+            vocabularies=list(self.vocabularies),
         )
 
 
