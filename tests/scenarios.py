@@ -58,3 +58,7 @@ def fail_fix_rerun(shell: Any) -> tuple[int, int]:
     result, rerun = run(shell, WALK_LOOP)
     assert result.error_in_exec is None
     return failed, rerun
+
+
+GUIDE_SCRIPT = "\n".join([SETUP, MODEL, "print('loss', loss.item())", ""])
+"""The guide's example as a script (`cudadiag run -- python guide.py`)."""

@@ -369,7 +369,8 @@ def test_a_scripts_loops_in_the_run_summary_and_its_report(tmp_path):
     assert ("  loop: epoch=1 (train.py in main) › batch_idx=3, x=<tensor float32[8, 8]>, "
             "y=<tensor int64[8]> (train.py in train_epoch)") in ran.stderr
     assert "locals of train.py in train_epoch: epoch=1, lr=0.05" in ran.stderr
-    assert "check first: one class more than the output layer: target 4 needs 5" in ran.stderr
+    assert ("check first: target 4 for 4 output columns (valid [0, 4); these targets span "
+            "0..4): a class the model was not built for, or labels numbered 1..4") in ran.stderr
     incident = json.loads((tmp_path / "incident.json").read_text())
     report = cudadiag("report", incident["id"]).stdout
     assert ("# ./train.py:12 in train_epoch\n"

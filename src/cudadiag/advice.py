@@ -1,50 +1,123 @@
-"""First checks that fit the failing operator and its offending values.
+"""The advice a case gets: its first checks and its conclusions to avoid, picked from the
+tables of knowledge.py and fitted to the case. Every incident, every classification and every
+explained log gets its advice here, from `fitted()`.
 
-Reads the tables at the end of knowledge.py. The operator's kind of index (class targets,
-token ids, plain indices) comes from, in this order: the precheck violation, the operator
-the tracer saw fail, the library function that raised (synchronous errors only: an
-asynchronous one is raised by a later, unrelated call), the device's assertion line, the
-message. The values come from the violation (op, argument, offending values, valid range,
-ignore_index) and the whole index tensor's range from the tracer's record of the failing call
-or from the batch in flight.
+The check lines come, most specific first, from: the pitfall the message gives away, the
+compatibility checks that failed, the value patterns the offending values match, the checks
+the family's details call for (fragmentation, CUDA's own out-of-memory, a missing
+architecture), the checks of the operator's kind of index, then the family's own. Fitting
+leaves out a line whose topic an earlier line covered and a line the case already answered
+(knowledge.CASE_FACTS: an isolated run, a precheck at the operator, no assertion printed),
+words commands for the surface the advice is read on (knowledge.SURFACES: a notebook, a
+script run with `cudadiag run`, a log), and keeps at most knowledge.MAX_FIRST_CHECKS checks.
+
+The operator's kind of index (class targets, token ids, plain indices) comes from, in this
+order: the precheck violation, the operator the tracer saw fail, the library function that
+raised (synchronous errors only: an asynchronous one is raised by a later, unrelated call),
+the device's assertion line, the message. Class targets whose classes number as many as the
+rows of the first embedding table the run looked up (the model's input vocabulary) are
+token ids: a language model's targets. The values
+come from the violation (op, argument, offending values, valid range, ignore_index) and the
+whole index tensor's range from the tracer's record of the failing call or from the batch in
+flight.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 
 from cudadiag import knowledge
-from cudadiag.incident import Incident
+from cudadiag.incident import Diagnosis, Incident, OpInfo
+from cudadiag.knowledge import Advice
 from cudadiag.shortlist import cut_list
 
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
+COMPAT_SOURCES = ("guide 5", "guide 12")
+"""What a failed compatibility check's line traces to (versions, binary extensions)."""
 
 
-def add_fitting_checks(incident: Incident, violation: Any = None) -> None:
-    """Put the checks that fit `incident`'s operator and values in front of its first checks
-    (the family's general ones stay after them). `violation` is a contracts.Violation when a
-    precheck (or a blocking simulated kernel) found one. An `op_unavailable` error gets the
-    compatibility checks of `cudadiag env --check` too, their failures first."""
-    fitting = fitting_checks(incident, violation)
-    rest = [c for c in incident.diagnosis.first_checks if c not in fitting]
-    incident.diagnosis.first_checks = fitting + rest
-    if incident.diagnosis.family == "op_unavailable":
-        from cudadiag.compat import attach_checks
+@dataclass(frozen=True)
+class Case:
+    """What is known of a case beyond its error: where its advice is read and what it has
+    already answered."""
 
-        attach_checks(incident)
+    surface: str = "notebook"
+    """A key of knowledge.SURFACES."""
+    facts: frozenset[str] = frozenset()
+    """Keys of knowledge.CASE_FACTS that hold for this case."""
+    script: str = "your_script.py"
+    """The script's name, for commands (`cudadiag run -- python train.py`)."""
 
 
-def fitting_checks(incident: Incident, violation: Any = None) -> list[str]:
-    """Return the value patterns the offending values match (in words), then the first
-    checks of the operator's kind of index; [] when neither operator nor values are known."""
-    kinds = index_kinds(incident, violation)
+def fitted(family: str, details: Mapping[str, Any], *, kinds: tuple[str, ...] = (),
+           values: knowledge.IndexValues | None = None, case: Case = Case(),
+           extra: Iterable[Advice] = ()) -> tuple[list[str], list[str]]:
+    """Return (the first checks, the conclusions to avoid) for an error of `family` with
+    `details`, the failing operator taking indices of `kinds`, its offending `values`, in
+    `case`; `extra` are checks found elsewhere (failed compatibility checks), put after the
+    pitfall's."""
+    fam = knowledge.FAMILIES[family]
+    pitfall = knowledge.PITFALLS.get(str(details.get("pitfall")))
+    by_kind = [a for a in map(knowledge.operator_advice, kinds) if a is not None]
+    checks = [*(pitfall.checks if pitfall else ()), *extra, *pattern_rows(kinds, values),
+              *_detail_rows(family, details), *(c for a in by_kind for c in a.checks),
+              *(fam.first_checks if pitfall is None or pitfall.family_checks else ())]
+    avoid = [*(pitfall.avoid if pitfall and pitfall.avoid else fam.avoid),
+             *(c for a in by_kind for c in a.avoid)]
+    facts = case.facts | _detail_facts(details, kinds)
+    words = {k: v.replace("{script}", case.script)
+             for k, v in knowledge.SURFACES[case.surface].items()}
+    return (_fit(checks, facts, words, knowledge.MAX_FIRST_CHECKS),
+            _fit(avoid, facts, words, None))
+
+
+def advise(incident: Incident, violation: Any = None) -> None:
+    """Set `incident`'s first checks and conclusions to avoid to those that fit it.
+    `violation` is a contracts.Violation when a precheck (or a blocking simulated kernel)
+    found one. An `op_unavailable` error gets the compatibility checks of
+    `cudadiag env --check` (kept in its env), their failures first."""
+    d = incident.diagnosis
     values = index_values(incident, violation)
-    checks = pattern_words(kinds, values) if values is not None else []
-    for kind in kinds:
-        advice = knowledge.operator_advice(kind)
-        checks += list(advice.checks) if advice else []
-    return checks
+    kinds = _token_targets(index_kinds(incident, violation), values, incident.op)
+    d.first_checks, d.avoid = fitted(d.family, d.details, kinds=kinds, values=values,
+                                     case=case_of(incident, values, kinds),
+                                     extra=_compat_rows(incident))
+
+
+def advise_log(diagnosis: Diagnosis, text: str) -> None:
+    """Set the advice of a log's first error (`cudadiag explain`), whose lines are `text`:
+    the checks of the operator its evidence names, worded for a log."""
+    texts = [" ".join(str(diagnosis.details.get(k, "")) for k in ("kernel", "assertion")),
+             diagnosis.evidence, text]
+    diagnosis.first_checks, diagnosis.avoid = fitted(
+        diagnosis.family, diagnosis.details, kinds=_kinds_named(texts), case=Case("log"))
+
+
+def case_of(incident: Incident, values: knowledge.IndexValues | None = None,
+            kinds: tuple[str, ...] = ()) -> Case:
+    """Return the case of `incident` (whose offending `values` and kinds of index are
+    known): its surface (a `cudadiag run` script, else the notebook) and what it already
+    answered."""
+    run = incident.run
+    facts = set()
+    if run.mode != "kernel" and run.blocking:
+        facts.add("isolated")
+    if incident.op is not None and incident.op.precheck:
+        facts.add("prechecked")
+    if values is not None and values.offending and min(values.offending) >= 0:
+        facts.add("no_negative_values")
+    if kinds == ("class_target",) and "isolated" in facts and incident.op is not None:
+        facts.add("no_vocabulary")  # the tracer saw the model: _token_targets found none
+    script = Case.script
+    if run.command:
+        script = " ".join(run.command[:2]) if run.command[0] == "-m" else PurePath(
+            run.command[0]).name
+    return Case("script" if run.mode == "cli" else "notebook", frozenset(facts), script)
 
 
 def index_kinds(incident: Incident, violation: Any = None) -> tuple[str, ...]:
@@ -55,11 +128,7 @@ def index_kinds(incident: Incident, violation: Any = None) -> tuple[str, ...]:
         for advice in knowledge.OPERATOR_ADVICE:
             if bare in advice.ops:
                 return (advice.kind,)
-    for text in _hint_texts(incident):
-        for pattern, kinds in knowledge.OPERATOR_HINTS:
-            if pattern.search(text):
-                return kinds
-    return ()
+    return _kinds_named(_hint_texts(incident))
 
 
 def index_values(incident: Incident, violation: Any = None) -> knowledge.IndexValues | None:
@@ -80,23 +149,117 @@ def index_values(incident: Incident, violation: Any = None) -> knowledge.IndexVa
                                  max=high_seen, ignore_index=ignore)
 
 
-def pattern_words(kinds: tuple[str, ...], values: knowledge.IndexValues) -> list[str]:
-    """Return the words of the value patterns that `values` match for these kinds, at most
-    one per group."""
-    words, groups = [], set()
+def pattern_rows(kinds: tuple[str, ...], values: knowledge.IndexValues | None) -> list[Advice]:
+    """Return the value patterns that `values` match for these kinds, their words filled in,
+    at most one per group."""
+    if values is None or not values.offending:
+        return []
+    rows, groups = [], set()
+    seen = (f"; these targets span {values.min}..{values.max}"
+            if values.min is not None and values.max is not None else "")
     fields = {
         "low": values.low, "high": values.high, "last": values.high - 1,
-        "wider": values.high + 1, "min": values.min,
-        "max": values.max if values.max is not None else max(values.offending),
-        "values": cut_list(values.offending, 5), "ignore_index": values.ignore_index,
+        "wider": values.high + 1, "ordinal": ordinal(values.high + 1), "min": values.min,
+        "max": values.largest, "values": cut_list(values.offending, 5),
+        "ignore_index": values.ignore_index, "seen": seen,
     }
     for pattern in knowledge.VALUE_PATTERNS:
         if pattern.group in groups or not set(pattern.kinds) & set(kinds):
             continue
-        if values.offending and pattern.matches(values):
-            words.append(pattern.words.format(**fields))
+        if pattern.matches(values):
+            rows.append(dataclasses.replace(pattern.advice,
+                                            text=pattern.advice.text.format(**fields)))
             groups.add(pattern.group)
-    return words
+    return rows
+
+
+def ordinal(n: int) -> str:
+    """`1st`, `2nd`, `3rd`, `4th`, `11th`, `21st`, `28th`..."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _fit(rows: Iterable[Advice], facts: frozenset[str], words: Mapping[str, str],
+         limit: int | None) -> list[str]:
+    """The texts of `rows` in order, in the surface's `words`: without the rows `facts`
+    answer, those whose topic an earlier row covered and repeated texts; at most `limit`."""
+    lines: list[str] = []
+    covered: set[str] = set()
+    for row in rows:
+        if row.answered_by & facts or covered & set(row.topics):
+            continue
+        text = row.text
+        for name, value in words.items():
+            text = text.replace("{" + name + "}", value)
+        if text in lines:
+            continue
+        lines.append(text)
+        covered.update(row.topics)
+        if limit is not None and len(lines) == limit:
+            break
+    return lines
+
+
+def _detail_facts(details: Mapping[str, Any], kinds: tuple[str, ...]) -> frozenset[str]:
+    facts = set()
+    if not details.get("assertion"):
+        facts.add("no_assertion")
+    if kinds:
+        facts.add("kind_known")
+    return frozenset(facts)
+
+
+def _detail_rows(family: str, details: Mapping[str, Any]) -> list[Advice]:
+    """The checks the family's details call for, their values filled in."""
+    rows = []
+    if family == "oom" and details.get("fragmentation_likely"):
+        rows.append(knowledge.FRAGMENTATION_CHECK)
+    if family == "oom" and details.get("oom_kind") == "runtime":
+        rows.append(knowledge.RUNTIME_OOM_CHECK)
+    if (family == "op_unavailable" and details.get("capability") and details.get("arch_list")
+            and details.get("device_in_arch_list") is not True):
+        rows.append(knowledge.ARCH_CHECK)
+    return [dataclasses.replace(r, text=r.text.format(**details)) for r in rows]
+
+
+def _compat_rows(incident: Incident) -> list[Advice]:
+    """The failed compatibility checks of an `op_unavailable` incident, each with what to
+    install (the checks are run once and kept in its env)."""
+    if incident.diagnosis.family != "op_unavailable" or incident.env is None:
+        return []
+    if not incident.env.compat:
+        from cudadiag.compat import attach_checks
+
+        attach_checks(incident)
+    return [Advice(f"{c.name}: {c.reason}" + (f" — {c.fix}" if c.fix else ""), COMPAT_SOURCES)
+            for c in incident.env.compat if c.status == "fail"]
+
+
+def _token_targets(kinds: tuple[str, ...], values: knowledge.IndexValues | None,
+                   op: OpInfo | None) -> tuple[str, ...]:
+    """Class targets whose classes number as many as the rows of the first embedding the
+    run looked up (its input vocabulary, not a table of positions or token types) are token
+    ids: the loss's classes are the model's vocabulary."""
+    if kinds != ("class_target",) or op is None or not op.vocabularies:
+        return kinds
+    classes = values.high if values is not None else _class_count(op)
+    return ("token_target",) if classes == op.vocabularies[0] else kinds
+
+
+def _class_count(op: OpInfo) -> int | None:
+    """C of a class-target operator's input (N, C, ...) or (C), from the tracer's record."""
+    shape = next((a.shape for a in op.args if a.name == "self" and a.shape), None)
+    if not shape:
+        return None
+    return int(shape[1] if len(shape) >= 2 else shape[0])
+
+
+def _kinds_named(texts: Iterable[str]) -> tuple[str, ...]:
+    for text in texts:
+        for pattern, kinds in knowledge.OPERATOR_HINTS:
+            if text.strip() and pattern.search(text):
+                return kinds
+    return ()
 
 
 def _operator_names(incident: Incident, violation: Any) -> list[str]:
@@ -114,7 +277,7 @@ def _hint_texts(incident: Incident) -> list[str]:
     details = incident.diagnosis.details
     texts.append(" ".join(str(details.get(k, "")) for k in ("kernel", "assertion")))
     texts.append(incident.error.text)
-    return [t for t in texts if t.strip()]
+    return texts
 
 
 def _whole_range(incident: Incident, argument: str | None, low: int, high: int

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudadiag import knowledge
+from cudadiag.advice import fitted
 from cudadiag.incident import (
     Alternative,
     Diagnosis,
@@ -218,6 +219,8 @@ def _diagnosis(
     alternatives = _alternatives(found, family) if code is None else []
     summary = _summary(fam, details, evidence, sticky)
     pitfall = knowledge.PITFALLS.get(str(details.get("pitfall")))
+    _note_fragmentation(family, details)
+    checks, avoid = fitted(family, details)
     if pitfall is not None:
         summary = f"{pitfall.title}: {_shorten(evidence)}"
     if alternatives:
@@ -226,9 +229,8 @@ def _diagnosis(
     return Diagnosis(
         family=family,
         sticky=sticky,
-        first_checks=[*(pitfall.checks if pitfall else ()), *_extra_checks(family, details),
-                      *(fam.first_checks if pitfall is None or pitfall.family_checks else ())],
-        avoid=list(pitfall.avoid if pitfall and pitfall.avoid else fam.avoid),
+        first_checks=checks,
+        avoid=avoid,
         details=details,
         summary=summary,
         asynchronous=fam.asynchronous or bool(details.get("async_hint")),
@@ -309,20 +311,14 @@ def _add_arch_details(details: dict[str, Any], env: EnvInfo) -> None:
         details["device_in_arch_list"] = env.device_in_arch_list
 
 
-def _extra_checks(family: str, details: dict[str, Any]) -> list[str]:
-    checks = []
+def _note_fragmentation(family: str, details: dict[str, Any]) -> None:
+    """An out-of-memory whose allocator holds, reserved but unused, as much as was asked for:
+    the memory exists but not as one block."""
     if family == "oom":
         requested = details.get("requested_bytes")
         spare = details.get("reserved_unallocated_bytes")
         if requested and spare and spare >= knowledge.FRAGMENTATION_RATIO * requested:
             details["fragmentation_likely"] = True
-            checks.append(knowledge.FRAGMENTATION_CHECK.format(**details))
-        if details.get("oom_kind") == "runtime":
-            checks.append(knowledge.RUNTIME_OOM_CHECK)
-    if family == "op_unavailable" and details.get("capability") and details.get("arch_list"):
-        if details.get("device_in_arch_list") is not True:
-            checks.append(knowledge.ARCH_CHECK.format(**details))
-    return checks
 
 
 def _summary(fam: knowledge.Family, details: dict[str, Any], evidence: str, sticky: bool) -> str:

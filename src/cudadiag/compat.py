@@ -107,16 +107,11 @@ def failed(checks: list[CompatCheck]) -> bool:
 
 def attach_checks(incident: Incident) -> None:
     """Run the checks for `incident` (an `op_unavailable` error: a build that does not
-    match the device, the driver or another build), keep them in its env, and put each
-    failure, with what to install, in front of its first checks."""
+    match the device, the driver or another build) and keep them in its env (advice.py puts
+    each failure, with what to install, in front of its first checks)."""
     if incident.env is None:
         return
-    checks = run_checks(gather_facts(incident.env))
-    incident.env.compat = checks
-    fixes = [f"{c.name}: {c.reason}" + (f" — {c.fix}" if c.fix else "")
-             for c in checks if c.status == "fail"]
-    incident.diagnosis.first_checks = fixes + [
-        c for c in incident.diagnosis.first_checks if c not in fixes]
+    incident.env.compat = run_checks(gather_facts(incident.env))
 
 
 def capability_checks(facts: Facts, *, asked: bool = False) -> list[CompatCheck]:

@@ -1,6 +1,6 @@
 """The one builder of incidents: an exception, or what a process printed before it died,
 becomes an Incident with its diagnosis, environment, loop context, step and batch in flight,
-and the first checks that fit its operator and values.
+and the advice that fits its operator, its values and its case (advice.py).
 
 The kernel hook (an error raised in the notebook itself), the isolated worker (an error
 raised in a fresh process, a `cudadiag run` script's included, each rank of a multi-process
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from cudadiag import probes
-from cudadiag.advice import add_fitting_checks
+from cudadiag.advice import advise
 from cudadiag.classify import classify, first_error_line
 from cudadiag.contracts import Violation
 from cudadiag.env import collect_env
@@ -88,7 +88,7 @@ def incident_from_exception(exc: BaseException, run: RunInfo, *,
     in_flight = probes.step_in_flight()
     if in_flight is not None:
         incident.step, incident.batch = in_flight
-    add_fitting_checks(incident, violation)
+    advise(incident, violation)
     return incident
 
 
@@ -111,8 +111,10 @@ def incident_from_recorded_error(error_type: str, message: str, text: str,
     """Return the incident of an exception known only by what was recorded of it in its
     process (its type name, the first line and the text of its message): a rank of a
     multi-process run that was killed before it could build its own incident."""
-    return Incident(error=ErrorInfo(type=error_type, message=message, text=text),
-                    diagnosis=classify(f"{error_type}: {text}"), run=run)
+    incident = Incident(error=ErrorInfo(type=error_type, message=message, text=text),
+                        diagnosis=classify(f"{error_type}: {text}"), run=run)
+    advise(incident)
+    return incident
 
 
 def incident_of_dead_process(stdout: str, stderr: str, run: RunInfo, *,
@@ -125,13 +127,15 @@ def incident_of_dead_process(stdout: str, stderr: str, run: RunInfo, *,
     died = (f"{process} was killed by {run.signal}" if run.signal
             else f"{process} exited with status {run.exit_status} without a "
                  "Python exception")
-    return Incident(
+    incident = Incident(
         error=ErrorInfo(type=f"ProcessDied({run.signal or run.exit_status})",
                         message=first_error_line(output) or died,
                         text="\n".join(stderr.strip().splitlines()[-CRASH_TAIL_LINES:])),
         diagnosis=classify(output),
         run=run,
     )
+    advise(incident)
+    return incident
 
 
 def add_device_lines(incident: Incident, lines: str) -> None:
@@ -144,6 +148,7 @@ def add_device_lines(incident: Incident, lines: str) -> None:
     fresh = classify(f"{incident.error.type}: {incident.error.text}", context=lines)
     fresh.details = {**incident.diagnosis.details, **fresh.details}
     incident.diagnosis = fresh
+    advise(incident)
 
 
 def is_diagnosable(error_type: str, family: str, simulated: bool) -> bool:

@@ -1,6 +1,8 @@
 """Explain a log as users paste it: a SLURM output, a notebook traceback, an issue body,
 several ranks interleaved. Finds the first relevant error of the cascade — and in a
-multi-process log the rank that failed first — and classifies it.
+multi-process log the rank that failed first — classifies it and gives the advice that fits
+the operator its lines name; the errors printed after it (other ranks', and each rank's own
+once its first error's report has ended) are its probable consequences.
 
 The log is streamed in blocks of whole lines. Only lines that hold one of knowledge.LOG_KEYS
 (found with `bytes.find`, at memory speed) are looked at, and only a bounded window around
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cudadiag import knowledge
+from cudadiag.advice import advise_log
 from cudadiag.classify import classify, first_error_line, mentions_sticky_error
 from cudadiag.errors import ExplainError
 from cudadiag.incident import Diagnosis
@@ -32,6 +35,12 @@ BEFORE_SCAN_BYTES = 64 * 2**10
 ROOT_CAUSE_LINES = 12
 MAX_RANKS = 4096
 RANK_SAMPLE_BYTES = 64 * 2**10
+MAX_LATER_ERRORS = 100
+"""Errors kept after each rank's first one (the cascade)."""
+LATER_SPAN_LINES = 10_000
+"""A rank's later errors are looked for this many lines after its first error."""
+LATER_LINES = 3
+"""Lines kept after a later error's own line (a `terminate called` line's `what():`)."""
 MAX_LINE_BYTES = 8192
 """Of a longer line (or progress-bar frame), this much around its first anchor is read."""
 VIEW_CONTEXT_BYTES = 1024
@@ -51,6 +60,11 @@ _GLOG_TIME = re.compile(
     rb"\b[EWIF](?P<month>[01]\d)(?P<day>[0-3]\d) (?P<time>\d{2}:\d{2}:\d{2}(?:\.\d+)?)")
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception)\b:")
 _SEQ_NUM = re.compile(r"SeqNum=(\d+)")
+_REPORT_LINE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception)\b:|terminate called after")
+"""A line that reports an error: a Python exception's, or an uncaught C++ exception's."""
+_CONTINUATION = re.compile(r"^\s*(?:what\(\):|Exception raised from |frame #\d+:)")
+"""The lines of an error's report after its first (a C++ exception's message and stack)."""
+_THREAD_IDS = re.compile(r"block: \[[\d, ]*\], thread: \[[\d, ]*\]")
 
 
 class _Readable(Protocol):
@@ -83,7 +97,9 @@ class Explanation:
     diagnosis: Diagnosis
     first: RankError | None
     consequences: list[RankError] = field(default_factory=list)
-    """The other ranks' first errors: probable consequences of the first failure."""
+    """The other ranks' first errors, and the errors each rank printed once its own first
+    error's report had ended, in the order of the log: probable consequences of the first
+    failure."""
     ranks_seen: list[int] = field(default_factory=list)
     root_cause_rank: int | None = None
     """The rank torchrun's error summary names as the first observed failure, if any."""
@@ -214,6 +230,13 @@ class _Scanner:
         self.fallback: RankError | None = None
         """The first exception line, kept in case no known signature ever matches."""
         self.ranks: set[int] = set()
+        self.later: list[RankError] = []
+        self.reported: set[int | None] = set()
+        """Ranks whose first error's own report (its exception line) has been read."""
+        self.first_family: dict[int | None, str] = {}
+        self.last_later: dict[int | None, str] = {}
+        """Each rank's last later error line, without thread ids (kernels print one line per
+        thread)."""
         self.tail = b""
         """The end of the previous block, for the lines just before an error."""
 
@@ -283,7 +306,10 @@ class _Scanner:
             return
         if not self.sticky_evidence and mentions_sticky_error(text):
             self.sticky_evidence = text.strip()
-        if rank in self.first or len(self.first) >= MAX_RANKS:
+        if rank in self.first:
+            self._note_later(rank, line, raw, text)
+            return
+        if len(self.first) >= MAX_RANKS:
             return
         evidence = first_error_line(text)
         if evidence:
@@ -291,10 +317,41 @@ class _Scanner:
             error = RankError(rank=rank, line=line, timestamp=_timestamp(raw),
                               evidence=evidence, text="\n".join([*before, text]))
             self.first[rank] = error
+            self.first_family[rank] = classify(evidence).family
+            if _REPORT_LINE.match(text):
+                self.reported.add(rank)
             self.windows.append(_Window(error, rank, LINES_AFTER, line + WINDOW_MAX_LINES))
         elif self.fallback is None and _EXCEPTION_LINE.match(text):
             self.fallback = RankError(rank=rank, line=line, timestamp=_timestamp(raw),
                                       evidence=text.strip(), text=text)
+
+    def _note_later(self, rank: int | None, line: int, raw: bytes, text: str) -> None:
+        """Note log line `line` of `rank` (which has had its first error) if it reports a
+        later error: not a line of the first error's own report (the same assertion from
+        other threads, the traceback, the exception that carried it, hints), nor of the
+        previous later error's."""
+        first = self.first[rank]
+        if len(self.later) >= MAX_LATER_ERRORS or line > first.line + LATER_SPAN_LINES:
+            return
+        if _CONTINUATION.match(text) or any(p.search(text)
+                                             for p in knowledge.HINT_PATTERNS.values()):
+            return
+        report = bool(_REPORT_LINE.match(text))
+        if rank not in self.reported:
+            if not report:
+                return  # still the first error's report
+            if classify(text).family == self.first_family[rank]:
+                self.reported.add(rank)  # the exception that carried the first error
+                return
+        evidence = first_error_line(text)
+        key = _THREAD_IDS.sub("", evidence)
+        if not evidence or self.last_later.get(rank) == key:
+            return
+        self.last_later[rank] = key
+        error = RankError(rank=rank, line=line, timestamp=_timestamp(raw), evidence=evidence,
+                          text=text)
+        self.later.append(error)
+        self.windows.append(_Window(error, rank, LATER_LINES, line + LATER_LINES))
 
     def _follow(self, rank: int | None, text: str, line: int) -> None:
         """Give a line to the windows still collecting lines of its rank."""
@@ -327,7 +384,7 @@ class _Scanner:
 
     def finish(self) -> Explanation:
         errors = list(self.first.values())
-        for error in errors:
+        for error in [*errors, *self.later]:
             error.diagnosis = classify(error.text)
         first = _first_failure(errors, self.root_cause_rank)
         if first is not None and first.diagnosis is not None:
@@ -344,12 +401,14 @@ class _Scanner:
         multi = bool(self.ranks)
         if first is not None and multi:
             diagnosis.rank = first.rank
+        advise_log(diagnosis, first.text if first is not None else "")
         only_collective = multi and bool(errors) and all(
             is_consequence(e.diagnosis) for e in errors)
         failed = {e.rank for e in errors}
         return Explanation(
             diagnosis=diagnosis, first=first,
-            consequences=[e for e in errors if e is not first],
+            consequences=sorted([*(e for e in errors if e is not first), *self.later],
+                                key=lambda e: e.line),
             ranks_seen=sorted(self.ranks), root_cause_rank=self.root_cause_rank,
             only_collective_failures=only_collective,
             silent_ranks=sorted(r for r in self.ranks if r not in failed),

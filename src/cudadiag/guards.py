@@ -1,5 +1,6 @@
 """CPU-side contract checks: reject a bad batch before it reaches a CUDA kernel (guide
-point 7), with a message that names the argument, the rule, the values and their positions.
+point 7), with a message that names the argument, the rule, the values and their positions,
+then what to check (knowledge.GUARD_ADVICE, with its sources).
 
 The checks read values, so on a GPU they synchronise: they are diagnostic. None of them
 modifies its input.
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from cudadiag.errors import GuardError
+from cudadiag.knowledge import GUARD_ADVICE
 from cudadiag.shortlist import cut_join, cut_list
 
 MAX_REPORTED = 10
@@ -45,17 +47,16 @@ def check_class_targets(target: torch.Tensor, num_classes: int, *, ignore_index:
     if not bool(counted.any()):
         raise GuardError(
             f"{name}: every target equals ignore_index={ignore_index}; the mean loss over zero "
-            "elements is NaN. Check the padding or the masking of this batch",
+            f"elements is NaN. {GUARD_ADVICE['all_ignored'].text}",
             argument=name, rule=f"not empty once ignore_index={ignore_index} is removed")
     bad = counted & ((target < 0) | (target >= num_classes))
     if bool(bad.any()):
         values, positions = _offending(target, bad)
         raise GuardError(
             f"{name}: {int(bad.sum())} value(s) outside [0, {num_classes}) (ignore_index="
-            f"{ignore_index}): {_listing(values, positions, int(bad.sum()))}. Check the label "
-            "encoding: a "
-            f"1..{num_classes} encoding instead of 0..{num_classes - 1}, or an unexpected "
-            "extra class; do not widen the output layer to make this pass",
+            f"{ignore_index}): {_listing(values, positions, int(bad.sum()))}. "
+            + GUARD_ADVICE["class_targets"].text.format(classes=num_classes,
+                                                        last=num_classes - 1),
             argument=name, rule=f"0 <= {name} < {num_classes} or {name} == {ignore_index}",
             values=values, positions=positions)
 
@@ -74,9 +75,8 @@ def check_index_range(index: torch.Tensor, size: int, *, name: str = "index",
         values, positions = _offending(index, bad)
         raise GuardError(
             f"{name}: {int(bad.sum())} value(s) outside [{low}, {size}): "
-            f"{_listing(values, positions, int(bad.sum()))}. Check the vocabulary size, the "
-            "padding id and "
-            "where the indices were built",
+            f"{_listing(values, positions, int(bad.sum()))}. "
+            f"{GUARD_ADVICE['index_range'].text}",
             argument=name, rule=f"{low} <= {name} < {size}", values=values, positions=positions)
 
 
@@ -93,8 +93,7 @@ def check_same_device(module_or_tensors: Any, *tensors: Any) -> None:
     if len(devices) > 1:
         parts = "; ".join(f"{d}: {cut_join(names, 5)}" for d, names in devices.items())
         raise GuardError(
-            f"tensors on {len(devices)} devices: {parts}. Move the stray ones where they are "
-            "created rather than adding copies at the call",
+            f"tensors on {len(devices)} devices: {parts}. {GUARD_ADVICE['same_device'].text}",
             argument="devices", rule="one device", values=list(devices),
             positions=[names[0] for names in devices.values()])
 

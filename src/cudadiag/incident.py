@@ -170,6 +170,11 @@ class OpInfo:
     """The precise contract violation found before the kernel ran, when one was found."""
     recent_tensors: list[str] = field(default_factory=list)
     """Each distinct tensor argument of the recent calls once: `float32[8, 16]@cuda:0`."""
+    vocabularies: list[int] = field(default_factory=list)
+    """The row counts of the embedding tables the run looked up before the failure, in the
+    order first looked up. The first is the model's input vocabulary (a model looks its
+    tokens up before positions or token types): a loss with as many classes takes token
+    ids."""
 
 
 @dataclass

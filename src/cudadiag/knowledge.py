@@ -1,7 +1,12 @@
 """The error-family table: what each family means, what to check first, what not to conclude.
 
-This module is data. `classify.py` reads it; nothing else should hold diagnosis knowledge.
+This module is data. `classify.py` and `advice.py` read it; nothing else should hold
+diagnosis knowledge.
 
+- `Advice`: one line of advice with its sources (`guide N`, a point of shared/guide.md, or a
+  key of `DOCS`, the primary documentation), its topics, the case facts that answer it
+  (`CASE_FACTS`) and, for a conclusion to avoid, what a check must never propose; commands
+  in it are worded per `SURFACES`.
 - `FAMILIES`: one entry per family (design.md's exact strings), in the user's words.
 - `CUDA_ERRORS`: the CUDA/HIP runtime error codes cudadiag knows, with their
   `cudaGetErrorString` text, family and stickiness (NVIDIA's "the process must be terminated
@@ -9,6 +14,8 @@ This module is data. `classify.py` reads it; nothing else should hold diagnosis 
 - `SIGNATURES`: message patterns, each deciding a family. The earliest match in a text wins;
   at the same position the earlier entry in this list wins.
 - `DETAIL_PATTERNS`: values pulled from the text once the family is known.
+- `PITFALLS`, `OPERATOR_ADVICE`, `VALUE_PATTERNS`, `GUARD_ADVICE`: the advice of a known
+  mistake, of an operator's kind of index, of a shape of the offending values, of a guard.
 """
 
 from __future__ import annotations
@@ -41,14 +48,160 @@ FAMILY_NAMES = (
 )
 
 
+# --- Advice: every line with its sources -------------------------------------------------------
+# A line of advice (a first check, a conclusion to avoid) is an `Advice`: its text, the points
+# of shared/guide.md or the documentation it comes from, the topics it covers (a case gets one
+# line per topic: the most specific), and the facts of a case that make it needless. advice.py
+# picks and fits the lines for one case; nothing else assembles them.
+
+GUIDE_POINTS = 13
+"""shared/guide.md's points, numbered 1..13: a source `guide N` names one."""
+
+DOCS: dict[str, str] = {
+    # PyTorch
+    "cuda-semantics": "https://pytorch.org/docs/stable/notes/cuda.html",
+    "cuda-memory": "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
+    "faq-memory": "https://pytorch.org/docs/stable/notes/faq.html",
+    "cross-entropy": "https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html",
+    "bce": "https://pytorch.org/docs/stable/generated/torch.nn.BCELoss.html",
+    "embedding": "https://pytorch.org/docs/stable/generated/torch.nn.Embedding.html",
+    "gather": "https://pytorch.org/docs/stable/generated/torch.gather.html",
+    "index-select": "https://pytorch.org/docs/stable/generated/torch.index_select.html",
+    "view": "https://pytorch.org/docs/stable/generated/torch.Tensor.view.html",
+    "linear": "https://pytorch.org/docs/stable/generated/torch.nn.Linear.html",
+    "register-buffer":
+        "https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.register_buffer",
+    "amp": "https://pytorch.org/docs/stable/amp.html",
+    "from-numpy": "https://pytorch.org/docs/stable/generated/torch.from_numpy.html",
+    "arch-list": "https://pytorch.org/docs/stable/generated/torch.cuda.get_arch_list.html",
+    "cpp-extension": "https://pytorch.org/docs/stable/cpp_extension.html",
+    "install": "https://pytorch.org/get-started/locally/",
+    "hip": "https://pytorch.org/docs/stable/notes/hip.html",
+    "distributed": "https://pytorch.org/docs/stable/distributed.html",
+    "multiprocessing": "https://pytorch.org/docs/stable/notes/multiprocessing.html",
+    # Python
+    "start-methods":
+        "https://docs.python.org/3/library/multiprocessing.html#contexts-and-start-methods",
+    # NVIDIA
+    "cuda-runtime-errors":
+        "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html",
+    "cuda-env-vars":
+        "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars",
+    "cuda-compatibility": "https://docs.nvidia.com/deploy/cuda-compatibility/",
+    "nvidia-smi": "https://docs.nvidia.com/deploy/nvidia-smi/index.html",
+    "compute-sanitizer":
+        "https://docs.nvidia.com/compute-sanitizer/ComputeSanitizer/index.html",
+    "cublas-status": "https://docs.nvidia.com/cuda/cublas/#cublasstatus-t",
+    "cudnn": "https://docs.nvidia.com/deeplearning/cudnn/",
+    "nccl-env": "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html",
+    # Hugging Face (the transformers extra)
+    "hf-tokenizer": "https://huggingface.co/docs/transformers/main_classes/tokenizer",
+    "hf-resize-embeddings": "https://huggingface.co/docs/transformers/main_classes/"
+                            "model#transformers.PreTrainedModel.resize_token_embeddings",
+}
+"""The primary documentation an advice line may name as its source, by short name."""
+
+CASE_FACTS: dict[str, str] = {
+    "isolated": "the run had blocking launches, the op tracer and the prechecks (%cuda_isolate, "
+                "cudadiag run): the operator that failed is named",
+    "prechecked": "a precheck stopped the operator before its kernel ran: the line it raised at "
+                  "is the operator's, and no assertion was printed",
+    "no_assertion": "no device assertion line was printed (or read)",
+    "kind_known": "the kind of index the failing operator takes is known: its own checks are "
+                  "given",
+    "no_negative_values": "the offending values are known and none is negative",
+    "no_vocabulary": "the run traced the model and its input vocabulary (the first embedding "
+                     "it looked up) has not as many rows as the loss has classes: the targets "
+                     "are no token ids",
+}
+"""What a case may already answer: an advice line answered by one of its facts is left out."""
+
+SURFACES: dict[str, dict[str, str]] = {
+    "notebook": {
+        "rerun": "re-run the cell isolated with blocking launches (%cuda_isolate)",
+        "restarting": "Restarting the kernel",
+        "env": "`!cudadiag env` in a cell",
+    },
+    "script": {
+        "rerun": "run the script with `cudadiag run -- python {script}` (blocking launches, "
+                 "the op tracer and prechecks)",
+        "restarting": "Restarting the process",
+        "env": "`cudadiag env`",
+    },
+    "log": {
+        "rerun": "re-run the program with `cudadiag run -- python {script}` (blocking "
+                 "launches, the op tracer and prechecks; %cuda_isolate in a notebook)",
+        "restarting": "Restarting the process (or the notebook's kernel)",
+        "env": "`cudadiag env`",
+    },
+}
+"""The words of commands and actions as the user can act on them where the advice is read: a
+notebook (the kernel and its isolated runs), a script run with `cudadiag run`, a log given to
+`cudadiag explain`. `{script}` is the script's name when known."""
+
+MAX_FIRST_CHECKS = 5
+"""A case's "check first" lines: the most specific first, at most this many."""
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One line of advice and where it comes from."""
+
+    text: str
+    """May hold `{rerun}` and `{restarting}` (SURFACES) and, in value patterns, the values'
+    placeholders."""
+    sources: tuple[str, ...]
+    """Each `guide N` (a point of shared/guide.md) or a key of DOCS."""
+    topics: tuple[str, ...] = ()
+    """What the line covers: a later line of a topic already covered is left out."""
+    answered_by: frozenset[str] = frozenset()
+    """Facts of a case (CASE_FACTS) that make the line needless."""
+    forbids: re.Pattern[str] | None = None
+    """For a conclusion to avoid: the wording of what a check must never propose beside it."""
+
+
+def _check(text: str, *sources: str, topics: tuple[str, ...] = (),
+           answered_by: tuple[str, ...] = ()) -> Advice:
+    return Advice(text, sources, topics, frozenset(answered_by))
+
+
+def _avoid(text: str, *sources: str, forbids: str, answered_by: tuple[str, ...] = ()) -> Advice:
+    return Advice(text, sources, answered_by=frozenset(answered_by),
+                  forbids=re.compile(forbids, re.IGNORECASE))
+
+
+# What the conclusions to avoid forbid, in the words a check would use to propose it.
+WIDENING = (r"\bwid(?:en|er|ening)\b|\bmax(?:imum)?(?: (?:label|target|id|index|value))? ?\+ ?1\b"
+            r"|\bsize the (?:output )?layer\b|\bneeds? \d+ (?:outputs|classes)\b|\bmore outputs\b"
+            r"|\badd(?:ing)? (?:an? |one )?(?:output|class)(?:es)?\b|\bnum_classes ?\+ ?1"
+            r"|\bincrease (?:num_classes|the number of classes|the output)")
+SUBTRACTING_ONE = (r"\bshift(?:ing)?\b[^.]{0,30}\bby ?[−-] ?1\b|\bsubtract(?:ing)? (?:1|one)\b"
+                   r"|\b(?:target|label)s? ?[−-] ?1\b|[−-]= ?1\b")
+BROKEN_HARDWARE = (r"\b(?:replace|swap|return|RMA)\b[^.]*\b(?:GPU|card|device)\b"
+                   r"|\b(?:reinstall|update|upgrade|downgrade)\w*\b[^.]*\bdriver\b"
+                   r"|\b(?:faulty|broken)\b[^.]*\b(?:GPU|memory|driver)\b")
+
+WIDENING_AVOID = _avoid("Widening the output layer or the embedding until the error goes away.",
+                        "guide 7", forbids=WIDENING)
+SUBTRACTING_AVOID = _avoid(
+    "Subtracting 1 from every label before knowing that every source numbers them 1..C.",
+    "guide 7", forbids=SUBTRACTING_ONE)
+INDEX_RANGE = _check(
+    "Check the indices and targets given to the operator that failed: class targets must lie "
+    "in [0, C) or equal ignore_index; embedding indices in [0, num_embeddings).",
+    "guide 5", "cross-entropy", "embedding", topics=("index_range",))
+RERUN_ISOLATED = _check("Name the operator that really failed: {rerun}.", "guide 4",
+                        answered_by=("isolated",))
+
+
 @dataclass(frozen=True)
 class Family:
     """What a family of errors means for the user."""
 
     name: str
     title: str
-    first_checks: tuple[str, ...]
-    avoid: tuple[str, ...]
+    first_checks: tuple[Advice, ...]
+    avoid: tuple[Advice, ...]
     asynchronous: bool = False
     """True when the error is reported after the fact, so the traceback line is only where it
     was noticed (guide point 3)."""
@@ -61,23 +214,26 @@ FAMILIES: dict[str, Family] = {
             "device_assert",
             "Device-side assertion",
             first_checks=(
-                "Check the indices and targets given to the operator that failed: class "
-                "targets must lie in [0, C) or equal ignore_index; embedding indices in "
-                "[0, num_embeddings).",
-                "Read the assertion line printed before the error (file, kernel, condition): "
-                "it names the contract of the operator that was broken.",
-                "Re-run the cell isolated with blocking launches (%cuda_isolate) to name the "
-                "operator that really failed.",
-                "Look at the batch in flight: the last incomplete batch, rare labels, empty or "
-                "padded targets.",
+                INDEX_RANGE,
+                _check("Read the assertion line printed before the error (file, kernel, "
+                       "condition): it names the contract of the operator that was broken.",
+                       "guide 5", answered_by=("no_assertion", "kind_known")),
+                RERUN_ISOLATED,
+                _check("Look at the batch in flight: the last incomplete batch, rare labels, "
+                       "empty or padded targets.", "guide 2", "guide 10", topics=("batch",)),
             ),
             avoid=(
-                "The GPU or the driver is broken.",
-                "The line in the traceback (.item(), .cpu(), print) is the cause: it is only "
-                "where the asynchronous error was noticed.",
-                "A kernel restart fixes it: the restart clears the poisoned CUDA context, not "
-                "the bad target or index.",
-                "Widening the output layer or the embedding until the error goes away.",
+                _avoid("The GPU or the driver is broken.", "guide 5", forbids=BROKEN_HARDWARE),
+                _avoid("The line in the traceback (.item(), .cpu(), print) is the cause: it is "
+                       "only where the asynchronous error was noticed.", "guide 3",
+                       "cuda-semantics", answered_by=("prechecked",),
+                       forbids=r"\b(?:remove|delete|drop|avoid|comment out)\b[^.]*"
+                               r"(?:\.item\(\)|\.cpu\(\)|\bprint\b)"),
+                _avoid("{restarting} fixes it: the restart clears the poisoned CUDA context, "
+                       "not the bad target or index.", "guide 6",
+                       forbids=r"\brestart\w*\b[^.]*\b(?:fix|fixes|solves?|resolves?)\b"
+                               r"(?! no\b)"),
+                WIDENING_AVOID,
             ),
             asynchronous=True,
         ),
@@ -85,20 +241,28 @@ FAMILIES: dict[str, Family] = {
             "illegal_memory",
             "Illegal memory access on the device",
             first_checks=(
-                "Re-run the cell isolated with blocking launches (%cuda_isolate) to name the "
-                "kernel that faulted.",
-                "Check sizes, indices and contiguity of the tensors given to custom kernels and "
-                "binary extensions (flash-attn, xformers, apex, your own CUDA code).",
-                "Turn optional extensions off one at a time and compare with a reference "
-                "operator or the same operator on the CPU.",
-                "Run compute-sanitizer --tool memcheck with PYTORCH_NO_CUDA_MEMORY_CACHING=1 "
-                "(the caching allocator hides out-of-bounds accesses).",
+                _check("Name the kernel that faulted: {rerun}.", "guide 4",
+                       answered_by=("isolated",)),
+                _check("Check sizes, indices and contiguity of the tensors given to custom "
+                       "kernels and binary extensions (flash-attn, xformers, apex, your own "
+                       "CUDA code).", "guide 8", "guide 12"),
+                _check("Turn optional extensions off one at a time and compare with a "
+                       "reference operator or the same operator on the CPU.", "guide 9"),
+                _check("Run compute-sanitizer --tool memcheck with "
+                       "PYTORCH_NO_CUDA_MEMORY_CACHING=1 (the caching allocator hides "
+                       "out-of-bounds accesses).", "compute-sanitizer", "cuda-memory"),
             ),
             avoid=(
-                "The GPU memory is faulty.",
-                "It is an out-of-memory error.",
-                "The operator in the traceback is the cause.",
-                "Changing batch, precision and library at once: change one thing at a time.",
+                _avoid("The GPU memory is faulty.", "guide 5", forbids=BROKEN_HARDWARE),
+                _avoid("It is an out-of-memory error.", "guide 5",
+                       forbids=r"\b(?:reduce|lower|halve)\b[^.]*\bbatch size\b"
+                               r"|\bexpandable_segments\b"),
+                _avoid("The operator in the traceback is the cause.", "guide 3",
+                       answered_by=("prechecked",),
+                       forbids=r"\bfix\b[^.]*\bthe (?:line|operator) (?:in|of) the traceback\b"),
+                _avoid("Changing batch, precision and library at once: change one thing at a "
+                       "time.", "guide 5", "guide 9",
+                       forbids=r"\bchange\b[^.]*\bbatch\b[^.]*\bprecision\b"),
             ),
             asynchronous=True,
         ),
@@ -106,112 +270,152 @@ FAMILIES: dict[str, Family] = {
             "oom",
             "Out of memory",
             first_checks=(
-                "Check the shapes of this step: batch size, sequence length, image size; one "
-                "outsized sample is enough.",
-                "Check tensor lifetimes: losses summed without .item(), outputs kept in lists, "
-                "the traceback of a caught exception pinning tensors.",
-                "Check the process's memory: other processes on the GPU, memory reserved but "
-                "unallocated (fragmentation), torch.cuda.memory_summary().",
+                _check("Check the shapes of this step: batch size, sequence length, image "
+                       "size; one outsized sample is enough.", "guide 2", "guide 5"),
+                _check("Check tensor lifetimes: losses summed without .item(), outputs kept in "
+                       "lists, the traceback of a caught exception pinning tensors.",
+                       "guide 5", "faq-memory"),
+                _check("Check the process's memory: other processes on the GPU, memory "
+                       "reserved but unallocated (fragmentation), torch.cuda.memory_summary().",
+                       "guide 5", "cuda-memory"),
             ),
             avoid=(
-                "Every CUDA error means a lack of VRAM.",
-                "A bigger GPU is needed, before measuring what the step really needs.",
-                "Halving the batch size is the fix when one sample is outsized.",
+                _avoid("Every CUDA error means a lack of VRAM.", "guide 5",
+                       forbids=r"\black of (?:VRAM|memory)\b"),
+                _avoid("A bigger GPU is needed, before measuring what the step really needs.",
+                       "guide 5", forbids=r"\b(?:bigger|larger) GPU\b|\bmore VRAM\b"),
+                _avoid("Halving the batch size is the fix when one sample is outsized.",
+                       "guide 5", forbids=r"\bhalv\w*\b|\b(?:reduce|lower)\b[^.]*\bbatch size\b"),
             ),
         ),
         Family(
             "op_unavailable",
             "Operator or kernel unavailable",
             first_checks=(
-                "Check versions: the PyTorch build (torch.version.cuda / torch.version.hip), "
-                "the device's compute capability against the build's arch list.",
-                "Check binary extensions (torchvision, xformers, flash-attn, ...) were built "
-                "for this PyTorch and this CUDA or ROCm.",
-                "Check the backend of the inputs: the operator may exist only for the CPU.",
-                "Check the dtype: the operator may have no kernel for Half, BFloat16 or Int.",
+                _check("Check versions: the PyTorch build (torch.version.cuda / "
+                       "torch.version.hip), the device's compute capability against the "
+                       "build's arch list.", "guide 5", "guide 13", "arch-list"),
+                _check("Check binary extensions (torchvision, xformers, flash-attn, ...) were "
+                       "built for this PyTorch and this CUDA or ROCm.", "guide 12",
+                       "cpp-extension"),
+                _check("Check the backend of the inputs: the operator may exist only for the "
+                       "CPU.", "guide 5"),
+                _check("Check the dtype: the operator may have no kernel for Half, BFloat16 or "
+                       "Int.", "guide 5"),
             ),
             avoid=(
-                "Reinstalling everything at random.",
-                "Upgrading the driver without checking the build's CUDA version and arch list.",
-                "The GPU is broken.",
+                _avoid("Reinstalling everything at random.", "guide 5",
+                       forbids=r"\breinstall\w*\b[^.]*\b(?:everything|all packages|at random)\b"),
+                _avoid("Upgrading the driver without checking the build's CUDA version and "
+                       "arch list.", "guide 5", "cuda-compatibility",
+                       forbids=r"\b(?:upgrade|update)\w*\b[^.]*\bdriver\b"),
+                _avoid("The GPU is broken.", "guide 5", forbids=BROKEN_HARDWARE),
             ),
         ),
         Family(
             "device_mismatch",
             "Tensors on different devices",
             first_checks=(
-                "Check where the model sits (next(model.parameters()).device) and where each "
-                "input of the operator was created.",
-                "Look for tensors created inside forward() without device=, and buffers not "
-                "registered with register_buffer (they do not move with .to()).",
-                "Check the device of what the data loader yields.",
+                _check("Check where the model sits (next(model.parameters()).device) and where "
+                       "each input of the operator was created.", "guide 5"),
+                _check("Look for tensors created inside forward() without device=, and buffers "
+                       "not registered with register_buffer (they do not move with .to()).",
+                       "guide 5", "register-buffer"),
+                _check("Check the device of what the data loader yields.", "guide 5"),
             ),
             avoid=(
-                "Adding .to(device) copies everywhere without knowing where the stray tensor "
-                "came from.",
-                "Moving everything to the CPU to make it run.",
+                _avoid("Adding .to(device) copies everywhere without knowing where the stray "
+                       "tensor came from.", "guide 5",
+                       forbids=r"\.to\(device\)[^.]*\beverywhere\b"
+                               r"|\badd(?:ing)?\b[^.]*\bcop(?:y|ies)\b"),
+                _avoid("Moving everything to the CPU to make it run.", "guide 5",
+                       forbids=r"\bmov\w*\b[^.]*\beverything\b[^.]*\bCPU\b"),
             ),
         ),
         Family(
             "dtype_mismatch",
             "Mismatched dtypes",
             first_checks=(
-                "Check the dtype of each input of the operator: class targets must be "
-                "torch.long; BCE and MSE targets floating point.",
-                "Check autocast regions and .half() / .bfloat16() applied to parts of the model.",
-                "Check the dtype produced by the data pipeline (numpy float64 becomes "
-                "torch.float64).",
+                _check("Check the dtype of each input of the operator: class targets must be "
+                       "torch.long; BCE and MSE targets floating point.", "cross-entropy",
+                       "bce"),
+                _check("Check autocast regions and .half() / .bfloat16() applied to parts of "
+                       "the model.", "amp"),
+                _check("Check the dtype produced by the data pipeline (numpy float64 becomes "
+                       "torch.float64).", "from-numpy"),
             ),
             avoid=(
-                "Casting everything to float32 everywhere.",
-                "Disabling mixed precision globally without finding the operator.",
+                _avoid("Casting everything to float32 everywhere.", "guide 5", "guide 9",
+                       forbids=r"\bcast\w*\b[^.]*\beverything\b|\.float\(\)[^.]*\beverywhere\b"),
+                _avoid("Disabling mixed precision globally without finding the operator.",
+                       "guide 9",
+                       forbids=r"\bdisabl\w*\b[^.]*\b(?:autocast|mixed precision|amp)\b"),
             ),
         ),
         Family(
             "shape_mismatch",
             "Mismatched shapes",
             first_checks=(
-                "Compare the shapes in the message with what the layer or loss expects.",
-                "Check the last incomplete batch and variable sequence lengths.",
-                "Check squeeze / unsqueeze / view / flatten before linear layers, and the "
-                "target shape against the output shape for the loss.",
+                _check("Compare the shapes in the message with what the layer or loss "
+                       "expects.", "guide 5", "linear"),
+                _check("Check the last incomplete batch and variable sequence lengths.",
+                       "guide 2", "guide 10"),
+                _check("Check squeeze / unsqueeze / view / flatten before linear layers, and "
+                       "the target shape against the output shape for the loss.", "guide 5",
+                       "view"),
             ),
             avoid=(
-                "Reshaping until it runs: view and reshape can silently mix samples.",
-                "The data is corrupt.",
+                _avoid("Reshaping until it runs: view and reshape can silently mix samples.",
+                       "view", forbids=r"\breshap\w*\b[^.]*\buntil\b"),
+                _avoid("The data is corrupt.", "guide 5",
+                       forbids=r"\b(?:re-?download|regenerate)\b[^.]*\bdata\b"),
             ),
         ),
         Family(
             "index_out_of_bounds",
             "Index or target out of range",
             first_checks=(
-                "Compare the value in the message with the size of the dimension.",
-                "For class targets: a 1..C encoding instead of 0..C-1, an unexpected extra "
-                "class, or ignore_index.",
-                "For embeddings: indices against num_embeddings (vocabulary size, padding id).",
-                "Check that the label mapping is a bijection onto range(C).",
+                _check("Compare the value in the message with the size of the dimension.",
+                       "guide 5", topics=("index_range",)),
+                _check("For class targets, a value equal to C has two readings: labels "
+                       "numbered 1..C, or a class the model was not built for; over the whole "
+                       "dataset, min and max, whether 0 occurs and the number of distinct "
+                       "labels tell them apart.", "guide 7", topics=("label_readings",),
+                       answered_by=("kind_known",)),
+                _check("For embeddings: indices against num_embeddings (vocabulary size, "
+                       "padding id).", "embedding", topics=("vocabulary",),
+                       answered_by=("kind_known",)),
+                _check("Check that the label mapping is a bijection with the class names: "
+                       "cudadiag.check_label_mapping(label_to_index, class_names).", "guide 7",
+                       topics=("label_mapping",), answered_by=("kind_known",)),
             ),
             avoid=(
-                "Widening the output layer or the embedding to make the error go away.",
-                "On the GPU the same data only raises 'device-side assert triggered'; the CPU "
-                "message is the clearer clue, not a different bug.",
+                WIDENING_AVOID,
+                _avoid("The GPU's 'device-side assert triggered' for the same data is another "
+                       "bug: it is this failure, reported without the values.", "guide 3",
+                       "guide 9", forbids=r"\b(?:another|a different|a separate) bug\b"),
             ),
         ),
         Family(
             "library_status",
             "CUDA library status (cuBLAS, cuDNN, ...)",
             first_checks=(
-                "An earlier asynchronous error often surfaces as a library status: re-run the "
-                "cell isolated with blocking launches (%cuda_isolate).",
-                "CUBLAS_STATUS_NOT_INITIALIZED often means out of memory at handle creation, "
-                "or an out-of-range embedding index just before.",
-                "Check the layout and dtype of the inputs (contiguity; cuDNN NOT_SUPPORTED).",
-                "Check the library versions shipped with the PyTorch build.",
+                _check("An earlier asynchronous error often surfaces as a library status: "
+                       "{rerun}.", "guide 3", "guide 4", answered_by=("isolated",)),
+                _check("CUBLAS_STATUS_NOT_INITIALIZED often means out of memory at handle "
+                       "creation, or an out-of-range embedding index just before.",
+                       "cublas-status", "guide 3"),
+                _check("Check the layout and dtype of the inputs (contiguity; cuDNN "
+                       "NOT_SUPPORTED).", "guide 8", "cudnn"),
+                _check("Check the library versions shipped with the PyTorch build.", "guide 2",
+                       "guide 12"),
             ),
             avoid=(
-                "The library is broken.",
-                "Reinstalling CUDA.",
-                "Disabling cuDNN for good.",
+                _avoid("The library is broken.", "guide 5",
+                       forbids=r"\breinstall\w*\b[^.]*\b(?:cublas|cudnn|library)\b"),
+                _avoid("Reinstalling CUDA.", "guide 5", forbids=r"\breinstall\w*\b[^.]*\bCUDA\b"),
+                _avoid("Disabling cuDNN for good.", "guide 9",
+                       forbids=r"cudnn\.enabled ?= ?False|\bdisabl\w*\b[^.]*\bcuDNN\b"),
             ),
             asynchronous=True,
         ),
@@ -219,43 +423,55 @@ FAMILIES: dict[str, Family] = {
             "distributed",
             "Distributed / collective failure",
             first_checks=(
-                "Find the first rank that failed and its own first error: the other ranks "
-                "only time out waiting for it.",
-                "Re-run with NCCL_DEBUG=INFO.",
-                "Check that every rank runs the same collectives in the same order with the "
-                "same shapes.",
-                "Look for a CUDA error (out of memory, device assert) inside one rank before "
-                "the collective.",
+                _check("Find the first rank that failed and its own first error: the other "
+                       "ranks only time out waiting for it.", "guide 1"),
+                _check("Re-run with NCCL_DEBUG=INFO.", "nccl-env"),
+                _check("Check that every rank runs the same collectives in the same order with "
+                       "the same shapes.", "distributed"),
+                _check("Look for a CUDA error (out of memory, device assert) inside one rank "
+                       "before the collective.", "guide 1"),
             ),
             avoid=(
-                "The network is the cause.",
-                "Raising the timeout fixes it.",
-                "The rank that printed last is the culprit.",
+                _avoid("The network is the cause.", "guide 1",
+                       forbids=r"\b(?:network|interconnect|infiniband)\b[^.]*"
+                               r"\b(?:cause|broken|faulty)\b"),
+                _avoid("Raising the timeout fixes it.", "guide 1",
+                       forbids=r"\b(?:rais|increas)\w*\b[^.]*\btimeout\b"),
+                _avoid("The rank that printed last is the culprit.", "guide 1",
+                       forbids=r"\b(?:last|latest) (?:rank|message)\b[^.]*\b(?:culprit|cause)\b"),
             ),
         ),
         Family(
             "driver",
             "Driver or device initialisation",
             first_checks=(
-                "Check that nvidia-smi (or rocm-smi) sees the GPU.",
-                "Check the driver version against torch.version.cuda.",
-                "Check CUDA_VISIBLE_DEVICES and the device index you ask for.",
-                "For launch timeouts: a display watchdog on a GPU that also drives a screen.",
+                _check("Check that nvidia-smi (or rocm-smi) sees the GPU.", "nvidia-smi",
+                       "guide 13"),
+                _check("Check the driver version against torch.version.cuda.",
+                       "cuda-compatibility"),
+                _check("Check CUDA_VISIBLE_DEVICES and the device index you ask for.",
+                       "cuda-env-vars"),
+                _check("For launch timeouts: a display watchdog on a GPU that also drives a "
+                       "screen.", "cuda-runtime-errors"),
             ),
             avoid=(
-                "Reinstalling PyTorch before checking the driver.",
-                "The model code is wrong.",
+                _avoid("Reinstalling PyTorch before checking the driver.", "guide 5",
+                       forbids=r"\breinstall\w*\b[^.]*\b(?:PyTorch|torch)\b"),
+                _avoid("The model code is wrong.", "guide 5",
+                       forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
             ),
         ),
         Family(
             "unknown",
             "Unrecognised error",
             first_checks=(
-                "Find the first error in the output, not the last.",
-                "Re-run the cell isolated with blocking launches (%cuda_isolate).",
-                "Record versions and backend (cudadiag env).",
+                _check("Find the first error in the output, not the last.", "guide 1"),
+                _check("Name the operator that failed: {rerun}.", "guide 4",
+                       answered_by=("isolated",)),
+                _check("Record versions and backend: {env}.", "guide 2"),
             ),
-            avoid=("Concluding from the last message printed.",),
+            avoid=(_avoid("Concluding from the last message printed.", "guide 1",
+                          forbids=r"\bfrom the last (?:message|error|line)\b"),),
         ),
     )
 }
@@ -797,22 +1013,17 @@ with the first error (its advice already follows from them; the error's name is 
 # Fragmentation is likely when the allocator holds, reserved but unused, at least this share
 # of what was asked for: the memory exists but not as one block.
 FRAGMENTATION_RATIO = 1.0
-FRAGMENTATION_CHECK = (
+FRAGMENTATION_CHECK = _check(
     "Memory reserved by PyTorch but unallocated ({reserved_unallocated}) is at least what was "
     "requested ({requested}): fragmentation is likely; try "
-    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
-)
-RUNTIME_OOM_CHECK = (
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.", "cuda-memory")
+RUNTIME_OOM_CHECK = _check(
     "This is CUDA's own out-of-memory (context creation, cuBLAS/cuDNN workspaces, NCCL, an "
     "extension), not PyTorch's allocator: check other processes on the GPU and memory held "
-    "outside PyTorch."
-)
-ARCH_CHECK = (
+    "outside PyTorch.", "cuda-runtime-errors", "cuda-memory")
+ARCH_CHECK = _check(
     "The device's capability {capability} is not in the build's arch list ({arch_list}): "
-    "install a PyTorch build that supports it."
-)
-
-
+    "install a PyTorch build that supports it.", "arch-list", "install", "guide 5")
 
 
 @dataclass(frozen=True)
@@ -822,10 +1033,10 @@ class Pitfall:
 
     name: str
     title: str
-    checks: tuple[str, ...]
+    checks: tuple[Advice, ...]
     isolated: str
     """What an isolated re-run of the cell shows instead (it cannot fall into the pitfall)."""
-    avoid: tuple[str, ...] = ()
+    avoid: tuple[Advice, ...] = ()
     """What not to conclude, instead of the family's (when the family's would mislead)."""
     family_checks: bool = True
     """Whether the family's own first checks follow the pitfall's."""
@@ -839,16 +1050,19 @@ PITFALLS: dict[str, Pitfall] = {
             "A process started with the 'spawn' start method cannot load a function defined "
             "in the notebook",
             checks=(
-                "torch.multiprocessing.spawn starts each process with the 'spawn' start "
-                "method: it imports __main__ afresh and looks the function up there, and a "
-                "notebook's __main__ is no file, so the function is not found. The training "
-                "code never ran: this says nothing about it.",
-                "Re-run the cell with %cuda_isolate: cudadiag runs every rank as its own "
-                "process forked from a fresh interpreter that holds the notebook's function "
-                "(blocking launches, the tracer and the prechecks in each rank) and names the "
-                "rank that failed first.",
-                "Or move the function (and what it uses) to a .py file beside the notebook "
-                "and import it from there: `from ddp_worker import worker`.",
+                _check("torch.multiprocessing.spawn starts each process with the 'spawn' start "
+                       "method: it imports __main__ afresh and looks the function up there, and "
+                       "a notebook's __main__ is no file, so the function is not found. The "
+                       "training code never ran: this says nothing about it.",
+                       "multiprocessing", "start-methods"),
+                _check("Re-run the cell with %cuda_isolate: cudadiag runs every rank as its own "
+                       "process forked from a fresh interpreter that holds the notebook's "
+                       "function (blocking launches, the tracer and the prechecks in each rank) "
+                       "and names the rank that failed first.", "guide 4",
+                       answered_by=("isolated",)),
+                _check("Or move the function (and what it uses) to a .py file beside the "
+                       "notebook and import it from there: `from ddp_worker import worker`.",
+                       "start-methods"),
             ),
             isolated="the original failure was the spawn start method's (its processes could "
                      "not load the notebook's function); here each rank was forked with it, so "
@@ -858,21 +1072,25 @@ PITFALLS: dict[str, Pitfall] = {
             "cpu_only_build",
             "This PyTorch is a build without CUDA",
             checks=(
-                "The torch the program imported has no CUDA support: check it with `python -c "
-                "\"import torch; print(torch.__file__, torch.__version__, torch.version.cuda)\"` "
-                "run by the same interpreter (a `+cpu` version, or torch.version.cuda None; "
-                "`cudadiag env` shows it too).",
-                "Install a CUDA build in this environment (the pip command for your CUDA "
-                "version from pytorch.org's install selector); a notebook kernel may run "
-                "another environment than your terminal: `import sys; sys.executable`.",
-                "No GPU at hand? Keep the tensors on the CPU: `device = 'cuda' if "
-                "torch.cuda.is_available() else 'cpu'`.",
+                _check("The torch the program imported has no CUDA support: check it with "
+                       "`python -c \"import torch; print(torch.__file__, torch.__version__, "
+                       "torch.version.cuda)\"` run by the same interpreter (a `+cpu` version, "
+                       "or torch.version.cuda None; {env} shows it too).", "hip",
+                       "guide 2"),
+                _check("Install a CUDA build in this environment (the pip command for your "
+                       "CUDA version from pytorch.org's install selector); a notebook kernel "
+                       "may run another environment than your terminal: `import sys; "
+                       "sys.executable`.", "install"),
+                _check("No GPU at hand? Keep the tensors on the CPU: `device = 'cuda' if "
+                       "torch.cuda.is_available() else 'cpu'`.", "cuda-semantics"),
             ),
             isolated="the original failure was the build's (no CUDA in it); the isolated "
                      "run uses the same build",
             avoid=(
-                "The driver or the GPU is at fault: this build never looks for them.",
-                "The model code is wrong.",
+                _avoid("The driver or the GPU is at fault: this build never looks for them.",
+                       "install", forbids=BROKEN_HARDWARE),
+                _avoid("The model code is wrong.", "guide 5",
+                       forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
             ),
             family_checks=False,
         ),
@@ -881,11 +1099,13 @@ PITFALLS: dict[str, Pitfall] = {
 
 
 # --- Advice that fits the operator and the values -------------------------------------------
-# Read by advice.py. `OPERATOR_ADVICE`: first checks by the kind of index an operator takes;
-# `OPERATOR_HINTS`: which kinds a piece of text names (a kernel, an assertion, a message, the
-# function of the library frame that raised); `VALUE_PATTERNS`: shapes of the offending
-# values, stated in words. Placeholders: {low}, {high}, {last} (= high - 1), {wider}
-# (= high + 1), {min}, {max}, {values}, {ignore_index}.
+# Read by advice.py. `OPERATOR_ADVICE`: first checks (and conclusions to avoid) by the kind of
+# index an operator takes; `OPERATOR_HINTS`: which kinds a piece of text names (a kernel, an
+# assertion, a message, the function of the library frame that raised); `VALUE_PATTERNS`:
+# shapes of the offending values, stated in words. Placeholders: {low}, {high}, {last}
+# (= high - 1), {wider} (= high + 1), {ordinal} (`28th` for high 27), {min}, {max},
+# {values}, {ignore_index}, {seen} (`; these targets span 0..3` when the tensor's range is
+# known).
 
 
 @dataclass(frozen=True)
@@ -894,8 +1114,10 @@ class OperatorAdvice:
 
     kind: str
     ops: tuple[str, ...]
-    """aten operator names (without `aten::` and overload)."""
-    checks: tuple[str, ...]
+    """aten operator names (without `aten::` and overload); () for a kind no operator names
+    alone (token_target: a class-target operator whose classes are the model's vocabulary)."""
+    checks: tuple[Advice, ...]
+    avoid: tuple[Advice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -911,6 +1133,11 @@ class IndexValues:
     """Of the whole index tensor, when known (the tracer's value range, the batch)."""
     ignore_index: int | None = None
 
+    @property
+    def largest(self) -> int:
+        """The largest value seen: the tensor's max when known, else the largest offending."""
+        return self.max if self.max is not None else max(self.offending)
+
 
 @dataclass(frozen=True)
 class ValuePattern:
@@ -919,10 +1146,27 @@ class ValuePattern:
     name: str
     kinds: tuple[str, ...]
     matches: Callable[[IndexValues], bool]
-    words: str
+    advice: Advice
     group: str
     """At most one pattern of a group applies: the first that matches."""
 
+
+TOKEN_VOCABULARY = _check(
+    "The tokenizer (or the dictionary) and the model must share one vocabulary: len(tokenizer) "
+    "against the model's vocab_size, counted once every token is in — a tokenizer from another "
+    "checkpoint gives ids the model does not have.", "hf-tokenizer", "embedding",
+    topics=("vocabulary",))
+SPECIAL_TOKENS = _check(
+    "Special tokens added to the tokenizer (pad, eos, new tokens) need "
+    "model.resize_token_embeddings(len(tokenizer)) afterwards.", "hf-resize-embeddings",
+    "hf-tokenizer", topics=("special_tokens",))
+IGNORE_INDEX = _check(
+    "Padding and unlabeled targets must equal the loss's ignore_index (default −100), not −1 "
+    "or 0.", "cross-entropy", topics=("ignore_index",), answered_by=("no_negative_values",))
+NEGATIVE_INDICES = _check(
+    "Negative indices: advanced indexing (t[idx]) counts them from the end, gather, scatter "
+    "and index_select do not; a −1 used as padding or 'not found' is out of range.",
+    "gather", "index-select", topics=("negative",), answered_by=("no_negative_values",))
 
 OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
     OperatorAdvice(
@@ -931,13 +1175,36 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
              "nll_loss2d_backward", "nll_loss", "nll_loss_nd", "nll_loss2d",
              "cross_entropy_loss"),
         checks=(
-            "Class targets must lie in [0, C), C = the output width of the last layer "
-            "(logits.shape[1]): compare targets.min() and targets.max() with it.",
-            "Labels numbered from 1 (1..C) need shifting by −1; a class the model was not built "
-            "for needs a wider output layer, sized from the data (max label + 1), not a "
-            "constant.",
-            "Padding and unlabeled targets must equal the loss's ignore_index (default −100), "
-            "not −1 or 0.",
+            _check("Class targets must lie in [0, C) or equal ignore_index, C = the output "
+                   "width (logits.shape[1]). A target equal to C has two readings: labels "
+                   "numbered 1..C, or a class the model was not built for; over the whole "
+                   "dataset, not one batch, min and max, whether 0 occurs and the number of "
+                   "distinct labels against the class names tell them apart.",
+                   "cross-entropy", "guide 7", topics=("index_range", "label_readings")),
+            _check("Fix the mapping where the labels are made, not the model: check it is a "
+                   "bijection with the class names (cudadiag.check_label_mapping("
+                   "label_to_index, class_names)), and keep the failing batch as a case that "
+                   "lives with the project (cudadiag.keep_case(batch, 'bad_label', "
+                   "reason=...)).", "guide 7", topics=("label_mapping", "keep_case")),
+            IGNORE_INDEX,
+            _check("In a language model the targets are token ids and C is the vocabulary: "
+                   "compare the largest id with the vocabulary the model was built with (a "
+                   "token added after it, such as <eos>, has the id C).", "cross-entropy",
+                   "embedding", topics=("vocabulary",), answered_by=("no_vocabulary",)),
+        ),
+        avoid=(SUBTRACTING_AVOID,),
+    ),
+    OperatorAdvice(
+        "token_target",
+        ops=(),
+        checks=(
+            _check("These targets are token ids: the loss's classes are the model's "
+                   "vocabulary (an embedding of as many rows takes the same ids). Compare the "
+                   "largest id in the data with the vocabulary the model was built with.",
+                   "cross-entropy", "embedding", "guide 5", topics=("index_range",)),
+            TOKEN_VOCABULARY,
+            SPECIAL_TOKENS,
+            IGNORE_INDEX,
         ),
     ),
     OperatorAdvice(
@@ -945,15 +1212,14 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
         ops=("embedding", "embedding_dense_backward", "embedding_backward", "embedding_bag",
              "_embedding_bag", "_embedding_bag_forward_only", "embedding_renorm_"),
         checks=(
-            "Token ids must lie in [0, num_embeddings): compare ids.max() with the "
-            "embedding's num_embeddings (model.get_input_embeddings().num_embeddings).",
-            "The tokenizer and the model must share one vocabulary: len(tokenizer) against the "
-            "model's vocab_size — a tokenizer from another checkpoint gives ids the model does "
-            "not have.",
-            "Special tokens added to the tokenizer (pad, eos, new tokens) need "
-            "model.resize_token_embeddings(len(tokenizer)) afterwards.",
-            "padding_idx must be a valid id (< num_embeddings), and the padding value in the "
-            "batches must equal it.",
+            _check("Token ids must lie in [0, num_embeddings): compare ids.max() with the "
+                   "embedding's num_embeddings (model.get_input_embeddings().num_embeddings).",
+                   "embedding", topics=("index_range",)),
+            TOKEN_VOCABULARY,
+            SPECIAL_TOKENS,
+            _check("padding_idx must be a valid id (< num_embeddings), and the padding value "
+                   "in the batches must equal it.", "embedding", topics=("padding",)),
+            NEGATIVE_INDICES,
         ),
     ),
     OperatorAdvice(
@@ -963,13 +1229,17 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
              "_index_put_impl_", "take", "take_along_dim", "index_add", "index_add_",
              "index_copy", "index_copy_", "index_fill", "index_fill_"),
         checks=(
-            "Each index must be smaller than the size of the dimension it indexes: compare "
-            "index.max() with tensor.shape[dim] for the dim the operator uses.",
-            "Negative indices: advanced indexing (t[idx]) accepts −size..−1, gather, scatter "
-            "and index_select do not wrap them; a −1 used as padding or 'not found' is out of "
-            "range.",
-            "Indices computed from another tensor (argmax, lengths, offsets) must refer to this "
-            "tensor's shape, after any slicing or filtering.",
+            _check("Each index must be smaller than the size of the dimension it indexes: "
+                   "compare index.max() with tensor.shape[dim] for the dim the operator uses.",
+                   "gather", "index-select", topics=("index_range",)),
+            _check("An index equal to the size is a value the table was not sized for. Taken "
+                   "from a mapping (characters, categories, ids numbered as they are found), "
+                   "it is a new category in the data, not an off-by-one: compare what the "
+                   "mapping holds (len(stoi)) with the table's rows. Computed from another "
+                   "tensor (argmax, lengths, offsets), it must refer to this tensor's shape, "
+                   "after any slicing or filtering.", "guide 7", "guide 5",
+                   topics=("index_readings",)),
+            NEGATIVE_INDICES,
         ),
     ),
 )
@@ -987,57 +1257,120 @@ OPERATOR_HINTS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = tuple(
     )
 )
 
+
+def _pattern(name: str, kinds: tuple[str, ...], matches: Callable[[IndexValues], bool],
+             text: str, *sources: str, group: str, topics: tuple[str, ...]) -> ValuePattern:
+    return ValuePattern(name, kinds, matches, _check(text, *sources, topics=topics), group)
+
+
 VALUE_PATTERNS: tuple[ValuePattern, ...] = (
-    ValuePattern(
-        "one_based_labels", ("class_target",),
-        lambda v: v.min == 1 and v.max == v.high,
-        "labels may be 1-based: the targets run 1..{high} here, no 0, for {high} classes — if "
-        "the whole label set is 1..{high}, shift it by −1 (target - 1); if 0 is a class too, "
-        "the output needs {wider} classes. Check min and max over the dataset, not one batch",
-        group="range"),
-    ValuePattern(
-        "one_class_more", ("class_target",),
-        lambda v: (v.max if v.max is not None else max(v.offending)) == v.high,
-        "one class more than the output layer: target {high} needs {wider} outputs, the "
-        "layer has {high} — size the layer from the data (max label + 1) or fix the label",
-        group="range"),
-    ValuePattern(
-        "padding_not_ignored", ("class_target",),
-        lambda v: -1 in v.offending and v.ignore_index == -100,
-        "padding −1 is not ignored: the loss skips only −100 (ignore_index=-100) — pad the "
-        "targets with −100 or pass ignore_index=-1",
-        group="negative"),
-    ValuePattern(
+    _pattern(
+        "labels_without_zero", ("class_target",),
+        lambda v: v.min is not None and v.min >= 1 and v.largest == v.high,
+        "target {high} for {high} output columns (valid [{low}, {high}); these targets span "
+        "{min}..{max}, no 0): labels numbered 1..{high}, or a class the model was not built for. "
+        "Over the whole dataset: 0 never a label and {high} distinct values 1..{high} reads as "
+        "a 1..{high} encoding; {wider} distinct values, 0 among them, as an unexpected "
+        "{ordinal} class", "guide 7", "cross-entropy", group="range",
+        topics=("index_range", "label_readings")),
+    _pattern(
+        "label_equals_classes", ("class_target",),
+        lambda v: v.largest == v.high,
+        "target {high} for {high} output columns (valid [{low}, {high}){seen}): a class the model "
+        "was not built for, or labels numbered 1..{high}. Over the whole dataset: {wider} "
+        "distinct values, 0 among them, reads as an unexpected {ordinal} class; 0 never a label "
+        "and {high} distinct values 1..{high} as a 1..{high} encoding", "guide 7", "cross-entropy",
+        group="range", topics=("index_range", "label_readings")),
+    _pattern(
+        "targets_far_beyond", ("class_target",),
+        lambda v: v.largest > v.high,
+        "targets reach {max} for {high} output columns (valid [{low}, {high})): too far for a "
+        "1..{high} encoding — a marker for positions to skip (then pass ignore_index={max}) or "
+        "ids of another numbering, to map onto [0, {high}) where the labels are made",
+        "guide 7", "cross-entropy", group="range", topics=("index_range", "label_readings")),
+    _pattern(
+        "padding_not_ignored", ("class_target", "token_target"),
+        lambda v: -1 in v.offending and v.ignore_index != -1,
+        "−1 among the targets, and the loss skips only ignore_index={ignore_index}: if −1 marks "
+        "padding or unlabeled positions, pad with {ignore_index} or pass ignore_index=-1; if it "
+        "is what a lookup returned for a label it did not find (dict.get(label, -1)), the "
+        "mapping misses a label",
+        "cross-entropy", "guide 7", group="negative", topics=("index_range", "ignore_index")),
+    _pattern(
+        "target_id_is_vocabulary_size", ("token_target",),
+        lambda v: v.largest == v.high,
+        "a target token id equals the vocabulary size ({high}): the loss's {high} classes are "
+        "the model's vocabulary (its embedding has {high} rows), so this is a token the model "
+        "was not built with, not one class more — a token given its id after the model was "
+        "sized (<eos>, pad, a special token): count the vocabulary once every token is in, "
+        "before the model is built, or give that token an id the model has", "embedding",
+        "hf-tokenizer", "guide 5", group="range", topics=("index_range",)),
+    _pattern(
+        "target_ids_beyond_vocabulary", ("token_target",),
+        lambda v: v.largest > v.high,
+        "target token ids reach {max} for a vocabulary of {high}: the targets were made by "
+        "another tokenizer or dictionary than the model's", "hf-tokenizer", "guide 5",
+        group="range", topics=("index_range", "vocabulary")),
+    _pattern(
         "id_is_vocabulary_size", ("embedding",),
-        lambda v: (v.max if v.max is not None else max(v.offending)) == v.high,
-        "a token id equals the vocabulary size ({high}): a token added after the embedding "
-        "was built (pad, eos, a special token) — resize the embedding to len(tokenizer), or "
-        "count the vocabulary with that token",
-        group="range"),
-    ValuePattern(
+        lambda v: v.largest == v.high,
+        "a token id equals the vocabulary size ({high}): a token given its id after the "
+        "embedding was sized (pad, eos, a special token) — count the vocabulary once every "
+        "token is in, before the model is built, or resize the embedding to len(tokenizer)",
+        "embedding", "hf-resize-embeddings", group="range", topics=("index_range",)),
+    _pattern(
         "ids_beyond_vocabulary", ("embedding",),
-        lambda v: (v.max if v.max is not None else max(v.offending)) > v.high,
+        lambda v: v.largest > v.high,
         "token ids reach {max} for an embedding of {high}: the tokenizer and the model do not "
-        "share a vocabulary (another checkpoint, another tokenizer)",
-        group="range"),
-    ValuePattern(
+        "share a vocabulary (another checkpoint, another tokenizer)", "embedding",
+        "hf-tokenizer", group="range", topics=("index_range", "vocabulary")),
+    _pattern(
         "index_is_dimension_size", ("index",),
-        lambda v: (v.max if v.max is not None else max(v.offending)) == v.high,
-        "an index equals the dimension size ({high}): off by one — valid indices run "
-        "0..{last}",
-        group="range"),
-    ValuePattern(
+        lambda v: v.largest == v.high,
+        "an index equals the size of the dimension it indexes ({high}; valid [{low}, {high})). "
+        "Taken from a mapping (characters, categories, ids numbered as they are found), it is "
+        "a {ordinal} value where the table holds {high} — a new category in the data, not an "
+        "off-by-one: count what the mapping holds (len(stoi), the distinct values) against the "
+        "table's {high} rows and find the new one. Computed (a length, an offset), it may be "
+        "off by one", "guide 7", "guide 5", group="range",
+        topics=("index_range", "index_readings")),
+    _pattern(
+        "indices_beyond", ("index",),
+        lambda v: v.largest > v.high,
+        "indices reach {max} for a dimension of {high} (valid [{low}, {high})): they were made for "
+        "another tensor — another table, the size before a slice or a filter, a global id used "
+        "as a local one", "guide 5", group="range", topics=("index_range", "index_readings")),
+    _pattern(
         "negative_indices", ("embedding", "index"),
         lambda v: v.low == 0 and any(x < 0 for x in v.offending),
         "negative indices {values}: this operator does not wrap them like Python; a −1 is "
-        "often a padding or 'not found' marker — mask those positions first",
-        group="negative"),
+        "often a padding or 'not found' marker — mask those positions first", "gather",
+        "index-select", group="negative", topics=("negative",)),
 )
 
 
 def operator_advice(kind: str) -> OperatorAdvice | None:
     """Return the first checks for operators taking index kind `kind`, or None."""
     return next((a for a in OPERATOR_ADVICE if a.kind == kind), None)
+
+
+# What guards.py says after a broken contract: what to check, in the guide's words.
+GUARD_ADVICE: dict[str, Advice] = {
+    "class_targets": _check(
+        "Check the label encoding: a 1..{classes} encoding instead of 0..{last}, or an "
+        "unexpected extra class (over the whole dataset: min, max, whether 0 occurs, how many "
+        "distinct values); fix the mapping where the labels are made "
+        "(cudadiag.check_label_mapping), and do not widen the output layer or subtract 1 "
+        "everywhere to make this pass",
+        "guide 7"),
+    "all_ignored": _check("Check the padding or the masking of this batch", "cross-entropy"),
+    "index_range": _check("Check the vocabulary size, the padding id and where the indices "
+                          "were built", "embedding", "guide 5"),
+    "same_device": _check("Move the stray ones where they are created rather than adding "
+                          "copies at the call", "guide 5"),
+}
+
+
 # Lines a log scanner (`cudadiag explain`) looks at: those holding a signature's anchor, an
 # exception line, or torchrun's failure summary.
 EXTRA_LOG_ANCHORS = ("error:", "exception:", "error ", "(first observed failure)")

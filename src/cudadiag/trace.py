@@ -26,6 +26,8 @@ NEAR_FAILURE = 8
 SIMULATED_DEVICE = "the simulated CUDA device"
 VALUE_RANGE_MAX_NUMEL = 10_000_000
 LIST_ITEMS_SHOWN = 16
+EMBEDDING_LOOKUPS = frozenset({"embedding", "_embedding_bag", "_embedding_bag_forward_only"})
+"""aten operators whose first argument is an embedding table (rows = the vocabulary)."""
 
 _active: list[OpTracer] = []
 
@@ -68,6 +70,9 @@ class OpTracer(TorchDispatchMode):
         self.on_first_raise: Callable[[PrecheckError], object] | None = None
         """Called with that error as it is raised, the failing frames still as they are."""
         self.calls = 0
+        self.vocabularies: dict[int, None] = {}
+        """The row counts of the embedding tables looked up so far, in the order first
+        looked up."""
 
     def __enter__(self) -> OpTracer:
         _active.append(self)
@@ -82,6 +87,8 @@ class OpTracer(TorchDispatchMode):
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         self.calls += 1
+        if func.overloadpacket.__name__ in EMBEDDING_LOOKUPS and args:
+            self.vocabularies.setdefault(int(args[0].shape[0]))
         if self.precheck:
             self._precheck(func, args)
         try:
@@ -122,6 +129,7 @@ class OpTracer(TorchDispatchMode):
             recent=recent,
             precheck=precheck,
             recent_tensors=tensors,
+            vocabularies=list(self.vocabularies),
         )
 
 

@@ -21,14 +21,19 @@ SYLLABLES = ("ka", "lo", "mi", "an", "el", "ri", "sa", "to", "ne", "ha", "bo", "
              "gi", "ju", "ve", "wy", "xo", "qu", "ca", "pe", "ti")
 
 
-def write_names(folder: Path, count: int = 600, with_z: int = 3) -> Path:
-    """names.txt: `count` made-up names, `with_z` of them holding a 'z' (the rare letter)."""
+def write_names(folder: Path, count: int = 600, with_z: int = 3, hyphenated: int = 0) -> Path:
+    """names.txt: `count` made-up names, `with_z` of them holding a 'z' (the rare letter),
+    `hyphenated` of them two names joined by a hyphen (a character the letters do not
+    count)."""
     rng = random.Random(7)
     names = {"".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
              for _ in range(count * 2)}
     names = sorted(names)[:count]
     for i in range(with_z):
         names[(i + 1) * count // (with_z + 1)] += "z"
+    for i in range(hyphenated):
+        at = (2 * i + 1) * count // (2 * hyphenated + 1)
+        names[at] += "-" + names[at + 1]
     path = folder / "names.txt"
     path.write_text("\n".join(names) + "\n")
     return path

@@ -350,9 +350,13 @@ def _incident(failures: list[tuple[BaseException, int | None]], job: Job,
     from cudadiag.diagnose import incident_from_exception, later_error
 
     exc, _cell = failures[0]
+    script = job.script
+    # a script's incident is a `cudadiag run` one from the start: its advice is worded so
     incident = incident_from_exception(
-        exc, RunInfo(mode="isolated", blocking=job.blocking, env_vars=job.env_vars,
-                     cells=[c.number for c in job.cells], batch_replay=job.batch_step),
+        exc, RunInfo(mode="cli" if script is not None else "isolated", blocking=job.blocking,
+                     env_vars=job.env_vars, cells=[c.number for c in job.cells],
+                     batch_replay=job.batch_step,
+                     command=script.command() if script is not None else []),
         locate_cell=cell_of, op=tracer.failed if tracer is not None else None,
         violation=getattr(exc, "violation", None), loop=loop)
     incident.error.later = [later_error(later, cell) for later, cell in failures[1:]]

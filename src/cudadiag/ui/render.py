@@ -264,7 +264,8 @@ def sections(incident: Incident) -> list[Section]:
         error.append(f"operator: {incident.op.name}({args})")
         if incident.op.precheck:
             error.append(f"precheck: {incident.op.precheck}")
-    error += [f"{k}: {v}" for k, v in d.details.items() if k not in UNSHOWN_DETAILS]
+    error += [f"{k}: {detail_text(k, v)}" for k, v in d.details.items()
+              if k not in UNSHOWN_DETAILS]
     error += [f"at {frame_text(f)}" for f in e.traceback if f.user]
     parts.append(Section("error", "First error", error))
     if incident.loop and incident.loop.frames:
@@ -289,6 +290,19 @@ def sections(incident: Incident) -> list[Section]:
         parts.append(Section("ranks", f"Ranks ({len(incident.run.ranks)})",
                              [rank_line(r) for r in incident.run.ranks]))
     return parts
+
+
+def valid_range_text(low: object, high: object) -> str:
+    """`[0, 4)`: the valid values of an index, as every text cudadiag writes shows them
+    (half-open: 4 is not valid)."""
+    return f"[{low}, {high})"
+
+
+def detail_text(key: str, value: Any) -> str:
+    """A detail of a diagnosis as shown: a valid range half-open, the rest as recorded."""
+    if key == "valid_range" and isinstance(value, (list, tuple)) and len(value) == 2:
+        return valid_range_text(*value)
+    return str(value)
 
 
 def _later_place(error: LaterError) -> str:
@@ -434,7 +448,8 @@ def _tensor_flags(t: TensorSummary, valid: list[int] | None) -> list[str]:
     if valid and t.is_integer and t.min is not None and t.max is not None:
         low, high = valid
         if t.max >= high or t.min < low:
-            flags.append(f"{t.path}: values {t.min}..{t.max} outside [{low}, {high})")
+            flags.append(f"{t.path}: values {t.min}..{t.max} outside "
+                         f"{valid_range_text(low, high)}")
     return flags
 
 
