@@ -115,8 +115,8 @@ def test_large_batches_are_saved_beside_the_notebook(tmp_path):
                              signature=Signature.of(incident), batch=(0, batch), verify=False)
     assert result.batch_file == tmp_path / "r.batch.pt"
     cell = nbformat.read(result.path, as_version=4).cells[2].source
-    assert "torch.load('r.batch.pt', weights_only=False)" in cell
-    assert torch.equal(torch.load(result.batch_file)[0], batch[0])
+    assert "torch.load('r.batch.pt', weights_only=True)" in cell
+    assert torch.equal(torch.load(result.batch_file, weights_only=True)[0], batch[0])
 
 
 def test_export_refuses_a_path_that_is_not_a_notebook(tmp_path):

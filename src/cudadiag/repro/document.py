@@ -11,7 +11,6 @@ rewritten to the copies (bundle.py). notebook.py and script.py render it.
 
 from __future__ import annotations
 
-import io
 import math
 import pickle
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from cudadiag.own_work import outside_user_modes
 from cudadiag.repro.bundle import Bundle, rewrite_paths
 from cudadiag.repro.redact import Redactor, masks_a_secret
 from cudadiag.repro.report import render_report
+from cudadiag.repro.sidefiles import load_lines, plain_rng_states, safe_file, torch_bytes
 
 INLINE_MAX_ELEMENTS = 10_000
 
@@ -77,6 +77,9 @@ class ReproDocument:
     redacted: list[str] = field(default_factory=list)
     """Where the scrubber changed the program's code, as `In[N] line L: what (the line)`,
     L counting the lines of the repro's cell (or block) for In[N]."""
+    loading: list[str] = field(default_factory=list)
+    """How the side files load (weights_only=True, or the pickle that can run code), and what
+    was left out because it could not load safely."""
     reproduces: bool | None = None
     observed: Observed | None = None
     """What the verification saw; None until the repro was checked."""
@@ -89,6 +92,8 @@ class ReproDocument:
         if self.redacted:
             lines += ["The export scrubbed the code (secrets, paths, names); the run may need "
                       "the original values filled in:", *(f"- {p}" for p in self.redacted), ""]
+        if self.loading:
+            lines += [" ".join(self.loading), ""]
         return "\n".join(lines) + "\n" + self.report
 
 
@@ -117,13 +122,15 @@ def build_document(incident: Incident, program: Program, stem: str, *,
     scrub = redactor or Redactor()
     env_vars = ROCM_BLOCKING if incident.env and incident.env.hip else NVIDIA_BLOCKING
     side: list[SideFile] = []
+    loading: list[str] = []
     setup = [_blocking_block(env_vars)]
     states = {k: v for k, v in program.rng_states.items()
               if k in program.cells or isinstance(k, str)}
     with outside_user_modes():  # cudadiag's own tensor work, not the user's (simulated) device
-        values = _values_block(program.values, stem, side)
-        batch = _batch_block(program.batch, stem, side)
+        values = _values_block(program.values, stem, side, loading)
+        batch = _batch_block(program.batch, stem, side, loading)
         rng = _rng_block(states, stem, side)
+    loading[:0] = _safe_loading([f.name for f in side if f.name.endswith(".pt")])
     bundle = program.bundle
     if bundle is not None and bundle.copied:
         setup.append(_bundle_folder_block(bundle.folder))  # before the side files are read
@@ -153,7 +160,16 @@ def build_document(incident: Incident, program: Program, stem: str, *,
                                 "bundled": sorted(bundle.copied.values()) if bundle else []}),
         chdir=program.cwd if program.files_read and not bundle else None,
         script_setup=scrub.code(program.setup) if program.setup else None,
+        loading=loading,
     )
+
+
+def _safe_loading(names: list[str]) -> list[str]:
+    if not names:
+        return []
+    listed = ", ".join(f"`{n}`" for n in names)
+    return [f"The files beside it ({listed}) load with `torch.load(..., weights_only=True)`: "
+            "tensors and plain values only, so opening them runs no code."]
 
 
 def literal(value: Any) -> str | None:
@@ -238,9 +254,12 @@ def _closing(incident: Incident) -> str:
     return f"## What to check first\n\n{checks}\n\n## Conclusions to avoid\n\n{avoid}\n"
 
 
-def _values_block(values: Path | None, stem: str, side: list[SideFile]) -> str | None:
-    """Inline the shipped values that have a literal; the others go to `<stem>.values.pkl`
-    (all of them, as kept, when they cannot be read back here)."""
+def _values_block(values: Path | None, stem: str, side: list[SideFile],
+                  loading: list[str]) -> str | None:
+    """Inline the shipped values that have a literal; the others go to `<stem>.values.pt`
+    (loaded with weights_only=True), or, when they cannot load that way, to
+    `<stem>.values.pkl` (all of them, as kept, when they cannot be read back here), which
+    `loading` then warns about."""
     if values is None:
         return None
     data = values.read_bytes()
@@ -254,18 +273,28 @@ def _values_block(values: Path | None, stem: str, side: list[SideFile]) -> str |
     lines = ["# Values the isolated run received from the kernel (instead of replaying the "
              "cells that made them)", "import torch", ""]
     lines += [f"{name} = {code}" for name, code in inline.items()]
-    if rest or not loaded:
+    safe = safe_file(rest) if rest else None
+    if safe is not None and safe.refused is None:
+        name = f"{stem}.values.pt"
+        side.append(SideFile(name, safe.data))
+        lines += [*load_lines(name, "_values", safe.safe_globals),
+                  f"globals().update(_values)  # {', '.join(rest)}"]
+    elif rest or not loaded:
         import cloudpickle
 
         name = f"{stem}.values.pkl"
         side.append(SideFile(name, cloudpickle.dumps(rest) if loaded else data))
         shown = ", ".join(rest) or "the shipped values"
-        lines += ["import pickle", "", f"with open({name!r}, 'rb') as f:  # {shown}: saved "
-                  "beside this file", "    globals().update(pickle.load(f))"]
+        loading.append(f"`{name}` ({shown}, shipped from the kernel) is a pickle: loading it "
+                       "can run code. Run this repro only if you trust where it came from.")
+        lines += ["import pickle", "", f"with open({name!r}, 'rb') as f:  # {shown}: a "
+                  "pickle beside this file (loading it can run code)",
+                  "    globals().update(pickle.load(f))"]
     return "\n".join(lines)
 
 
-def _batch_block(batch: tuple[int, Any] | None, stem: str, side: list[SideFile]) -> str | None:
+def _batch_block(batch: tuple[int, Any] | None, stem: str, side: list[SideFile],
+                 loading: list[str]) -> str | None:
     if batch is None:
         return None
     step, data = batch
@@ -275,8 +304,13 @@ def _batch_block(batch: tuple[int, Any] | None, stem: str, side: list[SideFile])
         body = [f"batch = {code}"]
     else:
         name = f"{stem}.batch.pt"
-        side.append(SideFile(name, _torch_bytes(data)))
-        body = [f"batch = torch.load({name!r}, weights_only=False)  # saved beside this file"]
+        safe = safe_file(data)
+        if safe.refused is not None:
+            loading.append(f"The recorded batch of step {step} was left out: {safe.refused}; "
+                           "the program reads its own data instead.")
+            return None
+        side.append(SideFile(name, safe.data))
+        body = load_lines(name, "batch", safe.safe_globals)
     body.append(f"replay_batch({step}, batch)  # the next watch() yields only this batch, as "
                 f"step {step}")
     return "\n".join(intro + body)
@@ -289,11 +323,10 @@ def _rng_block(states: dict[Any, dict[str, Any]], stem: str,
     if not states:
         return None
     name = f"{stem}.rng.pt"
-    side.append(SideFile(name, _torch_bytes(
-        {n: {k: v for k, v in s.items() if k != "cuda"} for n, s in states.items()})))
+    side.append(SideFile(name, torch_bytes(plain_rng_states(states))))
     return "\n".join([
         "import random", "import torch", "",
-        f"_rng = torch.load({name!r}, weights_only=False)  # saved beside this file",
+        *load_lines(name, "_rng", ()),
         "", "", "def restore_rng(cell):",
         '    """The RNG states this cell (or loop) started from in the original run."""',
         "    states = _rng.get(cell, {})",
@@ -301,18 +334,8 @@ def _rng_block(states: dict[Any, dict[str, Any]], stem: str,
         '        torch.set_rng_state(torch.as_tensor(states["torch"], dtype=torch.uint8))',
         '    if "random" in states:', '        random.setstate(states["random"])',
         '    if "numpy" in states:', "        import numpy",
-        '        numpy.random.set_state(states["numpy"])',
+        '        numpy.random.set_state(tuple(states["numpy"]))',
     ])
-
-
-def _torch_bytes(value: Any) -> bytes:
-    """torch.save into memory: the write to disk is ours, so a full disk is an OSError
-    (torch's own writer reports it as a RuntimeError from its C++ internals)."""
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save(value, buffer)
-    return buffer.getvalue()
 
 
 def _inlinable(t: Any) -> bool:
