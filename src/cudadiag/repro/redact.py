@@ -2,14 +2,14 @@
 a precise request with personal data and needless paths removed.
 
 Secrets are found as values, then masked wherever they appear: the values of environment
-variables whose names look secret (SECRET_ENV_NAMES), what detect-secrets' detectors find
-(AWS, GitHub, Slack, JWT, URL credentials, keyword assignments, high-entropy strings...), and
-cudadiag's own shapes for what those do not cover (OWN_SECRET_SHAPES: Hugging Face tokens,
-newer OpenAI and GitHub tokens, Authorization headers, private key bodies;
-WORDLIKE_SECRET_SHAPES: `token VALUE`, `token = VALUE`, where a value that reads as a word is
-prose, not a secret). Then the home directory becomes `~`, the user (unless a shared account
-such as root) and host names, e-mail and IP addresses are masked, and absolute paths outside
-the project are shortened to their last two parts.
+variables whose names look secret (secret_names.SECRET_ENV_NAMES), what detect-secrets'
+detectors find (AWS, GitHub, Slack, JWT, URL credentials, keyword assignments, high-entropy
+strings...), and cudadiag's own shapes for what those do not cover (OWN_SECRET_SHAPES:
+Hugging Face tokens, newer OpenAI and GitHub tokens, Authorization headers, private key
+bodies; WORDLIKE_SECRET_SHAPES: `token VALUE`, `token = VALUE`, where a value that reads as a
+word is prose, not a secret). Then the home directory becomes `~`, the user (unless a shared
+account such as root) and host names, e-mail and IP addresses are masked, and absolute paths
+outside the project are shortened to their last two parts.
 
 Code is scrubbed token by token (`Redactor.code`): only string literals and comments change,
 and a cell that parsed still parses.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import fnmatch
 import functools
 import getpass
 import io
@@ -33,13 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-SECRET_ENV_NAMES = (
-    "*TOKEN*", "*SECRET*", "*KEY*", "*PASSWORD*", "*PASSWD*", "*PASSPHRASE*", "*CREDENTIAL*",
-    "*_AUTH*", "AUTH_*", "*_PAT", "*_DSN", "*COOKIE*", "HF_*", "HUGGING_FACE_*", "AWS_*",
-    "AZURE_*", "WANDB_API_KEY", "OPENAI_*", "ANTHROPIC_*", "DATABASE_URL",
-)
-"""Environment variables whose values are masked wherever they appear (case-insensitive
-shell patterns)."""
+from cudadiag.secret_names import looks_secret, masked_value
+
 SECRET_MIN_LENGTH = 6
 """Shorter values are not worth masking: they would mask ordinary words and numbers."""
 NOT_SECRET_VALUES = frozenset({"true", "false", "yes", "no", "none", "null", "enabled",
@@ -167,7 +161,7 @@ class Redactor:
         once is masked in every place. Paths, names, hashes and addresses are kept: the
         value stays a faithful record (`show --json`)."""
         text = json.dumps(value, default=str, ensure_ascii=False)
-        found = {secret: f"[REDACTED:{name}]" for secret, name in self._env_secrets
+        found = {secret: masked_value(name) for secret, name in self._env_secrets
                  if secret in text}
         for secret in _own_secrets(text):
             found.setdefault(secret, SECRET)
@@ -184,7 +178,7 @@ class Redactor:
 
     def secrets_in(self, text: str) -> dict[str, str]:
         """Return the secret values `text` holds, each with its placeholder."""
-        found = {value: f"[REDACTED:{name}]" for value, name in self._env_secrets
+        found = {value: masked_value(name) for value, name in self._env_secrets
                  if value in text}
         for value in (*_own_secrets(text), *_detect_secrets(text)):
             found.setdefault(value, SECRET)
@@ -217,7 +211,7 @@ def secret_env_values(env: Mapping[str, str]) -> list[tuple[str, str]]:
     values are worth masking, longest value first."""
     found = []
     for name, value in env.items():
-        if not any(fnmatch.fnmatchcase(name.upper(), p) for p in SECRET_ENV_NAMES):
+        if not looks_secret(name):
             continue
         value = value.strip()
         if (len(value) < SECRET_MIN_LENGTH or value.lower() in NOT_SECRET_VALUES
