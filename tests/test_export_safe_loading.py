@@ -22,6 +22,7 @@ from cudadiag.repro.loops import current_states
 from cudadiag.repro.notebook import export_notebook
 
 SAFE = "load with `torch.load(..., weights_only=True)`"
+LOAD = "{target} = torch.load(os.path.join(_repro_dir, '{name}'), weights_only=True)"
 
 
 class _Swapped:
@@ -72,7 +73,7 @@ def test_a_pickle_swapped_in_for_a_side_file_runs_nothing(tmp_path):
                      batch=(5, batch))
     code = _code(result.path)
     assert "weights_only=False" not in code
-    assert "batch = torch.load('r.batch.pt', weights_only=True)  # saved beside" in code
+    assert LOAD.format(target="batch", name="r.batch.pt") in code
     header = nbformat.read(result.path, as_version=4).cells[0].source
     assert f"The files beside it (`r.batch.pt`) {SAFE}" in header
     errors, text = _outputs(_executed(result.path))
@@ -95,7 +96,7 @@ def test_rng_states_with_numpy_load_safely_and_give_the_same_numbers(tmp_path):
     cells = {1: "import numpy, random, torch\n"
                 "print('drawn', (torch.rand(1).item(), random.random(), numpy.random.rand()))"}
     result = _export(tmp_path, cells, rng_states={1: states})
-    assert "_rng = torch.load('r.rng.pt', weights_only=True)  # saved beside" in _code(result.path)
+    assert LOAD.format(target="_rng", name="r.rng.pt") in _code(result.path)
     torch.load(tmp_path / "r.rng.pt", weights_only=True)
     errors, text = _outputs(_executed(result.path))
     assert not errors, errors
@@ -111,7 +112,7 @@ def test_a_batch_with_numpy_arrays_names_the_types_it_needs_in_the_code(tmp_path
                      batch=(0, batch))
     code = _code(result.path)
     assert "torch.serialization.add_safe_globals([numpy." in code
-    assert "batch = torch.load('r.batch.pt', weights_only=True)  # saved beside" in code
+    assert LOAD.format(target="batch", name="r.batch.pt") in code
     errors, text = _outputs(_executed(result.path))
     assert not errors, errors
     assert "types ndarray 63 img1.png" in text
@@ -140,7 +141,7 @@ def test_shipped_values_that_are_tensors_load_safely(tmp_path):
     result = _export(tmp_path, {1: "print(logits.shape)"},
                      program=Program(cells={}, values=values))
     code = _code(result.path)
-    assert "_values = torch.load('r.values.pt', weights_only=True)  # saved beside" in code
+    assert LOAD.format(target="_values", name="r.values.pt") in code
     assert "step = 7" in code and "pickle" not in code
     done = subprocess.run([sys.executable, "-c", "import torch; print(sorted(torch.load("
                            "'r.values.pt', weights_only=True)))"], cwd=tmp_path,

@@ -19,6 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+REPRO_DIR = "_repro_dir"
+"""The repro's variable that holds its own folder, where its side files are (document.py
+sets it first)."""
 MAX_SAFE_GLOBALS = 16
 """The most types a batch may need besides tensors and plain values."""
 _UNSUPPORTED = re.compile(r"GLOBAL (\S+) was not an allowed global|allowlisted via "
@@ -70,11 +73,17 @@ def safe_file(value: Any) -> SafeFile:
     return SafeFile(refused=f"it needs more than {MAX_SAFE_GLOBALS} types besides tensors")
 
 
+def side_path(name: str) -> str:
+    """The repro's expression for the path of its side file `name`."""
+    return f"os.path.join({REPRO_DIR}, {name!r})"
+
+
 def load_lines(name: str, target: str, safe_globals: tuple[str, ...]) -> list[str]:
     """The repro's code that loads side file `name` into `target` with weights_only=True,
     allowing `safe_globals` (dotted names) first."""
+    load = f"{target} = torch.load({side_path(name)}, weights_only=True)  # saved beside it"
     if not safe_globals:
-        return [f"{target} = torch.load({name!r}, weights_only=True)  # saved beside this file"]
+        return [load]
     modules = sorted({_module_of(g) for g in safe_globals})
     shown = ", ".join(g.rsplit(".", 1)[1] for g in safe_globals)
     return [
@@ -84,7 +93,7 @@ def load_lines(name: str, target: str, safe_globals: tuple[str, ...]) -> list[st
         'if not hasattr(torch.serialization, "add_safe_globals"):',
         f"    raise RuntimeError({name + ' needs torch 2.4 or later to load safely'!r})",
         f"torch.serialization.add_safe_globals([{', '.join(safe_globals)}])",
-        f"{target} = torch.load({name!r}, weights_only=True)  # saved beside this file",
+        load,
     ]
 
 
