@@ -108,3 +108,24 @@ def test_the_variables_code_reads_are_found_by_name():
                                      "WANDB_MODE", "SEED"]
     assert environ_reads("%env X=1\nimport os; os.environ.setdefault('Y', '2')") == ["Y"]
     assert environ_reads("def broken(:") == []
+
+
+@pytest.mark.slow
+def test_a_run_records_the_variables_its_code_read_as_it_started_but_not_the_machine_s(
+        monkeypatch):
+    from cudadiag.isolate.runner import run_isolated
+
+    monkeypatch.setenv("GPT_SMALL", "1")
+    monkeypatch.setenv("WANDB_API_KEY", "0123456789abcdef0123456789abcdef01234567")
+    monkeypatch.delenv("EVAL_ONLY", raising=False)
+    result = run_isolated(
+        "import os\n"
+        "small = os.environ.get('GPT_SMALL')\n"
+        "os.environ['GPT_SMALL'] = 'changed later'\n"
+        "cache = os.path.join(os.environ['HOME'], '.cache')\n"
+        "wandb_key = os.getenv('WANDB_API_KEY')\n"
+        "eval_only = os.getenv('EVAL_ONLY') == '1'\n"
+        "raise RuntimeError('CUDA error: device-side assert triggered')",
+        store=False, stream=False)
+    assert result.incident.run.environ == {
+        "GPT_SMALL": "1", "WANDB_API_KEY": "[REDACTED:WANDB_API_KEY]", "EVAL_ONLY": None}

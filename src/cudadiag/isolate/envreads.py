@@ -5,17 +5,31 @@ A read names the variable as a string literal: `os.environ["NAME"]`, `os.environ
 `os.environ.setdefault("NAME", ...)`, `os.environ.pop("NAME", ...)`, `"NAME" in os.environ`.
 Writes (`os.environ["NAME"] = ...`, `del os.environ["NAME"]`) are not reads. A name computed at
 run time is not found. The run that records them (isolate/worker.py) takes their values as
-the program started with them, so a repro can set them again.
+the program started with them, so a repro can set them again, except those that describe
+the machine rather than the program (MACHINE_VARIABLES: HOME, PATH, a launcher's RANK...).
 """
 
 from __future__ import annotations
 
 import ast
+import fnmatch
 
 from cudadiag.isolate.cellfacts import python_source
 
 READING_METHODS = frozenset({"get", "setdefault", "pop", "__getitem__", "__contains__"})
 """Methods of os.environ that read a variable named by their first argument."""
+
+MACHINE_VARIABLES = (
+    "HOME", "USER", "LOGNAME", "USERNAME", "PATH", "PWD", "OLDPWD", "SHELL", "HOSTNAME",
+    "TERM", "TERM_*", "COLORTERM", "LANG", "LANGUAGE", "LC_*", "TZ", "DISPLAY", "XDG_*",
+    "TMPDIR", "TEMP", "TMP", "SSH_*", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_*",
+    "JPY_*", "JUPYTER_*", "KERNEL_*", "VSCODE_*", "RANK", "LOCAL_RANK", "GROUP_RANK",
+    "ROLE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_*", "SLURM_*", "CUDADIAG_*",
+)
+"""Variables that describe the machine, the user, the session or a launcher's process (its
+rank), not how the program is configured: a repro carries none of them to another machine
+(shell patterns)."""
 
 
 def environ_reads(source: str) -> list[str]:
@@ -28,6 +42,11 @@ def environ_reads(source: str) -> list[str]:
     reads = sorted(((node.lineno, node.col_offset), name) for node in ast.walk(tree)
                    if isinstance(node, ast.expr) and (name := _read_name(node)) is not None)
     return list(dict.fromkeys(name for _, name in reads))
+
+
+def describes_the_machine(name: str) -> bool:
+    """True for a variable of MACHINE_VARIABLES."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in MACHINE_VARIABLES)
 
 
 def _read_name(node: ast.AST) -> str | None:

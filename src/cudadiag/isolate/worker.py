@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from cudadiag.incident import Incident, LoopContext, RunInfo, exception_chain
 from cudadiag.isolate import program_files, rankfiles, spawn
-from cudadiag.isolate.envreads import environ_reads
+from cudadiag.isolate.envreads import describes_the_machine, environ_reads
 from cudadiag.isolate.job import Job, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
 from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
@@ -203,7 +203,7 @@ def _environ_read(job: Job, modules: Iterable[str], environ: dict[str, str]
                   ) -> dict[str, str | None]:
     """The variables the program's code (its cells, its script, its own modules) reads, as
     it started with them: None when unset, a secret-named one's value masked (the log never
-    holds it)."""
+    holds it); those that describe the machine are left out."""
     sources = [cell.source for cell in job.cells]
     files = [*([job.script.target] if job.script and not job.script.module else []), *modules]
     for path in files:
@@ -211,7 +211,8 @@ def _environ_read(job: Job, modules: Iterable[str], environ: dict[str, str]
             sources.append(Path(path).read_text())
         except (OSError, UnicodeDecodeError):
             continue
-    names = dict.fromkeys(name for source in sources for name in environ_reads(source))
+    names = dict.fromkeys(name for source in sources for name in environ_reads(source)
+                          if not describes_the_machine(name))
     return {name: masked_value(name) if name in environ and looks_secret(name)
             else environ.get(name) for name in names}
 
