@@ -125,6 +125,7 @@ def test_a_run_records_the_variables_its_code_read_as_it_started_but_not_the_mac
         "cache = os.path.join(os.environ['HOME'], '.cache')\n"
         "wandb_key = os.getenv('WANDB_API_KEY')\n"
         "eval_only = os.getenv('EVAL_ONLY') == '1'\n"
+        "synchronous = os.environ.get('CUDA_LAUNCH_BLOCKING')  # set by cudadiag for the run\n"
         "raise RuntimeError('CUDA error: device-side assert triggered')",
         store=False, stream=False)
     assert result.incident.run.environ == {

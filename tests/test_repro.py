@@ -172,3 +172,16 @@ def test_the_variables_a_program_read_are_set_unset_or_left_to_the_reader(tmp_pa
                         lambda: dict(__import__("os").environ))
     env = check_environment(doc)
     assert "GPT_SMALL" not in env and "FAULT" not in env and env["HF_TOKEN"] == "from the shell"
+
+
+def test_a_search_cut_by_its_time_budget_says_how_much_to_ask_for():
+    from cudadiag.repro.minimize import MinimizeResult
+
+    result = MinimizeResult(cells={1: "pass"}, signature=Signature("oom", "X"), trials=9,
+                            wall_s=60.2, original_cells=3, original_statements=9,
+                            statements=4, stopped="timeout", timeout=60)
+    assert result.stopped_text() == ("stopped early (timeout): the best candidate so far was "
+                                     "kept (more time may make it smaller: --timeout 240)")
+    result.stopped = "max trials"
+    assert result.stopped_text() == "stopped early (max trials): the best candidate so far " \
+                                    "was kept"

@@ -203,7 +203,8 @@ def _environ_read(job: Job, modules: Iterable[str], environ: dict[str, str]
                   ) -> dict[str, str | None]:
     """The variables the program's code (its cells, its script, its own modules) reads, as
     it started with them: None when unset, a secret-named one's value masked (the log never
-    holds it); those that describe the machine are left out."""
+    holds it); those that describe the machine, and those cudadiag set for the run (the
+    blocking variables), are left out."""
     sources = [cell.source for cell in job.cells]
     files = [*([job.script.target] if job.script and not job.script.module else []), *modules]
     for path in files:
@@ -211,8 +212,9 @@ def _environ_read(job: Job, modules: Iterable[str], environ: dict[str, str]
             sources.append(Path(path).read_text())
         except (OSError, UnicodeDecodeError):
             continue
+    ours = {*BLOCKING_VARIABLES, *job.env_vars}  # set for the run by cudadiag, not the user
     names = dict.fromkeys(name for source in sources for name in environ_reads(source)
-                          if not describes_the_machine(name))
+                          if not describes_the_machine(name) and name not in ours)
     return {name: masked_value(name) if name in environ and looks_secret(name)
             else environ.get(name) for name in names}
 

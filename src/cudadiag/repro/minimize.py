@@ -83,6 +83,19 @@ class MinimizeResult:
     failure was the same under other seeds."""
     reference_s: float = 0.0
     """How long the reference run took to fail (seconds)."""
+    timeout: float | None = None
+    """The time budget it had."""
+
+    def stopped_text(self) -> str:
+        """Return why the search ended early and what was kept ("" when it did not): with
+        the time to ask for when the budget ran out."""
+        if not self.stopped:
+            return ""
+        text = f"stopped early ({self.stopped}): the best candidate so far was kept"
+        if self.stopped == "timeout" and self.timeout:
+            text += (f" (more time may make it smaller: --timeout "
+                     f"{_more_time(self.timeout):g})")
+        return text
 
     def notes(self) -> list[str]:
         """Return the lines that tell what the minimizer changed besides removing code: the
@@ -301,7 +314,7 @@ def minimize(
                 stopped=search.stopped, history=search.history, refused=search.refused,
                 incident=search.best_incident, loop=cut, loop_states=states,
                 seeds_dropped=[u.source for u in admissible.unseeded_draws(best)],
-                reference_s=begin.seconds,
+                reference_s=begin.seconds, timeout=timeout,
             )
     finally:
         if owned:
