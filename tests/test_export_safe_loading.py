@@ -147,3 +147,33 @@ def test_shipped_values_that_are_tensors_load_safely(tmp_path):
                            "'r.values.pt', weights_only=True)))"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "['logits']", done.stderr
+
+
+def test_a_batch_that_needs_a_function_that_could_run_code_is_refused():
+    import functools
+
+    from cudadiag.repro.sidefiles import safe_file
+
+    batch = {"x": torch.rand(3), "make": functools.partial(torch.zeros, 3)}
+    assert safe_file(batch).refused == ("it needs functools.partial, builtins.getattr: "
+                                        "allowing those could run code")
+
+
+def test_torch_versions_without_the_safe_globals_api_are_told_apart(monkeypatch, tmp_path):
+    import os
+
+    from cudadiag.repro.sidefiles import load_lines, safe_file
+
+    batch = {"ids": numpy.arange(64), "x": torch.rand(4)}
+    listed = safe_file(batch)
+    assert "numpy.ndarray" in listed.safe_globals
+    (tmp_path / "r.batch.pt").write_bytes(listed.data)
+    code = "\n".join(["import torch", *load_lines("r.batch.pt", "batch", listed.safe_globals)])
+    # torch 2.3 loads with weights_only=True, but has no add_safe_globals
+    monkeypatch.delattr(torch.serialization, "add_safe_globals")
+    with pytest.raises(RuntimeError, match=r"r.batch.pt needs torch 2.4 or later"):
+        exec(code, {"os": os, "_repro_dir": str(tmp_path)})
+    # torch 2.4 cannot list what a file needs: the export leaves such a batch out
+    monkeypatch.delattr(torch.serialization, "get_unsafe_globals_in_checkpoint")
+    assert "cannot list them (torch 2.5 does)" in safe_file(batch).refused
+    assert safe_file({"x": torch.rand(4)}).refused is None  # tensors alone: any version

@@ -6,13 +6,15 @@ swapped beside a shared repro cannot run anything when the repro opens it. The R
 are put in that form (numpy's key becomes a list of ints). A batch that holds other types
 (numpy arrays, a named tuple, a library's batch class) names each type it needs in the
 repro's own code (`torch.serialization.add_safe_globals`, torch 2.4 and later), where a
-reader sees them; the file cannot add to that list. A batch whose types cannot be named that
+reader sees them; the file cannot add to that list, and no function that could run code
+(`eval`, `os.system`, `getattr`) is ever on it. A batch whose types cannot be named that
 way (a class the program itself defines, or an export under torch older than 2.5, which
 cannot list what a file needs) is left out, and the header says so.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import io
 import re
@@ -24,6 +26,20 @@ REPRO_DIR = "_repro_dir"
 sets it first)."""
 MAX_SAFE_GLOBALS = 16
 """The most types a batch may need besides tensors and plain values."""
+CLOSED_MODULES = frozenset({
+    "os", "posix", "nt", "sys", "subprocess", "importlib", "pickle", "_pickle", "shutil",
+    "socket", "runpy", "code", "codeop", "types", "operator", "functools", "ctypes", "io",
+    "_io", "marshal", "signal", "multiprocessing", "threading", "asyncio", "pathlib",
+    "tempfile", "webbrowser", "pty",
+})
+"""Packages nothing is allowed from: what they hold reaches the system or runs code."""
+SAFE_BUILTINS = frozenset({"set", "frozenset", "list", "dict", "tuple", "bytes", "bytearray",
+                           "complex", "slice", "range"})
+"""The builtins a file may name: containers and values."""
+SAFE_REBUILDERS = ("numpy.*._reconstruct", "numpy.*.scalar", "torch._utils._rebuild_*",
+                   "torch._tensor._rebuild_from_type_v2", "copyreg._reconstructor")
+"""Functions (not types) a file may name: those that rebuild an array, a scalar or a tensor
+from its data (shell patterns)."""
 _UNSUPPORTED = re.compile(r"GLOBAL (\S+) was not an allowed global|allowlisted via "
                           r"`add_safe_globals`, but got <class '([^']+)'>")
 """The unpickler's two ways of naming a type it refused."""
@@ -61,6 +77,11 @@ def safe_file(value: Any) -> SafeFile:
         if any(f is None for f in found):
             missing = [n for n, f in zip(names, found, strict=True) if f is None]
             return SafeFile(refused=f"it holds {', '.join(missing)}, which cannot be imported")
+        closed = [n for n, f in zip(names, found, strict=True) if not _may_allow(n, f)]
+        if closed:
+            return SafeFile(refused=f"it needs {', '.join(closed)}: allowing "
+                                    f"{'that' if len(closed) == 1 else 'those'} could run "
+                                    "code")
         failure = _load_failure(data, found)
         if failure is None:
             return SafeFile(data, tuple(names))
@@ -131,6 +152,19 @@ def _resolved(dotted: str) -> Any:
     for attribute in dotted[len(module) + 1:].split("."):
         found = getattr(found, attribute, None)
     return found
+
+
+def _may_allow(dotted: str, found: Any) -> bool:
+    """True when a repro may allow `dotted` (the object `found`) for a weights_only load: a
+    type from outside CLOSED_MODULES (a builtin only from SAFE_BUILTINS), or a function of
+    SAFE_REBUILDERS."""
+    package = dotted.split(".")[0]
+    if package in CLOSED_MODULES:
+        return False
+    if package == "builtins":
+        return dotted.split(".", 1)[1] in SAFE_BUILTINS
+    return isinstance(found, type) or any(fnmatch.fnmatchcase(dotted, pattern)
+                                          for pattern in SAFE_REBUILDERS)
 
 
 def _module_of(dotted: str) -> str:
