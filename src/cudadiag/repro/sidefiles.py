@@ -67,7 +67,7 @@ def safe_file(value: Any) -> SafeFile:
     if listing is None:
         return SafeFile(refused=f"it holds types other than tensors, and torch "
                                 f"{torch.__version__} cannot list them (torch 2.5 does)")
-    names = list(listing(io.BytesIO(data)))
+    names = sorted(listing(io.BytesIO(data)))  # a set inside torch: its order varies
     while len(names) <= MAX_SAFE_GLOBALS:
         local = [n for n in names if n.split(".")[0] == "__main__"]
         if local:
@@ -77,7 +77,7 @@ def safe_file(value: Any) -> SafeFile:
         if any(f is None for f in found):
             missing = [n for n, f in zip(names, found, strict=True) if f is None]
             return SafeFile(refused=f"it holds {', '.join(missing)}, which cannot be imported")
-        closed = [n for n, f in zip(names, found, strict=True) if not _may_allow(n, f)]
+        closed = sorted(n for n, f in zip(names, found, strict=True) if not _may_allow(n, f))
         if closed:
             return SafeFile(refused=f"it needs {', '.join(closed)}: allowing "
                                     f"{'that' if len(closed) == 1 else 'those'} could run "
