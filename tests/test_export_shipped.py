@@ -51,8 +51,11 @@ def test_default_plan_ships_values_and_the_export_carries_them(shell, capsys, tm
     assert "reproduces: yes" in out, out
     code = _code(tmp_path / "repro.ipynb")
     assert "target = torch.tensor([0, 1, 2, 3, 4, 5, 6, 100, 8" in code  # small: inlined
-    assert "with open('repro.values.pkl', 'rb') as f:  # logits" in code  # large: beside it
-    assert (tmp_path / "repro.values.pkl").exists()
+    # large: beside it, loaded with weights_only=True (a tensor)
+    assert ("_values = torch.load(os.path.join(_repro_dir, 'repro.values.pt'), "
+            "weights_only=True)") in code
+    assert "globals().update(_values)  # logits" in code
+    assert (tmp_path / "repro.values.pt").exists()
     assert f"In[{logits_cell}]" not in code  # shipped, not replayed
 
 

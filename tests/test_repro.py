@@ -114,9 +114,10 @@ def test_large_batches_are_saved_beside_the_notebook(tmp_path):
     result = export_notebook(incident, tmp_path / "r.ipynb", {1: "pass"},
                              signature=Signature.of(incident), batch=(0, batch), verify=False)
     assert result.batch_file == tmp_path / "r.batch.pt"
-    cell = nbformat.read(result.path, as_version=4).cells[2].source
-    assert "torch.load('r.batch.pt', weights_only=False)" in cell
-    assert torch.equal(torch.load(result.batch_file)[0], batch[0])
+    (cell,) = [c.source for c in nbformat.read(result.path, as_version=4).cells
+               if "replay_batch(" in c.source]
+    assert "torch.load(os.path.join(_repro_dir, 'r.batch.pt'), weights_only=True)" in cell
+    assert torch.equal(torch.load(result.batch_file, weights_only=True)[0], batch[0])
 
 
 def test_export_refuses_a_path_that_is_not_a_notebook(tmp_path):
@@ -145,3 +146,42 @@ def test_progress_counts_cells_while_removing_cells_and_statements_after():
     by_phase = {phase: [best for p, best in shown if p == phase] for phase, _ in shown}
     assert max(by_phase["cells"]) <= len(cells) and by_phase["cells"][-1] == len(result.cells)
     assert by_phase["statements"][-1] == result.statements
+
+
+def test_the_variables_a_program_read_are_set_unset_or_left_to_the_reader(tmp_path,
+                                                                          monkeypatch):
+    from cudadiag.repro.document import Program, build_document
+    from cudadiag.repro.notebook import check_environment
+
+    incident = _incident("CUDA error: device-side assert triggered")
+    environ = {"GPT_SMALL": "1", "FAULT": None, "HF_TOKEN": "[REDACTED:HF_TOKEN]"}
+    program = Program(cells={1: "pass"}, environ=environ)
+    doc = build_document(incident, program, "r", signature={})
+    (block,) = [b for b in doc.setup if "variables the program reads" in b]
+    assert block.splitlines()[-3:] == [
+        "os.environ['GPT_SMALL'] = '1'",
+        "os.environ.pop('FAULT', None)  # not set in the original run",
+        "os.environ.setdefault('HF_TOKEN', '[REDACTED:HF_TOKEN]')  # a secret: set your own"]
+    assert ("`GPT_SMALL=1`, `FAULT unset`, `HF_TOKEN (a secret: not copied, set your own)`"
+            in doc.header())
+    # the check starts without the variables the repro sets: a shell's own value for one
+    # cannot hide a repro that forgot it; a secret stays the user's
+    for name in ("GPT_SMALL", "FAULT", "HF_TOKEN"):
+        monkeypatch.setenv(name, "from the shell")
+    monkeypatch.setattr("cudadiag.repro.notebook.startup_environment",
+                        lambda: dict(__import__("os").environ))
+    env = check_environment(doc)
+    assert "GPT_SMALL" not in env and "FAULT" not in env and env["HF_TOKEN"] == "from the shell"
+
+
+def test_a_search_cut_by_its_time_budget_says_how_much_to_ask_for():
+    from cudadiag.repro.minimize import MinimizeResult
+
+    result = MinimizeResult(cells={1: "pass"}, signature=Signature("oom", "X"), trials=9,
+                            wall_s=60.2, original_cells=3, original_statements=9,
+                            statements=4, stopped="timeout", timeout=60)
+    assert result.stopped_text() == ("stopped early (timeout): the best candidate so far was "
+                                     "kept (more time may make it smaller: --timeout 240)")
+    result.stopped = "max trials"
+    assert result.stopped_text() == "stopped early (max trials): the best candidate so far " \
+                                    "was kept"

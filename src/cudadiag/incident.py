@@ -470,6 +470,12 @@ class RunInfo:
     files_read: list[str] = field(default_factory=list)
     """Data files the program opened for reading (absolute paths, in the order first read);
     modules, the Python installation and cudadiag's own files are left out."""
+    local_modules: dict[str, str] = field(default_factory=dict)
+    """Modules the program imported from its own folders, not installed (`mingpt.model` ->
+    its absolute path), in the order imported."""
+    environ: dict[str, str | None] = field(default_factory=dict)
+    """Environment variables the program's code reads by name, as it started with them
+    (None: unset; a secret-named one's value is masked as `[REDACTED:NAME]`)."""
     shipped: list[str] = field(default_factory=list)
     """Names whose values were sent from the kernel instead of replaying their cells."""
     launcher: list[str] = field(default_factory=list)

@@ -17,7 +17,6 @@ import os
 import random
 import re
 import runpy
-import site
 import sys
 import time
 import types
@@ -27,10 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudadiag.incident import Incident, LoopContext, RunInfo, exception_chain
-from cudadiag.isolate import rankfiles, spawn
+from cudadiag.isolate import program_files, rankfiles, spawn
+from cudadiag.isolate.envreads import describes_the_machine, environ_reads
 from cudadiag.isolate.job import Job, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
 from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
+from cudadiag.secret_names import looks_secret, masked_value
 
 BLOCKING_VARIABLES = (*NVIDIA_BLOCKING, *ROCM_BLOCKING)
 
@@ -117,7 +118,8 @@ def run_job(job: Job) -> JobResult:
     loop = None
     exit_code = 0
     cwd = os.getcwd()
-    opened = _record_files_read(exclude=[str(job.folder)])
+    environ = dict(os.environ)  # as the program starts: what its reads see first
+    opened = program_files.record_files_read(exclude=[str(job.folder)])
     ranks = spawn.ranks_as_processes(
         Path(job.ranks), lambda exc: _rank_incident(exc, job, tracer)
     ) if job.spawn and job.ranks else nullcontext()
@@ -148,6 +150,8 @@ def run_job(job: Job) -> JobResult:
     incident = _incident(failures, job, tracer, loop)
     incident.run.cwd = cwd
     incident.run.files_read = files_read
+    incident.run.local_modules = program_files.local_modules(exclude=[str(job.folder)])
+    incident.run.environ = _environ_read(job, incident.run.local_modules.values(), environ)
     return JobResult(incident, exit_code if caught is not None and len(failures) == 1 else 1)
 
 
@@ -195,36 +199,24 @@ def _rank_incident(exc: BaseException, job: Job, tracer: OpTracer | None) -> Inc
     return incident
 
 
-def _record_files_read(exclude: list[str]) -> dict[str, None]:
-    """Start recording the data files this process opens for reading (an audit hook on
-    `open`, which `open`, `torch.load`, `np.load` and `pd.read_*` all go through); return the
-    ordered set that fills up. Modules, the Python installation, system folders, hidden
-    folders (caches, settings) and the folders in `exclude` are left out."""
-    skip = tuple(os.path.join(os.path.realpath(p), "") for p in {
-        sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(),
-        site.getusersitepackages(), os.path.dirname(os.path.dirname(__file__)), *exclude,
-        "/proc", "/sys", "/dev", "/etc", "/usr", "/lib", "/run", "/var"})
-    read: dict[str, None] = {}
-
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):
-            return
+def _environ_read(job: Job, modules: Iterable[str], environ: dict[str, str]
+                  ) -> dict[str, str | None]:
+    """The variables the program's code (its cells, its script, its own modules) reads, as
+    it started with them: None when unset, a secret-named one's value masked (the log never
+    holds it); those that describe the machine, and those cudadiag set for the run (the
+    blocking variables), are left out."""
+    sources = [cell.source for cell in job.cells]
+    files = [*([job.script.target] if job.script and not job.script.module else []), *modules]
+    for path in files:
         try:
-            if (args[2] or 0) & os.O_ACCMODE == os.O_WRONLY or (args[1] or "r")[0] in "wax":
-                return
-            path = os.path.realpath(os.fsdecode(args[0]))
-            if (path in read or path.startswith(skip) or path.endswith(_CODE_SUFFIXES)
-                    or "/." in path or not os.path.isfile(path)):
-                return
-            read[path] = None
-        except Exception:  # an audit hook must never break the program's open()
-            return
-
-    sys.addaudithook(hook)
-    return read
-
-
-_CODE_SUFFIXES = (".py", ".pyc", ".so", ".pyd", ".pth")
+            sources.append(Path(path).read_text())
+        except (OSError, UnicodeDecodeError):
+            continue
+    ours = {*BLOCKING_VARIABLES, *job.env_vars}  # set for the run by cudadiag, not the user
+    names = dict.fromkeys(name for source in sources for name in environ_reads(source)
+                          if not describes_the_machine(name) and name not in ours)
+    return {name: masked_value(name) if name in environ and looks_secret(name)
+            else environ.get(name) for name in names}
 
 
 def _run_script(script: ScriptTarget, failures: list[tuple[BaseException, int | None]]

@@ -1,10 +1,14 @@
-"""The data files a repro reads, copied beside it so it runs from any directory.
+"""The data files and the program's own modules a repro needs, copied beside it so it runs
+from any directory.
 
-The isolated worker records the files the program opened for reading (absolute paths). A
-bundle copies those under BUNDLE_MAX_BYTES into `<stem>.files/`, keeping their layout
-relative to the program's working directory (files outside it go to `<stem>.files/external/`),
-and rewrites the string literals of the code that name one of them, or a folder holding
-them, to the copy.
+The isolated worker records the files the program opened for reading and the modules it
+imported from outside the installation (absolute paths). A bundle copies the data files
+under BUNDLE_MAX_BYTES into `<stem>.files/`, keeping their layout relative to the program's
+working directory (files outside it go to `<stem>.files/external/`), and rewrites the string
+literals of the code that name one of them, or a folder holding them, to the copy. Modules
+keep their layout below the folder they were imported from (`mingpt/model.py` below the
+working directory goes to `<stem>.files/mingpt/model.py`), so a package finds its own data
+files beside its copy; the repro puts each such folder's copy on sys.path.
 """
 
 from __future__ import annotations
@@ -28,11 +32,16 @@ class Bundle:
     too_large: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     """Files read by the original run that no longer exist."""
+    import_folders: list[str] = field(default_factory=list)
+    """Where the copied modules import from, relative to the repro's folder (each goes on
+    sys.path)."""
 
 
-def plan_bundle(files_read: list[str], cwd: str, stem: str) -> Bundle:
+def plan_bundle(files_read: list[str], cwd: str, stem: str,
+                modules: dict[str, str] | None = None) -> Bundle:
     """Decide where each file read goes: `<stem>.files/<path relative to cwd>` (or
-    `external/N-name` for files outside it); larger files than BUNDLE_MAX_BYTES stay out."""
+    `external/N-name` for files outside it); larger files than BUNDLE_MAX_BYTES stay out.
+    `modules` (name -> file) go below the copy of the folder they were imported from."""
     bundle = Bundle(cwd=cwd, folder=f"{stem}.files")
     root = os.path.realpath(cwd)
     for number, path in enumerate(files_read, start=1):
@@ -48,7 +57,31 @@ def plan_bundle(files_read: list[str], cwd: str, stem: str) -> Bundle:
         relative = os.path.relpath(path, root) if inside else \
             f"external/{number}-{os.path.basename(path)}"
         bundle.copied[path] = f"{bundle.folder}/{relative}"
+    for name, path in (modules or {}).items():
+        folder = import_folder(name, path)
+        if folder is None or not os.path.isfile(path):
+            continue
+        inside = os.path.commonpath([root, folder]) == root
+        number = len(bundle.import_folders) + 1
+        copy = os.path.normpath(f"{bundle.folder}/{os.path.relpath(folder, root)}") if inside \
+            else f"{bundle.folder}/external/lib{number}-{os.path.basename(folder)}"
+        if copy not in bundle.import_folders:
+            bundle.import_folders.append(copy)
+        bundle.copied[path] = f"{copy}/{os.path.relpath(path, folder)}"
     return bundle
+
+
+def import_folder(name: str, path: str) -> str | None:
+    """The folder module `name` was imported from (on sys.path), given its file `path`:
+    `/w` for `mingpt.model` at `/w/mingpt/model.py` or `mingpt` at `/w/mingpt/__init__.py`;
+    None when the path does not end as the name says."""
+    parts = name.split(".")
+    package = os.path.basename(path) == "__init__.py"
+    tail = os.path.join(*parts, "__init__.py") if package else \
+        os.path.join(*parts[:-1], parts[-1] + ".py")
+    if not path.endswith(os.sep + tail):
+        return None
+    return path[:-len(tail) - 1]
 
 
 def rewrite_paths(source: str, bundle: Bundle) -> str:

@@ -11,7 +11,6 @@ rewritten to the copies (bundle.py). notebook.py and script.py render it.
 
 from __future__ import annotations
 
-import io
 import math
 import pickle
 from dataclasses import dataclass, field
@@ -25,6 +24,15 @@ from cudadiag.own_work import outside_user_modes
 from cudadiag.repro.bundle import Bundle, rewrite_paths
 from cudadiag.repro.redact import Redactor, masks_a_secret
 from cudadiag.repro.report import render_report
+from cudadiag.repro.sidefiles import (
+    REPRO_DIR,
+    load_lines,
+    plain_rng_states,
+    safe_file,
+    side_path,
+    torch_bytes,
+)
+from cudadiag.secret_names import masked_value
 
 INLINE_MAX_ELEMENTS = 10_000
 
@@ -43,6 +51,10 @@ class Program:
     """Code run before the cells (a script's command line)."""
     cwd: str | None = None
     files_read: list[str] = field(default_factory=list)
+    local_modules: dict[str, str] = field(default_factory=dict)
+    """The program's own modules it imported (name -> file): RunInfo.local_modules."""
+    environ: dict[str, str | None] = field(default_factory=dict)
+    """The environment variables it reads, as its run had them: RunInfo.environ."""
     bundle: Bundle | None = None
     notes: list[str] = field(default_factory=list)
     """Lines about how it was minimized, for the header."""
@@ -77,6 +89,12 @@ class ReproDocument:
     redacted: list[str] = field(default_factory=list)
     """Where the scrubber changed the program's code, as `In[N] line L: what (the line)`,
     L counting the lines of the repro's cell (or block) for In[N]."""
+    loading: list[str] = field(default_factory=list)
+    """How the side files load (weights_only=True, or the pickle that can run code), and what
+    was left out because it could not load safely."""
+    sets_itself: list[str] = field(default_factory=list)
+    """Environment variables the repro sets (or unsets) at its top: its check starts without
+    them, so a value the shell happens to have cannot hide a missing one."""
     reproduces: bool | None = None
     observed: Observed | None = None
     """What the verification saw; None until the repro was checked."""
@@ -89,6 +107,8 @@ class ReproDocument:
         if self.redacted:
             lines += ["The export scrubbed the code (secrets, paths, names); the run may need "
                       "the original values filled in:", *(f"- {p}" for p in self.redacted), ""]
+        if self.loading:
+            lines += [" ".join(self.loading), ""]
         return "\n".join(lines) + "\n" + self.report
 
 
@@ -117,21 +137,34 @@ def build_document(incident: Incident, program: Program, stem: str, *,
     scrub = redactor or Redactor()
     env_vars = ROCM_BLOCKING if incident.env and incident.env.hip else NVIDIA_BLOCKING
     side: list[SideFile] = []
+    loading: list[str] = []
     setup = [_blocking_block(env_vars)]
     states = {k: v for k, v in program.rng_states.items()
               if k in program.cells or isinstance(k, str)}
     with outside_user_modes():  # cudadiag's own tensor work, not the user's (simulated) device
-        values = _values_block(program.values, stem, side)
-        batch = _batch_block(program.batch, stem, side)
+        values = _values_block(program.values, stem, side, loading)
+        batch = _batch_block(program.batch, stem, side, loading)
         rng = _rng_block(states, stem, side)
+    loading[:0] = _safe_loading([f.name for f in side if f.name.endswith(".pt")])
     bundle = program.bundle
+    redacted: list[str] = []
+    if program.environ:
+        code = _environ_block(program.environ)
+        code = rewrite_paths(code, bundle) if bundle else code
+        scrubbed = scrub.code(code)
+        setup.append(scrubbed)
+        redacted += _redacted_lines("environment", code, scrubbed, first=1)
     if bundle is not None and bundle.copied:
         setup.append(_bundle_folder_block(bundle.folder))  # before the side files are read
+    elif side:
+        setup.append(_locate_block(side[0].name, "the files saved with this repro"))
+    if program.local_modules:
+        setup.append(_modules_block(program, scrub))
     setup += [b for b in (values, batch, rng) if b]
     if bundle is not None:
         for source, copy in bundle.copied.items():
             side.append(SideFile(copy, Path(source).read_bytes()))
-    cells, redacted = [], []
+    cells = []
     for number, source in program.cells.items():
         code = rewrite_paths(source, bundle) if bundle else source
         restore = f"restore_rng({number})\n" if rng and number in states else ""
@@ -150,10 +183,60 @@ def build_document(incident: Incident, program: Program, stem: str, *,
         env_vars=env_vars,
         metadata=scrub.strings({"incident": incident.id, "signature": signature,
                                 "reproduces": None, "files_read": files,
+                                "local_modules": sorted(program.local_modules),
+                                "environ": sorted(program.environ),
                                 "bundled": sorted(bundle.copied.values()) if bundle else []}),
-        chdir=program.cwd if program.files_read and not bundle else None,
-        script_setup=scrub.code(program.setup) if program.setup else None,
+        chdir=program.cwd if (program.files_read or program.local_modules) and not bundle
+        else None,
+        script_setup=scrub.code(rewrite_paths(program.setup, bundle) if bundle
+                                else program.setup) if program.setup else None,
+        loading=loading,
+        sets_itself=[n for n, v in program.environ.items() if v != masked_value(n)],
     )
+
+
+def _environ_block(environ: dict[str, str | None]) -> str:
+    """Code that sets the variables the program reads as its run had them (a secret: the
+    reader's own value, else a placeholder to fill in)."""
+    lines = ["# The environment variables the program reads, as its run had them: set here, so",
+             "# the repro runs the same way whatever the shell that starts it has set",
+             "import os", ""]
+    for name, value in environ.items():
+        if value is None:
+            lines.append(f"os.environ.pop({name!r}, None)  # not set in the original run")
+        elif value == masked_value(name):
+            lines.append(f"os.environ.setdefault({name!r}, {value!r})  # a secret: set your own")
+        else:
+            lines.append(f"os.environ[{name!r}] = {value!r}")
+    return "\n".join(lines)
+
+
+def _modules_block(program: Program, scrub: Redactor) -> str:
+    """Code that makes the program's own modules importable: from their copies in the
+    bundle, else from the working directory the repro is started in (a notebook kernel
+    imports from there; a script repro of a script puts the script's folder on sys.path in
+    its command line)."""
+    names = ", ".join(sorted({n.split(".")[0] for n in program.local_modules}))
+    bundle = program.bundle
+    if bundle is not None and bundle.import_folders:
+        return "\n".join([
+            f"# The program's own modules ({names}), copied beside this repro: imported from "
+            "there", "import os", "import sys", "",
+            *(f"sys.path.insert(0, os.path.abspath({folder!r}))"
+              for folder in reversed(bundle.import_folders))])
+    return "\n".join([
+        f"# The program imports its own modules ({names}) from its working directory "
+        f"(`{scrub(program.cwd or '.')}`):", "# start this repro there, or export it again "
+        "with --bundle", "import sys", "", 'if "" not in sys.path:',
+        '    sys.path.insert(0, "")  # the working directory, as in a notebook kernel'])
+
+
+def _safe_loading(names: list[str]) -> list[str]:
+    if not names:
+        return []
+    listed = ", ".join(f"`{n}`" for n in names)
+    return [f"The files beside it ({listed}) load with `torch.load(..., weights_only=True)`: "
+            "tensors and plain values only, so opening them runs no code."]
 
 
 def literal(value: Any) -> str | None:
@@ -164,9 +247,10 @@ def literal(value: Any) -> str | None:
     return _literal(value)
 
 
-def _redacted_lines(number: int, code: str, scrubbed: str, first: int) -> list[str]:
+def _redacted_lines(number: int | str, code: str, scrubbed: str, first: int) -> list[str]:
     """`In[N] line L: what (the line)` for each line the scrubber changed; `first` is the
-    line number the code starts at in the repro's cell."""
+    line number the code starts at in the repro's cell (`number` may name a setup block:
+    `In[environment]`)."""
     places = []
     for line, (before, after) in enumerate(zip(code.splitlines(), scrubbed.splitlines(),
                                                strict=False), start=first):
@@ -183,15 +267,29 @@ def _report(incident: Incident, program: Program, scrub: Redactor, files: list[s
         lines += [f"Command line: `{scrub(' '.join(incident.run.command))}`, working "
                   f"directory `{scrub(program.cwd or '.')}`.", ""]
     lines += [f"- {note}" for note in program.notes]
+    if program.environ:
+        lines += ["", "Environment variables the program reads, set at the top of this repro "
+                  "as its run had them: " + ", ".join(
+                      f"`{scrub(_variable_text(n, v))}`" for n, v in program.environ.items())
+                  + "."]
+    bundle = program.bundle
+    if program.local_modules:
+        names = ", ".join(f"`{n}`" for n in program.local_modules)
+        lines += ["", f"Modules of its own the program imported: {names}."]
+        if bundle is None:
+            lines += ["They are not bundled: run this from the program's working directory "
+                      f"(`{scrub(program.cwd or '.')}`), or export again with `--bundle`."]
+        else:
+            lines += ["Copied beside this file, and imported from there."]
     if files:
-        bundle = program.bundle
         lines += ["", "Files the program read: " + ", ".join(f"`{f}`" for f in files) + "."]
         if bundle is None:
             lines += ["They are not bundled: run this from the program's working directory "
                       f"(`{scrub(program.cwd or '.')}`), or export again with `--bundle`."]
         else:
-            if bundle.copied:
-                lines += [f"Copied beside this file: {len(bundle.copied)} (paths in the code "
+            copied = [f for f in bundle.copied if f not in program.local_modules.values()]
+            if copied:
+                lines += [f"Copied beside this file: {len(copied)} (paths in the code "
                           "point at the copies)."]
             left = [*bundle.too_large, *bundle.missing]
             if left:
@@ -200,6 +298,14 @@ def _report(incident: Incident, program: Program, scrub: Redactor, files: list[s
     lines.append("")
     return "\n".join(lines) + "\n" + render_report(incident, scrub).replace(
         "## ", "## First error: ", 1)
+
+
+def _variable_text(name: str, value: str | None) -> str:
+    if value is None:
+        return f"{name} unset"
+    if value == masked_value(name):
+        return f"{name} (a secret: not copied, set your own)"
+    return f"{name}={value}"
 
 
 def _blocking_block(variables: dict[str, str]) -> str:
@@ -212,22 +318,29 @@ def _blocking_block(variables: dict[str, str]) -> str:
 
 def _bundle_folder_block(folder: str) -> str:
     """Code that moves to the repro's own folder, where `folder` (the bundled files, named
-    relative to it in the code) is, wherever the repro was started from: a script knows its
-    `__file__`; a notebook's kernel starts in its folder in Jupyter, and VS Code and Jupyter
-    Server name the notebook (nbclient and papermill may start it elsewhere)."""
+    relative to it in the code) is, wherever the repro was started from."""
     return "\n".join([
         f"# The program reads the copies in {folder}/ beside this repro: run it from there,",
         "# wherever it was started.",
-        "import os", "",
+        _locate_block(f"{folder}/", "the data this repro reads"), f"os.chdir({REPRO_DIR})"])
+
+
+def _locate_block(beside: str, what: str) -> str:
+    """Code that finds the repro's own folder, the one that holds `beside` (a side file, or
+    the bundle's folder), wherever the repro was started from: a script knows its
+    `__file__`; a notebook's kernel starts in its folder in Jupyter, and VS Code and Jupyter
+    Server name the notebook (nbclient and papermill may start it elsewhere)."""
+    return "\n".join([
+        f"# Where this repro is: {what} ({beside}) are read from there.", "import os", "",
         "_places = [os.path.dirname(os.path.abspath(p)) for p in (",
         "    globals().get('__file__'), globals().get('__vsc_ipynb_file__'),",
         "    os.environ.get('JPY_SESSION_NAME')) if p] + [os.getcwd()]",
-        f"_beside = [p for p in _places if os.path.isdir(os.path.join(p, {folder!r}))]",
-        "if not _beside:",
-        f"    raise FileNotFoundError({folder + '/ (the data this repro reads) is not here: '!r}",
+        f"{REPRO_DIR} = next((p for p in _places if os.path.exists(os.path.join(p, "
+        f"{beside!r}))), None)",
+        f"if {REPRO_DIR} is None:",
+        f"    raise FileNotFoundError({beside + f' ({what}) is not here: '!r}",
         "                            'keep it beside the repro and start the repro from its '",
         "                            'folder')",
-        "os.chdir(_beside[0])",
     ])
 
 
@@ -238,9 +351,12 @@ def _closing(incident: Incident) -> str:
     return f"## What to check first\n\n{checks}\n\n## Conclusions to avoid\n\n{avoid}\n"
 
 
-def _values_block(values: Path | None, stem: str, side: list[SideFile]) -> str | None:
-    """Inline the shipped values that have a literal; the others go to `<stem>.values.pkl`
-    (all of them, as kept, when they cannot be read back here)."""
+def _values_block(values: Path | None, stem: str, side: list[SideFile],
+                  loading: list[str]) -> str | None:
+    """Inline the shipped values that have a literal; the others go to `<stem>.values.pt`
+    (loaded with weights_only=True), or, when they cannot load that way, to
+    `<stem>.values.pkl` (all of them, as kept, when they cannot be read back here), which
+    `loading` then warns about."""
     if values is None:
         return None
     data = values.read_bytes()
@@ -254,18 +370,27 @@ def _values_block(values: Path | None, stem: str, side: list[SideFile]) -> str |
     lines = ["# Values the isolated run received from the kernel (instead of replaying the "
              "cells that made them)", "import torch", ""]
     lines += [f"{name} = {code}" for name, code in inline.items()]
-    if rest or not loaded:
+    safe = safe_file(rest) if rest else None
+    if safe is not None and safe.refused is None:
+        name = f"{stem}.values.pt"
+        side.append(SideFile(name, safe.data))
+        lines += [*load_lines(name, "_values", safe.safe_globals),
+                  f"globals().update(_values)  # {', '.join(rest)}"]
+    elif rest or not loaded:
         import cloudpickle
 
         name = f"{stem}.values.pkl"
         side.append(SideFile(name, cloudpickle.dumps(rest) if loaded else data))
         shown = ", ".join(rest) or "the shipped values"
-        lines += ["import pickle", "", f"with open({name!r}, 'rb') as f:  # {shown}: saved "
-                  "beside this file", "    globals().update(pickle.load(f))"]
+        loading.append(f"`{name}` ({shown}, shipped from the kernel) is a pickle: loading it "
+                       "can run code. Run this repro only if you trust where it came from.")
+        lines += ["import pickle", "", f"with open({side_path(name)}, 'rb') as f:  # {shown}: "
+                  "a pickle (loading it can run code)", "    globals().update(pickle.load(f))"]
     return "\n".join(lines)
 
 
-def _batch_block(batch: tuple[int, Any] | None, stem: str, side: list[SideFile]) -> str | None:
+def _batch_block(batch: tuple[int, Any] | None, stem: str, side: list[SideFile],
+                 loading: list[str]) -> str | None:
     if batch is None:
         return None
     step, data = batch
@@ -275,8 +400,13 @@ def _batch_block(batch: tuple[int, Any] | None, stem: str, side: list[SideFile])
         body = [f"batch = {code}"]
     else:
         name = f"{stem}.batch.pt"
-        side.append(SideFile(name, _torch_bytes(data)))
-        body = [f"batch = torch.load({name!r}, weights_only=False)  # saved beside this file"]
+        safe = safe_file(data)
+        if safe.refused is not None:
+            loading.append(f"The recorded batch of step {step} was left out: {safe.refused}; "
+                           "the program reads its own data instead.")
+            return None
+        side.append(SideFile(name, safe.data))
+        body = load_lines(name, "batch", safe.safe_globals)
     body.append(f"replay_batch({step}, batch)  # the next watch() yields only this batch, as "
                 f"step {step}")
     return "\n".join(intro + body)
@@ -289,11 +419,10 @@ def _rng_block(states: dict[Any, dict[str, Any]], stem: str,
     if not states:
         return None
     name = f"{stem}.rng.pt"
-    side.append(SideFile(name, _torch_bytes(
-        {n: {k: v for k, v in s.items() if k != "cuda"} for n, s in states.items()})))
+    side.append(SideFile(name, torch_bytes(plain_rng_states(states))))
     return "\n".join([
         "import random", "import torch", "",
-        f"_rng = torch.load({name!r}, weights_only=False)  # saved beside this file",
+        *load_lines(name, "_rng", ()),
         "", "", "def restore_rng(cell):",
         '    """The RNG states this cell (or loop) started from in the original run."""',
         "    states = _rng.get(cell, {})",
@@ -301,18 +430,8 @@ def _rng_block(states: dict[Any, dict[str, Any]], stem: str,
         '        torch.set_rng_state(torch.as_tensor(states["torch"], dtype=torch.uint8))',
         '    if "random" in states:', '        random.setstate(states["random"])',
         '    if "numpy" in states:', "        import numpy",
-        '        numpy.random.set_state(states["numpy"])',
+        '        numpy.random.set_state(tuple(states["numpy"]))',
     ])
-
-
-def _torch_bytes(value: Any) -> bytes:
-    """torch.save into memory: the write to disk is ours, so a full disk is an OSError
-    (torch's own writer reports it as a RuntimeError from its C++ internals)."""
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save(value, buffer)
-    return buffer.getvalue()
 
 
 def _inlinable(t: Any) -> bool:

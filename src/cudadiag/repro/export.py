@@ -17,8 +17,8 @@ from cudadiag.isolate.job import BATCH_FILE, RNG_FILE
 from cudadiag.own_work import outside_user_modes
 from cudadiag.repro.bundle import plan_bundle
 from cudadiag.repro.document import Program, build_document
-from cudadiag.repro.minimize import MinimizeResult, Progress, minimize
-from cudadiag.repro.notebook import ExportResult, write_and_verify
+from cudadiag.repro.minimize import TRIAL_FACTOR, MinimizeResult, Progress, minimize
+from cudadiag.repro.notebook import VERIFY_TIMEOUT_S, ExportResult, write_and_verify
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS, DEFAULT_TIMEOUT_S, SUFFIXES
 from cudadiag.repro.script import write_and_verify_script
 from cudadiag.repro.staging import check_target
@@ -47,6 +47,9 @@ class ReproInputs:
     cwd: str | None = None
     failed_at: list[tuple[int, int]] = field(default_factory=list)
     """(cell, line) of the failure's frames in the program, outermost first."""
+    environ: dict[str, str | None] = field(default_factory=dict)
+    """The environment variables the program read, as its run had them (RunInfo.environ):
+    every candidate runs with them."""
 
 
 def export_repro(incident: Incident, path: str | Path, inputs: ReproInputs, *,
@@ -71,15 +74,19 @@ def export_repro(incident: Incident, path: str | Path, inputs: ReproInputs, *,
             inputs.cells, expected_family=incident.diagnosis.family,
             rng_states=inputs.rng_states, batch=inputs.batch, ship=inputs.ship,
             provided=inputs.shipped, setup=inputs.setup, failed_at=inputs.failed_at, cwd=cwd,
-            max_trials=max_trials, timeout=timeout, progress=progress)
-        files = minimized.incident.run.files_read if minimized.incident else []
+            environ=inputs.environ, max_trials=max_trials, timeout=timeout,
+            progress=progress)
+        run = minimized.incident.run if minimized.incident else None
+        files = run.files_read if run else []
+        modules = run.local_modules if run else {}
         program = Program(
             cells=minimized.cells,
             rng_states={**(inputs.rng_states or {}), **minimized.loop_states},
             batch=inputs.batch,
             values=inputs.ship if _uses(minimized.cells, inputs.shipped) else None,
-            setup=inputs.setup, cwd=cwd, files_read=files,
-            bundle=plan_bundle(files, cwd, path.stem) if bundle else None,
+            setup=inputs.setup, cwd=cwd, files_read=files, local_modules=modules,
+            environ=run.environ if run else inputs.environ,
+            bundle=plan_bundle(files, cwd, path.stem, modules) if bundle else None,
             notes=minimized.notes())
         try:
             doc = build_document(incident, program, path.stem,
@@ -87,7 +94,9 @@ def export_repro(incident: Incident, path: str | Path, inputs: ReproInputs, *,
         except OSError as exc:
             raise ExportError(f"could not read {exc.filename}: {exc.strerror}") from None
         write = write_and_verify if path.suffix == ".ipynb" else write_and_verify_script
-        exported = write(doc, path, minimized.signature, verify)
+        # the check runs the whole repro: as long as the reference took, and then some
+        exported = write(doc, path, minimized.signature, verify,
+                         max(VERIFY_TIMEOUT_S, TRIAL_FACTOR * minimized.reference_s))
     incident.repro = ReproInfo(
         path=str(exported.path),
         cells={str(n): source for n, source in minimized.cells.items()},
@@ -133,7 +142,7 @@ def stored_inputs(incident: Incident, store: IncidentStore | None = None) -> Rep
                                                      key=lambda kv: int(kv[0]))}
     return ReproInputs(cells=cells, rng_states=rng, batch=batch, ship=ship,
                        shipped=list(incident.run.shipped), cwd=incident.run.cwd,
-                       failed_at=failed_cells(incident))
+                       failed_at=failed_cells(incident), environ=dict(incident.run.environ))
 
 
 def failed_cells(incident: Incident) -> list[tuple[int, int]]:
@@ -165,7 +174,8 @@ def _script_inputs(incident: Incident) -> ReproInputs:
     real = os.path.realpath(script)
     failed_at = [(SCRIPT_CELL, f.line) for f in incident.error.traceback
                  if os.path.realpath(os.path.join(cwd, f.file)) == real]
-    return ReproInputs(cells={SCRIPT_CELL: source}, setup=setup, cwd=cwd, failed_at=failed_at)
+    return ReproInputs(cells={SCRIPT_CELL: source}, setup=setup, cwd=cwd, failed_at=failed_at,
+                       environ=dict(incident.run.environ))
 
 
 def _uses(cells: dict[int, str], names: list[str]) -> bool:

@@ -16,11 +16,12 @@ the numbers drawn, and the repro needs no seed.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from cudadiag.isolate.warm import WarmLauncher
 from cudadiag.repro import loops
 from cudadiag.repro.dependencies import Admissible, Unit, statements
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS
+from cudadiag.secret_names import masked_value
 
 Progress = Callable[[int, int, str], None]
 """progress(trials so far, size of the best candidate, phase): the size counts cells in the
@@ -45,6 +47,12 @@ SETUP_CELL = 0
 RESEEDS = (1, 20261203)
 """The seeds a candidate that removes a seed (but keeps draws from its stream) must also fail
 under, identically, besides its plain run."""
+
+TRIAL_FACTOR = 3.0
+"""A candidate may run this many times as long as the reference run took (then it is
+stopped and counts as not failing): removing code seldom makes a program slower."""
+TRIAL_MIN_S = 10.0
+"""...and at least this long: a short reference run says little about a busy machine."""
 
 
 @dataclass
@@ -73,6 +81,21 @@ class MinimizeResult:
     seeds_dropped: list[str] = field(default_factory=list)
     """Seed statements left out although later statements draw from their stream: the
     failure was the same under other seeds."""
+    reference_s: float = 0.0
+    """How long the reference run took to fail (seconds)."""
+    timeout: float | None = None
+    """The time budget it had."""
+
+    def stopped_text(self) -> str:
+        """Return why the search ended early and what was kept ("" when it did not): with
+        the time to ask for when the budget ran out."""
+        if not self.stopped:
+            return ""
+        text = f"stopped early ({self.stopped}): the best candidate so far was kept"
+        if self.stopped == "timeout" and self.timeout:
+            text += (f" (more time may make it smaller: --timeout "
+                     f"{_more_time(self.timeout):g})")
+        return text
 
     def notes(self) -> list[str]:
         """Return the lines that tell what the minimizer changed besides removing code: the
@@ -95,8 +118,11 @@ None when it passed, or `interrupted` / `timed out`"""
 class _Search:
     def __init__(self, runner: Runner,
                  signature: Signature, admissible: Admissible, max_trials: int,
-                 deadline: float | None, progress: Progress | None) -> None:
+                 deadline: float | None, progress: Progress | None,
+                 trial_cap: float) -> None:
         self.runner = runner
+        self.trial_cap = trial_cap
+        """The longest one trial may run (see TRIAL_FACTOR)."""
         self.signature = signature
         self.admissible = admissible
         self.max_trials = max_trials
@@ -140,7 +166,8 @@ class _Search:
         left = self._budget_left()
         self.trials += 1
         try:
-            outcome = self.runner(units, left, seed, True)
+            outcome = self.runner(units, min(left, self.trial_cap) if left is not None
+                                  else self.trial_cap, seed, True)
         except KeyboardInterrupt:  # Ctrl-C while the fork server was starting the trial
             outcome = "interrupted"
         if outcome == "timed out" and self.deadline and time.monotonic() >= self.deadline:
@@ -210,9 +237,9 @@ def minimize(
     failed_at: Sequence[tuple[int, int]] = (),
     cwd: str | None = None,
     env: dict[str, str] | None = None,
+    environ: Mapping[str, str | None] | None = None,
     max_trials: int = DEFAULT_MAX_TRIALS,
     timeout: float | None = None,
-    trial_timeout: float = 120.0,
     progress: Progress | None = None,
     launcher: Launcher | None = None,
 ) -> MinimizeResult:
@@ -224,12 +251,16 @@ def minimize(
     `setup` is code run before every candidate and never removed (a script's command line);
     candidates run in `cwd` (default: this process's working directory), in the environment
     this process started with plus `env` (not os.environ as the user's code left it: a
-    statement that sets a variable the program reads must stay). The reference
-    failure (see _start) gives the signature every candidate must match; `expected_family`
-    (the incident's) must agree with it. Stops after `max_trials` candidates or `timeout`
-    seconds (no trial runs past it), or on Ctrl-C, keeping the best candidate so far.
-    Raises MinimizeInterrupted on Ctrl-C before the reference failure was seen,
-    MinimizeError when the program does not fail, or fails as another family.
+    statement that sets a variable the program reads must stay), with the variables the
+    program read as its run had them (`environ`: None unsets one; a masked secret is left
+    as this environment has it). The reference failure (see _start) gives the signature
+    every candidate must match; `expected_family` (the incident's) must agree with it. The
+    reference run may take all of `timeout`; every later candidate runs at most TRIAL_FACTOR
+    times as long as the reference did (at least TRIAL_MIN_S), and none past `timeout`.
+    Stops after `max_trials` candidates or `timeout` seconds, or on Ctrl-C, keeping the best
+    candidate so far. Raises MinimizeInterrupted on Ctrl-C before the reference failure was
+    seen, MinimizeError when the program does not fail (within `timeout`: the message says
+    how to give it longer), or fails as another family.
     """
     started = time.monotonic()
     # the kernel's warm interpreter; where none runs, one started for this minimization
@@ -243,7 +274,7 @@ def minimize(
         with tempfile.TemporaryDirectory(prefix="cudadiag-minimize-") as scratch:
             paths = _ScratchFiles(scratch)
 
-            fresh = startup_environment()
+            fresh = with_program_environ(startup_environment(), environ or {})
 
             def run(program: list[Unit], limit: float | None, seed: int | None,
                     trace: bool) -> Incident | str | None:
@@ -252,19 +283,19 @@ def minimize(
                     numbered[-1][1], cells=numbered[:-1], target_cell=numbered[-1][0],
                     rng_states=rng_states, batch=batch, ship=ship, env=env, trace=trace,
                     precheck=trace, launcher=launcher, stream=False, store=False,
-                    base_env=fresh,
-                    timeout=min(trial_timeout, limit) if limit else trial_timeout)
+                    base_env=fresh, timeout=limit)
                 if result.interrupted:
                     return "interrupted"
                 return "timed out" if result.timed_out else result.incident
 
-            begin = _start(run, units, site, paths, expected_family, trial_timeout)
+            clock = _Clock(started, timeout)
+            begin = _start(run, units, site, paths, expected_family, clock)
             signature = Signature.of(begin.reference)
             restored = [n for n in cells if rng_states and n in rng_states]
             admissible = Admissible(begin.units, [*provided, "restore_rng"], restored)
-            deadline = started + timeout if timeout else None
-            search = _Search(run, signature, admissible, max_trials - begin.runs, deadline,
-                             progress)
+            search = _Search(run, signature, admissible, max_trials - begin.runs,
+                             clock.deadline, progress,
+                             max(TRIAL_MIN_S, TRIAL_FACTOR * begin.seconds))
             search.best_incident = begin.reference
             units, cut, states = begin.units, begin.cut, begin.states
             if cut is None and begin.probed is not None and site is not None:
@@ -283,10 +314,54 @@ def minimize(
                 stopped=search.stopped, history=search.history, refused=search.refused,
                 incident=search.best_incident, loop=cut, loop_states=states,
                 seeds_dropped=[u.source for u in admissible.unseeded_draws(best)],
+                reference_s=begin.seconds, timeout=timeout,
             )
     finally:
         if owned:
             warm.stop("stopped by the minimizer that started it")
+
+
+def with_program_environ(base: Mapping[str, str], environ: Mapping[str, str | None]
+                         ) -> dict[str, str]:
+    """`base` with the variables a program read set as its run had them (None: unset); a
+    masked secret (the log keeps none) stays as `base` has it."""
+    env = dict(base)
+    for name, value in environ.items():
+        if value is None:
+            env.pop(name, None)
+        elif value != masked_value(name):
+            env[name] = value
+    return env
+
+
+@dataclass
+class _Clock:
+    """The minimization's time budget: `timeout` seconds from `started` (None: no limit)."""
+
+    started: float
+    timeout: float | None
+
+    @property
+    def deadline(self) -> float | None:
+        return self.started + self.timeout if self.timeout else None
+
+    def left(self) -> float | None:
+        """Seconds left (never below zero), None without a limit."""
+        deadline = self.deadline
+        return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+    def out_of_time(self) -> str:
+        """What to say when the full program did not fail within the budget."""
+        timeout = self.timeout or 0.0
+        return (f"the program did not fail within {timeout:g} s, the export's time budget "
+                f"(--timeout {timeout:g}): nothing was written. If it takes longer to fail, "
+                f"export again with more time, e.g. --timeout {_more_time(timeout):g}")
+
+
+def _more_time(timeout: float) -> float:
+    """A budget worth suggesting after `timeout` ran out: four times as long, rounded up to
+    a whole minute."""
+    return 60.0 * math.ceil(4 * timeout / 60)
 
 
 @dataclass
@@ -311,24 +386,27 @@ class _Begin:
     reference: Incident
     units: list[Unit]
     runs: int
+    seconds: float
+    """How long the reference run took."""
     probed: tuple[Any, dict[str, Any]] | None = None
     cut: loops.LoopCut | None = None
     states: dict[str, Any] = field(default_factory=dict)
 
 
 def _start(run: Runner, units: list[Unit], site: loops.LoopSite | None,
-           paths: _ScratchFiles, expected_family: str | None, trial_timeout: float) -> _Begin:
+           paths: _ScratchFiles, expected_family: str | None, clock: _Clock) -> _Begin:
     """The reference failure. With a range loop around the failing line, the full program
     first runs untraced with the loop probed (the tracer costs tens of milliseconds per
     training step), then the loop cut to the failing iteration alone runs traced: when it
     fails as the full program did, its failure is the reference, and every later trial is
-    one iteration long. Otherwise the full program runs traced."""
+    one iteration long. Otherwise the full program runs traced. Each run may take what is
+    left of the budget."""
     runs = 0
     probed = None
     if site is not None:
         probe = site.unit.replaced(loops.instrumented(site, paths.probe))
-        quick = _failure(run, [probe if u is site.unit else u for u in units], False,
-                         expected_family, trial_timeout)
+        quick, _ = _failure(run, [probe if u is site.unit else u for u in units], False,
+                            expected_family, clock)
         runs += 1
         probed = loops.read_probe(paths.probe)
         value, rng_states = probed if probed is not None else (None, {})
@@ -337,37 +415,46 @@ def _start(run: Runner, units: list[Unit], site: loops.LoopSite | None,
             states = {cut.rng_key: rng_states} if cut.rng_key else {}
             Path(paths.loop_states).write_bytes(pickle.dumps(states))
             program = [site.unit.replaced(cut.source) if u is site.unit else u for u in units]
-            outcome = _outcome(run, program, True)
+            began = time.monotonic()
+            outcome = _outcome(run, program, True, clock)
             runs += 1
             if isinstance(outcome, Incident) and \
                     outcome.diagnosis.family == quick.diagnosis.family:
-                return _Begin(outcome, program, runs, probed, cut, states)
-    reference = _failure(run, units, True, expected_family, trial_timeout)
-    return _Begin(reference, units, runs + 1, probed)
+                return _Begin(outcome, program, runs, time.monotonic() - began, probed, cut,
+                              states)
+    reference, seconds = _failure(run, units, True, expected_family, clock)
+    return _Begin(reference, units, runs + 1, seconds, probed)
 
 
-def _outcome(run: Runner, program: list[Unit], trace: bool) -> Incident | str | None:
+def _outcome(run: Runner, program: list[Unit], trace: bool,
+             clock: _Clock) -> Incident | str | None:
+    left = clock.left()
+    if left == 0:
+        return "timed out"
     try:
-        return run(program, None, None, trace)
+        return run(program, left, None, trace)
     except KeyboardInterrupt:  # Ctrl-C while the fork server was starting
         return "interrupted"
 
 
 def _failure(run: Runner, program: list[Unit], trace: bool, expected_family: str | None,
-             trial_timeout: float) -> Incident:
-    """The failure of `program`; raises MinimizeInterrupted or MinimizeError."""
-    outcome = _outcome(run, program, trace)
+             clock: _Clock) -> tuple[Incident, float]:
+    """The failure of `program` and how long it took; raises MinimizeInterrupted or
+    MinimizeError."""
+    began = time.monotonic()
+    outcome = _outcome(run, program, trace, clock)
+    seconds = time.monotonic() - began
     if outcome == "interrupted":
         raise MinimizeInterrupted("interrupted before the full program's run finished")
     if outcome == "timed out":
-        raise MinimizeError(f"the program did not fail within {trial_timeout:g} s")
+        raise MinimizeError(clock.out_of_time())
     if not isinstance(outcome, Incident):
         raise MinimizeError("the program does not fail when run isolated: nothing to keep")
     if expected_family and outcome.diagnosis.family != expected_family:
         raise MinimizeError(
             f"run isolated, the program fails as {outcome.diagnosis.family} "
             f"({outcome.error.message}), not as {expected_family}")
-    return outcome
+    return outcome, seconds
 
 
 def _cut_loop(search: _Search, best: list[Unit], site: loops.LoopSite,

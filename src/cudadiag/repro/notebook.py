@@ -88,10 +88,11 @@ def export_notebook(incident: Incident, path: str | Path, cells: dict[int, str],
     return write_and_verify(doc, path, signature, verify)
 
 
-def write_and_verify(doc: ReproDocument, path: Path, signature: Any,
-                     verify: bool) -> ExportResult:
-    """Stage the notebook and its side files beside `path`, check it reproduces there, move
-    everything into place. Raises ExportError (nothing left behind)."""
+def write_and_verify(doc: ReproDocument, path: Path, signature: Any, verify: bool,
+                     timeout: float = VERIFY_TIMEOUT_S) -> ExportResult:
+    """Stage the notebook and its side files beside `path`, check it reproduces there (each
+    cell within `timeout` seconds), move everything into place. Raises ExportError (nothing
+    left behind)."""
     import nbformat
 
     with Staging(path) as staging:
@@ -104,7 +105,8 @@ def write_and_verify(doc: ReproDocument, path: Path, signature: Any,
                                  None)
         if verify:
             result.reproduces, result.observed = verify_notebook(
-                to_notebook(doc, chdir=doc.chdir), staging.folder, signature, doc.env_vars)
+                to_notebook(doc, chdir=doc.chdir), staging.folder, signature,
+                check_environment(doc), timeout)
             record_verdict(doc, result)
         staging.write(path.name, nbformat.writes(to_notebook(doc)).encode())
         staging.commit()
@@ -119,23 +121,32 @@ def record_verdict(doc: ReproDocument, result: ExportResult) -> Observed:
     return doc.observed
 
 
+def check_environment(doc: ReproDocument) -> dict[str, str]:
+    """The environment a repro's check starts from: this process's as it started, the
+    blocking variables set, and without the variables the repro sets itself (a value the
+    shell happens to have must not hide a repro that would fail without it)."""
+    env = {k: v for k, v in startup_environment().items() if k not in doc.sets_itself}
+    return {**env, **doc.env_vars}
+
+
 def verify_notebook(nb: NotebookNode, folder: Path, signature: Signature,
-                    env_vars: dict[str, str]) -> tuple[bool | None, Observed]:
-    """Execute a copy of `nb` in a fresh kernel started in `folder` (blocking variables set
-    before it starts); return (reproduces, what was observed). It reproduces when a cell
-    fails with the same family, and the same exception type unless the original was a
-    precheck (which exists only under cudadiag's tracer). Ctrl-C stops it: (None, a note)."""
+                    env: dict[str, str], timeout: float = VERIFY_TIMEOUT_S
+                    ) -> tuple[bool | None, Observed]:
+    """Execute a copy of `nb` in a fresh kernel started in `folder` with the environment
+    `env` (check_environment), each cell within `timeout` seconds; return (reproduces, what
+    was observed). It reproduces when a cell fails with the same family, and the same
+    exception type unless the original was a precheck (which exists only under cudadiag's
+    tracer). Ctrl-C stops it: (None, a note)."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     copy = nbformat.from_dict(nb)
-    client = NotebookClient(copy, timeout=VERIFY_TIMEOUT_S, kernel_name="python3",
+    client = NotebookClient(copy, timeout=int(timeout), kernel_name="python3",
                             allow_errors=True, resources={"metadata": {"path": str(folder)}})
     with tempfile.TemporaryFile() as kernel_stderr:
         try:
-            client.execute(env={**startup_environment(), **env_vars}, stderr=kernel_stderr,
-                           stdout=subprocess.DEVNULL)
+            client.execute(env=env, stderr=kernel_stderr, stdout=subprocess.DEVNULL)
         except KeyboardInterrupt:
             return None, Observed(note="verification interrupted")
         except (CellTimeoutError, DeadKernelError, RuntimeError) as exc:

@@ -6,9 +6,10 @@ variables whose names look secret (secret_names.SECRET_ENV_NAMES), what detect-s
 detectors find (AWS, GitHub, Slack, JWT, URL credentials, keyword assignments, high-entropy
 strings...), and cudadiag's own shapes for what those do not cover (OWN_SECRET_SHAPES:
 Hugging Face tokens, newer OpenAI and GitHub tokens, Authorization headers, private key
-bodies). Then the home directory becomes `~`, the user and host names, e-mail and IP
-addresses are masked, and absolute paths outside the project are shortened to their last two
-parts.
+bodies; WORDLIKE_SECRET_SHAPES: `token VALUE`, `token = VALUE`, where a value that reads as a
+word is prose, not a secret). Then the home directory becomes `~`, the user (unless a shared
+account such as root) and host names, e-mail and IP addresses are masked, and absolute paths
+outside the project are shortened to their last two parts.
 
 Code is scrubbed token by token (`Redactor.code`): only string literals and comments change,
 and a cell that parsed still parses.
@@ -43,11 +44,8 @@ OWN_SECRET_SHAPES = (
     r"\bAIza[0-9A-Za-z_\-]{35}",
     r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",
     r"\beyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]+",
-    r"(?i)\b(?:bearer|basic|token)\s+([A-Za-z0-9\-._~+/]{8,}=*)",
     r"(?i)\bauthorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token)\s+)?([^\s'\"]{8,})",
     r"(?i)\bx-[\w-]*(?:key|token)['\"]?\s*[:=]\s*['\"]?([^\s'\"]{8,})",
-    r"(?i)(?:token|credential|access_key|secret_key)\w*['\"]?\]?\s*(?:[:=]|[!=]=)\s*['\"]?"
-    r"([^\s'\"(){}\[\],]{6,})",
     r"(?i)(?<![\w-])--?(?:\w+[-_])*(?:key|token|secret|passw(?:or)?d|pwd|passphrase"
     r"|credentials?|auth)(?![\w-])(?:=|['\"]?,?\s+['\"]?)([^\s'\"]{6,})",
 )
@@ -56,6 +54,22 @@ characters, its OpenAI one the old key format, its JWT one stops before the sign
 keywords do not include `token`), and a command line's secret options (`--api-key VALUE`,
 `--hf-token=VALUE`, `'--password', 'VALUE'` in an argv list). A pattern's value is its
 first group, else the whole match."""
+WORDLIKE_SECRET_SHAPES = (
+    r"(?i)\b(?:bearer|basic|token)\s+(['\"]?)([A-Za-z0-9\-._~+/]{8,}=*)",
+    r"(?i)(?:token|credential|access_key|secret_key)\w*['\"]?\]?\s*(?:[:=]|[!=]=)\s*(['\"]?)"
+    r"([^\s'\"(){}\[\],]{6,})",
+)
+"""Shapes whose keyword is also an English word or a name in code (`each token directly
+reads`, `# tokens = tokenizer.encode(text)`): the value (the second group) counts only when
+it is quoted (the first group) or does not read as a word or a dotted name (see
+_reads_as_word)."""
+_WORD = re.compile(r"[A-Za-z][a-z]*(?:[.\-~][A-Za-z][a-z]*)*[.,;:]?")
+"""A word, or words joined by dots or hyphens (`embeddings`, `tokenizer.encode`,
+`self-attention`): no digit, no capital inside a word, no `+/=`."""
+SHARED_ACCOUNTS = frozenset({"root", "user", "admin", "ubuntu", "jovyan", "runner", "vscode",
+                             "codespace", "ec2-user", "colab", "nobody", "docker"})
+"""User names that identify no one (containers, notebooks images, CI): also ordinary words
+(`the square root`), so they are not masked."""
 
 _PRIVATE_KEY = re.compile(
     r"-----BEGIN[A-Z ]*PRIVATE KEY(?: BLOCK)?-----(.*?)(?:-----END[A-Z ]*PRIVATE KEY"
@@ -165,7 +179,7 @@ class Redactor:
             text = _IPV6.sub("[IP]", text)
         text = self._paths(text)
         for name, mask in ((self.host, "[HOST]"), (self.user, "[USER]")):
-            if name and len(name) >= 2 and name != "localhost":
+            if name and len(name) >= 2 and name not in ("localhost", *SHARED_ACCOUNTS):
                 text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", mask, text)
         return text
 
@@ -257,6 +271,11 @@ def _own_secrets(text: str) -> Iterator[str]:
     for pattern in _own_patterns():
         for match in pattern.finditer(text):
             yield match.group(1) if pattern.groups else match.group(0)
+    for pattern in _wordlike_patterns():
+        for match in pattern.finditer(text):
+            quoted, value = match.group(1), match.group(2)
+            if quoted or not _reads_as_word(value):
+                yield value
     for block in _PRIVATE_KEY.finditer(text):
         yield from _KEY_BODY.findall(block.group(1))
 
@@ -264,6 +283,18 @@ def _own_secrets(text: str) -> Iterator[str]:
 @functools.cache
 def _own_patterns() -> tuple[re.Pattern[str], ...]:
     return tuple(re.compile(p) for p in OWN_SECRET_SHAPES)
+
+
+@functools.cache
+def _wordlike_patterns() -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in WORDLIKE_SECRET_SHAPES)
+
+
+def _reads_as_word(value: str) -> bool:
+    """True for a word or words joined by dots or hyphens, capitalised at most at their
+    start: prose and names in code, not a token (which has digits, inner capitals or
+    base64's `+/=`)."""
+    return _WORD.fullmatch(value) is not None
 
 
 def _detect_secrets(text: str) -> Iterator[str]:

@@ -14,9 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.incident import Observed, Signature
-from cudadiag.isolate.launcher import startup_environment
 from cudadiag.repro.document import ReproDocument
-from cudadiag.repro.notebook import VERIFY_TIMEOUT_S, ExportResult, record_verdict, verdict
+from cudadiag.repro.notebook import (
+    VERIFY_TIMEOUT_S,
+    ExportResult,
+    check_environment,
+    record_verdict,
+    verdict,
+)
 from cudadiag.repro.staging import Staging
 
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?:: ?(.*))?$")
@@ -36,10 +41,11 @@ def to_script(doc: ReproDocument, chdir: str | None = None) -> str:
     return "\n\n\n".join(block.rstrip() for block in blocks) + "\n"
 
 
-def write_and_verify_script(doc: ReproDocument, path: Path, signature: Any,
-                            verify: bool) -> ExportResult:
-    """Stage the script and its side files beside `path`, check it reproduces there, move
-    everything into place. Raises ExportError (nothing left behind)."""
+def write_and_verify_script(doc: ReproDocument, path: Path, signature: Any, verify: bool,
+                            timeout: float = VERIFY_TIMEOUT_S) -> ExportResult:
+    """Stage the script and its side files beside `path`, check it reproduces there (within
+    `timeout` seconds), move everything into place. Raises ExportError (nothing left
+    behind)."""
     with Staging(path) as staging:
         for side in doc.side_files:
             staging.write(side.name, side.data)
@@ -48,7 +54,8 @@ def write_and_verify_script(doc: ReproDocument, path: Path, signature: Any,
         if verify:
             check = staging.folder / _VERIFY_NAME
             check.write_text(to_script(doc, chdir=doc.chdir))
-            result.reproduces, result.observed = verify_script(check, signature, doc.env_vars)
+            result.reproduces, result.observed = verify_script(
+                check, signature, check_environment(doc), timeout)
             check.unlink()
             record_verdict(doc, result)
         staging.write(path.name, to_script(doc).encode())
@@ -56,19 +63,19 @@ def write_and_verify_script(doc: ReproDocument, path: Path, signature: Any,
     return result
 
 
-def verify_script(script: Path, signature: Signature,
-                  env_vars: dict[str, str]) -> tuple[bool | None, Observed]:
-    """Run `python script` in its folder; return (reproduces, what was observed). Ctrl-C
-    stops it: (None, a note)."""
+def verify_script(script: Path, signature: Signature, env: dict[str, str],
+                  timeout: float = VERIFY_TIMEOUT_S) -> tuple[bool | None, Observed]:
+    """Run `python script` in its folder with the environment `env` (check_environment), at
+    most `timeout` seconds; return (reproduces, what was observed). Ctrl-C stops it: (None,
+    a note)."""
     try:
-        done = subprocess.run([sys.executable, script.name], cwd=script.parent,
-                              env={**startup_environment(), **env_vars},
-                              capture_output=True, text=True,
-                              timeout=VERIFY_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        done = subprocess.run([sys.executable, script.name], cwd=script.parent, env=env,
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
     except KeyboardInterrupt:
         return None, Observed(note="verification interrupted")
     except subprocess.TimeoutExpired:
-        return False, Observed(note=f"still running after {VERIFY_TIMEOUT_S} s")
+        return False, Observed(note=f"still running after {timeout:g} s")
     found = _exception(done.stderr)
     if found is not None:
         return verdict(signature, found[0], found[1], done.stderr)

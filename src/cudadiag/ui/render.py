@@ -534,8 +534,7 @@ def render_export(minimized: Any, exported: Any) -> str:
         + (f", value {minimized.signature.value}" if minimized.signature.value is not None
            else ""),
         f"  {minimized.trials} trials in {minimized.wall_s:.1f} s"
-        + (f"; stopped early ({minimized.stopped}): the best candidate so far was kept"
-           if minimized.stopped else ""),
+        + (f"; {minimized.stopped_text()}" if minimized.stopped else ""),
     ]
     lines += [f"  {note}" for note in minimized.notes()]
     if exported.side_files:
