@@ -186,6 +186,7 @@ def test_a_warm_import_that_initialises_cuda_is_refused_then_left_to_the_child(
 def test_warm_imports_preload_installed_unconditional_imports_never_user_files(
         shell, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend("")  # as in a Jupyter kernel: the notebook's folder imports
     (tmp_path / "colorsys.py").write_text("NAME = 'the user colorsys'\n")  # shadows stdlib
     (tmp_path / "helpers.py").write_text("NAME = 'user helpers'\n")
     server = _server_pid()
