@@ -1,4 +1,4 @@
-"""Time `%cudadiag export` on a realistic notebook in a real kernel (nbclient): the guide's
+"""Time `%cudadiag export` on a realistic notebook in a real kernel (nbclient): the method's
 example (4 classes, one label 4) on the simulated device, a few unrelated cells, and a
 training loop on unseeded random minibatches that fails a few steps after step 500 (when its
 curriculum reaches the bad labels). Reports how long the

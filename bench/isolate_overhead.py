@@ -2,7 +2,7 @@
 one run, alternating which goes first, medians side by side with their ratio and the target:
 
 - `%%blocking_launch x = 1`, forked from the kernel's warm interpreter: ratio <= 0.04;
-- `%cuda_isolate` of the guide's example (imports, data, a failing cross_entropy on the
+- `%cuda_isolate` of the method's worked example (imports, data, a failing cross_entropy on the
   simulated device), warm: ratio <= 0.25, each run checked to name the op and the value;
 - for reference, `%%blocking_launch --cold x = 1` (a new interpreter per run).
 
@@ -30,7 +30,7 @@ GUIDE_CELLS = [
     "loss = F.cross_entropy(model(x), target)\nprint('loss', loss.item())",
 ]
 NAMED = ("aten::nll_loss_forward", "target 4 at position 2")
-"""What the isolated run of the guide's example must say: the op, the value and position."""
+"""What the isolated run of the method's worked example must say: the op, the value and position."""
 TARGETS = {"blocking_launch": 0.04, "cuda_isolate": 0.25}
 
 
@@ -98,7 +98,7 @@ def main() -> None:
         for cell in GUIDE_CELLS:  # only now: x = 1 above replays none of them
             shell.run_cell(cell, store_history=True)
     failing = shell.execution_count - 1
-    report("%cuda_isolate guide example (warm)", *side_by_side(
+    report("%cuda_isolate method example (warm)", *side_by_side(
         args.runs, cold_import_torch,
         lambda: timed_cell(shell, f"%cuda_isolate {failing}", NAMED)),
         TARGETS["cuda_isolate"])

@@ -1,7 +1,7 @@
 """The incident log at scale: 1,000, 10,000 and 100,000 real-size incidents.
 
 The records are real: made now by the project's own end-to-end workloads (the language-model
-script through `cudadiag run`, the guide's example in an IPython shell and its
+script through `cudadiag run`, the method's worked example in an IPython shell and its
 `%cuda_isolate`), plus any log given with --records (e.g. the logs the end-to-end tests
 wrote). They are varied (new ids, times over the last 170 days, cell numbers, and the
 diagnosis of other families) and written straight into log files of 8 MiB with their index,

@@ -1,4 +1,4 @@
-"""What a reviewer holding shared/guide.md checks in a case's advice, as functions the tests
+"""What a reviewer holding docs/method.md checks in a case's advice, as functions the tests
 share: no check proposes what a conclusion to avoid beside it forbids, and the check lines are
 few, distinct and fitted."""
 

@@ -1,4 +1,4 @@
-"""Cells shared by the tests that drive a real IPython shell: the guide's example."""
+"""Cells shared by the tests that drive a real IPython shell: the method's worked example."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def run(shell: Any, source: str) -> tuple[Any, int]:
 
 
 def fail_with_device_assert(shell: Any) -> int:
-    """Run the guide's example until its device-side assert surfaces; return the cell where
+    """Run the method's worked example until its device-side assert surfaces; return the cell where
     it did."""
     run(shell, SETUP)
     run(shell, MODEL)
@@ -61,4 +61,4 @@ def fail_fix_rerun(shell: Any) -> tuple[int, int]:
 
 
 GUIDE_SCRIPT = "\n".join([SETUP, MODEL, "print('loss', loss.item())", ""])
-"""The guide's example as a script (`cudadiag run -- python guide.py`)."""
+"""The method's worked example as a script (`cudadiag run -- python guide.py`)."""

@@ -1,5 +1,5 @@
 """The advice each workload shape gets, where users read it (issue 21, "Done when"): the
-guide's example (4 output columns, targets [0, 2, 4]), labels numbered 1..C, an extra class, a
+worked example (4 output columns, targets [0, 2, 4]), labels numbered 1..C, an extra class, a
 token id equal to the vocabulary size as the embedding's input and as a loss target, a table
 sized by a constant (27 rows, value 27), padding −1 not ignored — through `%cuda_isolate` in
 a real IPython shell, `cudadiag run` (then `cudadiag show`) and `cudadiag explain` of the
@@ -33,7 +33,7 @@ def cudadiag(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def project(tmp_path: Path, script: str) -> Path:
-    """A folder holding the workload (the guide's example written as guide.py) and its
+    """A folder holding the workload (the method's worked example written as guide.py) and its
     data."""
     folder = tmp_path / "project"
     folder.mkdir()
@@ -96,7 +96,7 @@ def reviewed(checks: list[str], avoid: list[str]) -> str:
 
 
 SCRIPT_CASES = {
-    # the guide's example: target 4 for 4 columns, 0 among the targets
+    # the method's worked example: target 4 for 4 columns, 0 among the targets
     "guide.py": (4, "target 4 for 4 output columns (valid [0, 4); these targets span 0..4): "
                     "a class the model was not built for, or labels numbered 1..4"),
     # wine.data numbers its cultivars 1, 2, 3
@@ -109,7 +109,7 @@ SCRIPT_CASES = {
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPT_CASES))
-def test_cudadiag_run_class_targets_out_of_range_follow_the_guide(tmp_path, script):
+def test_cudadiag_run_class_targets_out_of_range_follow_the_method(tmp_path, script):
     high, opening = SCRIPT_CASES[script]
     checks, avoid, printed, _ = run_script(tmp_path, script)
     text = reviewed(checks, avoid)
@@ -222,7 +222,7 @@ def isolated(shell, capsys, *cells: str) -> tuple[Incident, Incident, str]:
     return kernel, isolated_run, out
 
 
-def test_cuda_isolate_the_guides_example(shell, capsys):
+def test_cuda_isolate_the_methods_example(shell, capsys):
     kernel, isolated_run, out = isolated(shell, capsys, MODEL, "print('loss', loss.item())")
     checks, avoid = isolated_run.diagnosis.first_checks, isolated_run.diagnosis.avoid
     text = reviewed(checks, avoid)

@@ -1,4 +1,4 @@
-"""Every line of advice traces to a point of shared/guide.md or to primary documentation
+"""Every line of advice traces to a point of docs/method.md or to primary documentation
 named beside it, and no "check first" line of any case proposes what a "do not conclude"
 line beside it forbids: for every family (each real message of tests/data, classified, as a
 kernel incident and as a log), every value pattern, every surface and every fact a case may
@@ -58,12 +58,12 @@ def every_case() -> list[Case]:
     return [Case(surface, subset) for surface in knowledge.SURFACES for subset in subsets]
 
 
-def test_every_advice_line_names_a_guide_point_or_the_documentation_it_comes_from():
+def test_every_advice_line_names_a_method_point_or_the_documentation_it_comes_from():
     for row in every_advice_row():
         assert row.sources, row.text
         for source in row.sources:
-            point = re.fullmatch(r"guide (\d+)", source)
-            assert (point and 1 <= int(point.group(1)) <= knowledge.GUIDE_POINTS) or (
+            point = re.fullmatch(r"method (\d+)", source)
+            assert (point and 1 <= int(point.group(1)) <= knowledge.METHOD_POINTS) or (
                 source in knowledge.DOCS), f"{row.text!r}: unknown source {source!r}"
 
 
@@ -136,5 +136,5 @@ def test_no_value_pattern_proposes_what_its_do_not_conclude_forbids(name):
     ("labels may be 1-based: if 0 is a class too, the output needs 11 classes",
      knowledge.WIDENING_AVOID),
 ])
-def test_the_check_catches_the_advice_that_once_contradicted_the_guide(check, avoid):
+def test_the_check_catches_the_advice_that_once_contradicted_the_method(check, avoid):
     assert contradictions([check], [avoid.text]) == [(check, avoid.text)]

@@ -14,7 +14,7 @@ from scenarios import MODEL, SETUP, run
 
 @pytest.fixture
 def recorded(shell):
-    """A kernel incident (the guide's device-side assert) in the log."""
+    """A kernel incident (the worked example's device-side assert) in the log."""
     run(shell, SETUP)
     run(shell, MODEL)
     run(shell, "loss.item()")

@@ -1,5 +1,5 @@
 """%cuda_compare: the cell as it is and once per variant, each alone in a fresh process; a
-table of outcomes and output differences (guide point 9)."""
+table of outcomes and output differences (method point 9)."""
 
 from __future__ import annotations
 

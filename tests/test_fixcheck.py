@@ -1,5 +1,5 @@
 """%cuda_compare --before ID: the recorded failing case, old code against the current version
-of the cell; "failed before, passes now" only when the outputs are finite (guide point 9)."""
+of the cell; "failed before, passes now" only when the outputs are finite (method point 9)."""
 
 from __future__ import annotations
 

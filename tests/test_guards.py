@@ -16,7 +16,7 @@ from cudadiag import (
 )
 
 
-def test_guide_example_targets_0_2_4_with_4_classes():
+def test_method_example_targets_0_2_4_with_4_classes():
     target = torch.tensor([0, 2, 4])
     with pytest.raises(GuardError) as raised:
         check_class_targets(target, 4)

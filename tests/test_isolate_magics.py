@@ -34,7 +34,7 @@ def _isolated(found):
     return [i for i in found if i.run.mode == "isolated"]
 
 
-def test_guide_example_end_to_end_names_the_operator_value_and_position(shell, capsys):
+def test_method_example_end_to_end_names_the_operator_value_and_position(shell, capsys):
     _, setup_cell = run(shell, SETUP)
     _, model_cell = run(shell, MODEL)
     run(shell, PLOT)

@@ -15,7 +15,7 @@ RELOADS = {
 
 
 def _failed_then_reloaded(shell, capsys, reload: list[str]) -> int:
-    """The cell where the guide's example failed, after `reload` ran; output so far read."""
+    """The cell where the method's worked example failed, after `reload` ran; output so far read."""
     cell = fail_with_device_assert(shell)
     for line in reload:
         run(shell, line)

@@ -1,5 +1,5 @@
 """Advice that fits the operator, the values and the case: first checks keyed by the failing
-operator's kind of index, value patterns stated in words (guide point 7 for class targets,
+operator's kind of index, value patterns stated in words (method point 7 for class targets,
 token ids and tables), at most five lines, one per topic, none the case already answered,
 commands for the surface the user is on (issue 21, items 2 and 3)."""
 
@@ -62,7 +62,7 @@ def test_labels_1_to_c_without_a_0_name_both_readings_and_the_evidence_that_sepa
     assert_fitted(checks)
 
 
-def test_the_guides_example_reads_an_unexpected_fifth_class_or_1_based_never_a_wider_layer():
+def test_the_methods_example_reads_an_unexpected_fifth_class_or_1_based_never_a_wider_layer():
     incident = _prechecked(_loss([0, 2, 4], 4))
     checks = incident.diagnosis.first_checks
     assert checks[0].startswith("target 4 for 4 output columns (valid [0, 4); these targets "

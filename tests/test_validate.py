@@ -1,5 +1,5 @@
 """%cudadiag validate: a loop's cell re-run in a fresh process over the steps that matter,
-with per-step outcomes, sample counts, guard rejections and swallowed exceptions (guide
+with per-step outcomes, sample counts, guard rejections and swallowed exceptions (method
 point 10)."""
 
 from __future__ import annotations

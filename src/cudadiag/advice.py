@@ -37,7 +37,7 @@ from cudadiag.knowledge import Advice
 from cudadiag.shortlist import cut_list
 
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
-COMPAT_SOURCES = ("guide 5", "guide 12")
+COMPAT_SOURCES = ("method 5", "method 12")
 """What a failed compatibility check's line traces to (versions, binary extensions)."""
 
 

@@ -1,5 +1,5 @@
 """The bad-case set: problematic batches kept with the project, for a validation test
-(guide point 7: keep the bad case in a small validation set that lives with the project).
+(method point 7: keep the bad case in a small validation set that lives with the project).
 
 Each case is `NAME.pt` (the CPU batch, torch.save) and `NAME.json` (summary, reason, the guard
 verdict or incident id, creation time).

@@ -6,7 +6,7 @@ file's sha256, the training step, the time, the PyTorch version, whether every f
 tensor was finite, and what had already gone wrong in this kernel or process (its latest
 incident, the error being handled, a simulated device already faulted). `verify()` and
 `latest_valid()` read the manifests: a file is trusted when its hash matches, its tensors were
-finite and it was written before the error (guide point 11: files written during the failure
+finite and it was written before the error (method point 11: files written during the failure
 prove nothing).
 
 Which incidents are "of this kernel": the kernel extension, when loaded, hands its capture to

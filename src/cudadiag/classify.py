@@ -1,7 +1,7 @@
 """Text or exception -> Diagnosis, using the table in knowledge.py.
 
 The first error decides: in a text, the earliest message that matches a signature; for an
-exception, its first cause. Later messages are usually consequences (guide point 1).
+exception, its first cause. Later messages are usually consequences (method point 1).
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     checkpoints.set_defaults(handler=_cmd_checkpoints)
     demo = sub.add_parser(
         "demo", help="run a simulated device-side assert in an IPython shell on the CPU",
-        description="Run the guide's example (4 classes, targets [0, 2, 4]) on a simulated "
+        description="Run the method's worked example (4 classes, targets [0, 2, 4]) on a simulated "
                     "CUDA device in an IPython shell, and print what cudadiag captured.",
     )
     demo.add_argument("--keep", action="store_true",

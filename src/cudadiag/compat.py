@@ -1,4 +1,4 @@
-"""`cudadiag env --check`: does what is installed match what will run (guide point 12)?
+"""`cudadiag env --check`: does what is installed match what will run (method point 12)?
 
 The checks read `Facts`, a plain record of the build, the devices, the driver and the
 installed packages: `gather_facts()` reads them from this process (NVML for the driver and

@@ -1,4 +1,4 @@
-"""What runs with what (guide point 12), as data with its sources: read by compat.py.
+"""What runs with what (method point 12), as data with its sources: read by compat.py.
 
 Collected in /work/corpus/compat.json (versions as printed by each source). Where a source
 was only seen as a mirror or a translation, the row says so; keep each row's source when you

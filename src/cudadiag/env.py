@@ -2,7 +2,7 @@
 
 Never initialises CUDA: device fields are read only when this process has initialised CUDA
 itself; otherwise they say why they are unavailable. ROCm builds keep the `torch.cuda` API and
-the `cuda` device name, so ROCm is recognised by `torch.version.hip` (guide point 13).
+the `cuda` device name, so ROCm is recognised by `torch.version.hip` (method point 13).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from cudadiag.incident import EnvInfo
 
-# Binary extensions with their own compatibility matrix (guide point 12), reported when loaded.
+# Binary extensions with their own compatibility matrix (method point 12), reported when loaded.
 BINARY_EXTENSIONS = (
     "torchvision", "torchaudio", "torchtext", "triton", "xformers", "flash_attn", "apex",
     "bitsandbytes", "deepspeed", "transformer_engine", "torch_scatter", "torch_sparse",

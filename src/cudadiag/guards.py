@@ -1,4 +1,4 @@
-"""CPU-side contract checks: reject a bad batch before it reaches a CUDA kernel (guide
+"""CPU-side contract checks: reject a bad batch before it reaches a CUDA kernel (method
 point 7), with a message that names the argument, the rule, the values and their positions,
 then what to check (knowledge.GUARD_ADVICE, with its sources).
 

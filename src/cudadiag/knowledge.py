@@ -3,11 +3,11 @@
 This module is data. `classify.py` and `advice.py` read it; nothing else should hold
 diagnosis knowledge.
 
-- `Advice`: one line of advice with its sources (`guide N`, a point of shared/guide.md, or a
+- `Advice`: one line of advice with its sources (`method N`, a point of docs/method.md, or a
   key of `DOCS`, the primary documentation), its topics, the case facts that answer it
   (`CASE_FACTS`) and, for a conclusion to avoid, what a check must never propose; commands
   in it are worded per `SURFACES`.
-- `FAMILIES`: one entry per family (design.md's exact strings), in the user's words.
+- `FAMILIES`: one entry per family (the exact strings incidents carry), in the user's words.
 - `CUDA_ERRORS`: the CUDA/HIP runtime error codes cudadiag knows, with their
   `cudaGetErrorString` text, family and stickiness (NVIDIA's "the process must be terminated
   and relaunched" list: 700, 702, 710, 714-719).
@@ -50,12 +50,12 @@ FAMILY_NAMES = (
 
 # --- Advice: every line with its sources -------------------------------------------------------
 # A line of advice (a first check, a conclusion to avoid) is an `Advice`: its text, the points
-# of shared/guide.md or the documentation it comes from, the topics it covers (a case gets one
+# of docs/method.md or the documentation it comes from, the topics it covers (a case gets one
 # line per topic: the most specific), and the facts of a case that make it needless. advice.py
 # picks and fits the lines for one case; nothing else assembles them.
 
-GUIDE_POINTS = 13
-"""shared/guide.md's points, numbered 1..13: a source `guide N` names one."""
+METHOD_POINTS = 13
+"""docs/method.md's points, numbered 1..13: a source `method N` names one."""
 
 DOCS: dict[str, str] = {
     # PyTorch
@@ -151,7 +151,7 @@ class Advice:
     """May hold `{rerun}` and `{restarting}` (SURFACES) and, in value patterns, the values'
     placeholders."""
     sources: tuple[str, ...]
-    """Each `guide N` (a point of shared/guide.md) or a key of DOCS."""
+    """Each `method N` (a point of docs/method.md) or a key of DOCS."""
     topics: tuple[str, ...] = ()
     """What the line covers: a later line of a topic already covered is left out."""
     answered_by: frozenset[str] = frozenset()
@@ -182,15 +182,15 @@ BROKEN_HARDWARE = (r"\b(?:replace|swap|return|RMA)\b[^.]*\b(?:GPU|card|device)\b
                    r"|\b(?:faulty|broken)\b[^.]*\b(?:GPU|memory|driver)\b")
 
 WIDENING_AVOID = _avoid("Widening the output layer or the embedding until the error goes away.",
-                        "guide 7", forbids=WIDENING)
+                        "method 7", forbids=WIDENING)
 SUBTRACTING_AVOID = _avoid(
     "Subtracting 1 from every label before knowing that every source numbers them 1..C.",
-    "guide 7", forbids=SUBTRACTING_ONE)
+    "method 7", forbids=SUBTRACTING_ONE)
 INDEX_RANGE = _check(
     "Check the indices and targets given to the operator that failed: class targets must lie "
     "in [0, C) or equal ignore_index; embedding indices in [0, num_embeddings).",
-    "guide 5", "cross-entropy", "embedding", topics=("index_range",))
-RERUN_ISOLATED = _check("Name the operator that really failed: {rerun}.", "guide 4",
+    "method 5", "cross-entropy", "embedding", topics=("index_range",))
+RERUN_ISOLATED = _check("Name the operator that really failed: {rerun}.", "method 4",
                         answered_by=("isolated",))
 
 
@@ -204,7 +204,7 @@ class Family:
     avoid: tuple[Advice, ...]
     asynchronous: bool = False
     """True when the error is reported after the fact, so the traceback line is only where it
-    was noticed (guide point 3)."""
+    was noticed (method point 3)."""
 
 
 FAMILIES: dict[str, Family] = {
@@ -217,20 +217,20 @@ FAMILIES: dict[str, Family] = {
                 INDEX_RANGE,
                 _check("Read the assertion line printed before the error (file, kernel, "
                        "condition): it names the contract of the operator that was broken.",
-                       "guide 5", answered_by=("no_assertion", "kind_known")),
+                       "method 5", answered_by=("no_assertion", "kind_known")),
                 RERUN_ISOLATED,
                 _check("Look at the batch in flight: the last incomplete batch, rare labels, "
-                       "empty or padded targets.", "guide 2", "guide 10", topics=("batch",)),
+                       "empty or padded targets.", "method 2", "method 10", topics=("batch",)),
             ),
             avoid=(
-                _avoid("The GPU or the driver is broken.", "guide 5", forbids=BROKEN_HARDWARE),
+                _avoid("The GPU or the driver is broken.", "method 5", forbids=BROKEN_HARDWARE),
                 _avoid("The line in the traceback (.item(), .cpu(), print) is the cause: it is "
-                       "only where the asynchronous error was noticed.", "guide 3",
+                       "only where the asynchronous error was noticed.", "method 3",
                        "cuda-semantics", answered_by=("prechecked",),
                        forbids=r"\b(?:remove|delete|drop|avoid|comment out)\b[^.]*"
                                r"(?:\.item\(\)|\.cpu\(\)|\bprint\b)"),
                 _avoid("{restarting} fixes it: the restart clears the poisoned CUDA context, "
-                       "not the bad target or index.", "guide 6",
+                       "not the bad target or index.", "method 6",
                        forbids=r"\brestart\w*\b[^.]*\b(?:fix|fixes|solves?|resolves?)\b"
                                r"(?! no\b)"),
                 WIDENING_AVOID,
@@ -241,27 +241,27 @@ FAMILIES: dict[str, Family] = {
             "illegal_memory",
             "Illegal memory access on the device",
             first_checks=(
-                _check("Name the kernel that faulted: {rerun}.", "guide 4",
+                _check("Name the kernel that faulted: {rerun}.", "method 4",
                        answered_by=("isolated",)),
                 _check("Check sizes, indices and contiguity of the tensors given to custom "
                        "kernels and binary extensions (flash-attn, xformers, apex, your own "
-                       "CUDA code).", "guide 8", "guide 12"),
+                       "CUDA code).", "method 8", "method 12"),
                 _check("Turn optional extensions off one at a time and compare with a "
-                       "reference operator or the same operator on the CPU.", "guide 9"),
+                       "reference operator or the same operator on the CPU.", "method 9"),
                 _check("Run compute-sanitizer --tool memcheck with "
                        "PYTORCH_NO_CUDA_MEMORY_CACHING=1 (the caching allocator hides "
                        "out-of-bounds accesses).", "compute-sanitizer", "cuda-memory"),
             ),
             avoid=(
-                _avoid("The GPU memory is faulty.", "guide 5", forbids=BROKEN_HARDWARE),
-                _avoid("It is an out-of-memory error.", "guide 5",
+                _avoid("The GPU memory is faulty.", "method 5", forbids=BROKEN_HARDWARE),
+                _avoid("It is an out-of-memory error.", "method 5",
                        forbids=r"\b(?:reduce|lower|halve)\b[^.]*\bbatch size\b"
                                r"|\bexpandable_segments\b"),
-                _avoid("The operator in the traceback is the cause.", "guide 3",
+                _avoid("The operator in the traceback is the cause.", "method 3",
                        answered_by=("prechecked",),
                        forbids=r"\bfix\b[^.]*\bthe (?:line|operator) (?:in|of) the traceback\b"),
                 _avoid("Changing batch, precision and library at once: change one thing at a "
-                       "time.", "guide 5", "guide 9",
+                       "time.", "method 5", "method 9",
                        forbids=r"\bchange\b[^.]*\bbatch\b[^.]*\bprecision\b"),
             ),
             asynchronous=True,
@@ -271,21 +271,21 @@ FAMILIES: dict[str, Family] = {
             "Out of memory",
             first_checks=(
                 _check("Check the shapes of this step: batch size, sequence length, image "
-                       "size; one outsized sample is enough.", "guide 2", "guide 5"),
+                       "size; one outsized sample is enough.", "method 2", "method 5"),
                 _check("Check tensor lifetimes: losses summed without .item(), outputs kept in "
                        "lists, the traceback of a caught exception pinning tensors.",
-                       "guide 5", "faq-memory"),
+                       "method 5", "faq-memory"),
                 _check("Check the process's memory: other processes on the GPU, memory "
                        "reserved but unallocated (fragmentation), torch.cuda.memory_summary().",
-                       "guide 5", "cuda-memory"),
+                       "method 5", "cuda-memory"),
             ),
             avoid=(
-                _avoid("Every CUDA error means a lack of VRAM.", "guide 5",
+                _avoid("Every CUDA error means a lack of VRAM.", "method 5",
                        forbids=r"\black of (?:VRAM|memory)\b"),
                 _avoid("A bigger GPU is needed, before measuring what the step really needs.",
-                       "guide 5", forbids=r"\b(?:bigger|larger) GPU\b|\bmore VRAM\b"),
+                       "method 5", forbids=r"\b(?:bigger|larger) GPU\b|\bmore VRAM\b"),
                 _avoid("Halving the batch size is the fix when one sample is outsized.",
-                       "guide 5", forbids=r"\bhalv\w*\b|\b(?:reduce|lower)\b[^.]*\bbatch size\b"),
+                       "method 5", forbids=r"\bhalv\w*\b|\b(?:reduce|lower)\b[^.]*\bbatch size\b"),
             ),
         ),
         Family(
@@ -294,22 +294,22 @@ FAMILIES: dict[str, Family] = {
             first_checks=(
                 _check("Check versions: the PyTorch build (torch.version.cuda / "
                        "torch.version.hip), the device's compute capability against the "
-                       "build's arch list.", "guide 5", "guide 13", "arch-list"),
+                       "build's arch list.", "method 5", "method 13", "arch-list"),
                 _check("Check binary extensions (torchvision, xformers, flash-attn, ...) were "
-                       "built for this PyTorch and this CUDA or ROCm.", "guide 12",
+                       "built for this PyTorch and this CUDA or ROCm.", "method 12",
                        "cpp-extension"),
                 _check("Check the backend of the inputs: the operator may exist only for the "
-                       "CPU.", "guide 5"),
+                       "CPU.", "method 5"),
                 _check("Check the dtype: the operator may have no kernel for Half, BFloat16 or "
-                       "Int.", "guide 5"),
+                       "Int.", "method 5"),
             ),
             avoid=(
-                _avoid("Reinstalling everything at random.", "guide 5",
+                _avoid("Reinstalling everything at random.", "method 5",
                        forbids=r"\breinstall\w*\b[^.]*\b(?:everything|all packages|at random)\b"),
                 _avoid("Upgrading the driver without checking the build's CUDA version and "
-                       "arch list.", "guide 5", "cuda-compatibility",
+                       "arch list.", "method 5", "cuda-compatibility",
                        forbids=r"\b(?:upgrade|update)\w*\b[^.]*\bdriver\b"),
-                _avoid("The GPU is broken.", "guide 5", forbids=BROKEN_HARDWARE),
+                _avoid("The GPU is broken.", "method 5", forbids=BROKEN_HARDWARE),
             ),
         ),
         Family(
@@ -317,18 +317,18 @@ FAMILIES: dict[str, Family] = {
             "Tensors on different devices",
             first_checks=(
                 _check("Check where the model sits (next(model.parameters()).device) and where "
-                       "each input of the operator was created.", "guide 5"),
+                       "each input of the operator was created.", "method 5"),
                 _check("Look for tensors created inside forward() without device=, and buffers "
                        "not registered with register_buffer (they do not move with .to()).",
-                       "guide 5", "register-buffer"),
-                _check("Check the device of what the data loader yields.", "guide 5"),
+                       "method 5", "register-buffer"),
+                _check("Check the device of what the data loader yields.", "method 5"),
             ),
             avoid=(
                 _avoid("Adding .to(device) copies everywhere without knowing where the stray "
-                       "tensor came from.", "guide 5",
+                       "tensor came from.", "method 5",
                        forbids=r"\.to\(device\)[^.]*\beverywhere\b"
                                r"|\badd(?:ing)?\b[^.]*\bcop(?:y|ies)\b"),
-                _avoid("Moving everything to the CPU to make it run.", "guide 5",
+                _avoid("Moving everything to the CPU to make it run.", "method 5",
                        forbids=r"\bmov\w*\b[^.]*\beverything\b[^.]*\bCPU\b"),
             ),
         ),
@@ -345,10 +345,10 @@ FAMILIES: dict[str, Family] = {
                        "torch.float64).", "from-numpy"),
             ),
             avoid=(
-                _avoid("Casting everything to float32 everywhere.", "guide 5", "guide 9",
+                _avoid("Casting everything to float32 everywhere.", "method 5", "method 9",
                        forbids=r"\bcast\w*\b[^.]*\beverything\b|\.float\(\)[^.]*\beverywhere\b"),
                 _avoid("Disabling mixed precision globally without finding the operator.",
-                       "guide 9",
+                       "method 9",
                        forbids=r"\bdisabl\w*\b[^.]*\b(?:autocast|mixed precision|amp)\b"),
             ),
         ),
@@ -357,17 +357,17 @@ FAMILIES: dict[str, Family] = {
             "Mismatched shapes",
             first_checks=(
                 _check("Compare the shapes in the message with what the layer or loss "
-                       "expects.", "guide 5", "linear"),
+                       "expects.", "method 5", "linear"),
                 _check("Check the last incomplete batch and variable sequence lengths.",
-                       "guide 2", "guide 10"),
+                       "method 2", "method 10"),
                 _check("Check squeeze / unsqueeze / view / flatten before linear layers, and "
-                       "the target shape against the output shape for the loss.", "guide 5",
+                       "the target shape against the output shape for the loss.", "method 5",
                        "view"),
             ),
             avoid=(
                 _avoid("Reshaping until it runs: view and reshape can silently mix samples.",
                        "view", forbids=r"\breshap\w*\b[^.]*\buntil\b"),
-                _avoid("The data is corrupt.", "guide 5",
+                _avoid("The data is corrupt.", "method 5",
                        forbids=r"\b(?:re-?download|regenerate)\b[^.]*\bdata\b"),
             ),
         ),
@@ -376,24 +376,24 @@ FAMILIES: dict[str, Family] = {
             "Index or target out of range",
             first_checks=(
                 _check("Compare the value in the message with the size of the dimension.",
-                       "guide 5", topics=("index_range",)),
+                       "method 5", topics=("index_range",)),
                 _check("For class targets, a value equal to C has two readings: labels "
                        "numbered 1..C, or a class the model was not built for; over the whole "
                        "dataset, min and max, whether 0 occurs and the number of distinct "
-                       "labels tell them apart.", "guide 7", topics=("label_readings",),
+                       "labels tell them apart.", "method 7", topics=("label_readings",),
                        answered_by=("kind_known",)),
                 _check("For embeddings: indices against num_embeddings (vocabulary size, "
                        "padding id).", "embedding", topics=("vocabulary",),
                        answered_by=("kind_known",)),
                 _check("Check that the label mapping is a bijection with the class names: "
-                       "cudadiag.check_label_mapping(label_to_index, class_names).", "guide 7",
+                       "cudadiag.check_label_mapping(label_to_index, class_names).", "method 7",
                        topics=("label_mapping",), answered_by=("kind_known",)),
             ),
             avoid=(
                 WIDENING_AVOID,
                 _avoid("The GPU's 'device-side assert triggered' for the same data is another "
-                       "bug: it is this failure, reported without the values.", "guide 3",
-                       "guide 9", forbids=r"\b(?:another|a different|a separate) bug\b"),
+                       "bug: it is this failure, reported without the values.", "method 3",
+                       "method 9", forbids=r"\b(?:another|a different|a separate) bug\b"),
             ),
         ),
         Family(
@@ -401,20 +401,20 @@ FAMILIES: dict[str, Family] = {
             "CUDA library status (cuBLAS, cuDNN, ...)",
             first_checks=(
                 _check("An earlier asynchronous error often surfaces as a library status: "
-                       "{rerun}.", "guide 3", "guide 4", answered_by=("isolated",)),
+                       "{rerun}.", "method 3", "method 4", answered_by=("isolated",)),
                 _check("CUBLAS_STATUS_NOT_INITIALIZED often means out of memory at handle "
                        "creation, or an out-of-range embedding index just before.",
-                       "cublas-status", "guide 3"),
+                       "cublas-status", "method 3"),
                 _check("Check the layout and dtype of the inputs (contiguity; cuDNN "
-                       "NOT_SUPPORTED).", "guide 8", "cudnn"),
-                _check("Check the library versions shipped with the PyTorch build.", "guide 2",
-                       "guide 12"),
+                       "NOT_SUPPORTED).", "method 8", "cudnn"),
+                _check("Check the library versions shipped with the PyTorch build.", "method 2",
+                       "method 12"),
             ),
             avoid=(
-                _avoid("The library is broken.", "guide 5",
+                _avoid("The library is broken.", "method 5",
                        forbids=r"\breinstall\w*\b[^.]*\b(?:cublas|cudnn|library)\b"),
-                _avoid("Reinstalling CUDA.", "guide 5", forbids=r"\breinstall\w*\b[^.]*\bCUDA\b"),
-                _avoid("Disabling cuDNN for good.", "guide 9",
+                _avoid("Reinstalling CUDA.", "method 5", forbids=r"\breinstall\w*\b[^.]*\bCUDA\b"),
+                _avoid("Disabling cuDNN for good.", "method 9",
                        forbids=r"cudnn\.enabled ?= ?False|\bdisabl\w*\b[^.]*\bcuDNN\b"),
             ),
             asynchronous=True,
@@ -424,20 +424,20 @@ FAMILIES: dict[str, Family] = {
             "Distributed / collective failure",
             first_checks=(
                 _check("Find the first rank that failed and its own first error: the other "
-                       "ranks only time out waiting for it.", "guide 1"),
+                       "ranks only time out waiting for it.", "method 1"),
                 _check("Re-run with NCCL_DEBUG=INFO.", "nccl-env"),
                 _check("Check that every rank runs the same collectives in the same order with "
                        "the same shapes.", "distributed"),
                 _check("Look for a CUDA error (out of memory, device assert) inside one rank "
-                       "before the collective.", "guide 1"),
+                       "before the collective.", "method 1"),
             ),
             avoid=(
-                _avoid("The network is the cause.", "guide 1",
+                _avoid("The network is the cause.", "method 1",
                        forbids=r"\b(?:network|interconnect|infiniband)\b[^.]*"
                                r"\b(?:cause|broken|faulty)\b"),
-                _avoid("Raising the timeout fixes it.", "guide 1",
+                _avoid("Raising the timeout fixes it.", "method 1",
                        forbids=r"\b(?:rais|increas)\w*\b[^.]*\btimeout\b"),
-                _avoid("The rank that printed last is the culprit.", "guide 1",
+                _avoid("The rank that printed last is the culprit.", "method 1",
                        forbids=r"\b(?:last|latest) (?:rank|message)\b[^.]*\b(?:culprit|cause)\b"),
             ),
         ),
@@ -446,7 +446,7 @@ FAMILIES: dict[str, Family] = {
             "Driver or device initialisation",
             first_checks=(
                 _check("Check that nvidia-smi (or rocm-smi) sees the GPU.", "nvidia-smi",
-                       "guide 13"),
+                       "method 13"),
                 _check("Check the driver version against torch.version.cuda.",
                        "cuda-compatibility"),
                 _check("Check CUDA_VISIBLE_DEVICES and the device index you ask for.",
@@ -455,9 +455,9 @@ FAMILIES: dict[str, Family] = {
                        "screen.", "cuda-runtime-errors"),
             ),
             avoid=(
-                _avoid("Reinstalling PyTorch before checking the driver.", "guide 5",
+                _avoid("Reinstalling PyTorch before checking the driver.", "method 5",
                        forbids=r"\breinstall\w*\b[^.]*\b(?:PyTorch|torch)\b"),
-                _avoid("The model code is wrong.", "guide 5",
+                _avoid("The model code is wrong.", "method 5",
                        forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
             ),
         ),
@@ -465,12 +465,12 @@ FAMILIES: dict[str, Family] = {
             "unknown",
             "Unrecognised error",
             first_checks=(
-                _check("Find the first error in the output, not the last.", "guide 1"),
-                _check("Name the operator that failed: {rerun}.", "guide 4",
+                _check("Find the first error in the output, not the last.", "method 1"),
+                _check("Name the operator that failed: {rerun}.", "method 4",
                        answered_by=("isolated",)),
-                _check("Record versions and backend: {env}.", "guide 2"),
+                _check("Record versions and backend: {env}.", "method 2"),
             ),
-            avoid=(_avoid("Concluding from the last message printed.", "guide 1",
+            avoid=(_avoid("Concluding from the last message printed.", "method 1",
                           forbids=r"\bfrom the last (?:message|error|line)\b"),),
         ),
     )
@@ -1023,7 +1023,7 @@ RUNTIME_OOM_CHECK = _check(
     "outside PyTorch.", "cuda-runtime-errors", "cuda-memory")
 ARCH_CHECK = _check(
     "The device's capability {capability} is not in the build's arch list ({arch_list}): "
-    "install a PyTorch build that supports it.", "arch-list", "install", "guide 5")
+    "install a PyTorch build that supports it.", "arch-list", "install", "method 5")
 
 
 @dataclass(frozen=True)
@@ -1058,7 +1058,7 @@ PITFALLS: dict[str, Pitfall] = {
                 _check("Re-run the cell with %cuda_isolate: cudadiag runs every rank as its own "
                        "process forked from a fresh interpreter that holds the notebook's "
                        "function (blocking launches, the tracer and the prechecks in each rank) "
-                       "and names the rank that failed first.", "guide 4",
+                       "and names the rank that failed first.", "method 4",
                        answered_by=("isolated",)),
                 _check("Or move the function (and what it uses) to a .py file beside the "
                        "notebook and import it from there: `from ddp_worker import worker`.",
@@ -1076,7 +1076,7 @@ PITFALLS: dict[str, Pitfall] = {
                        "`python -c \"import torch; print(torch.__file__, torch.__version__, "
                        "torch.version.cuda)\"` run by the same interpreter (a `+cpu` version, "
                        "or torch.version.cuda None; {env} shows it too).", "hip",
-                       "guide 2"),
+                       "method 2"),
                 _check("Install a CUDA build in this environment (the pip command for your "
                        "CUDA version from pytorch.org's install selector); a notebook kernel "
                        "may run another environment than your terminal: `import sys; "
@@ -1089,7 +1089,7 @@ PITFALLS: dict[str, Pitfall] = {
             avoid=(
                 _avoid("The driver or the GPU is at fault: this build never looks for them.",
                        "install", forbids=BROKEN_HARDWARE),
-                _avoid("The model code is wrong.", "guide 5",
+                _avoid("The model code is wrong.", "method 5",
                        forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
             ),
             family_checks=False,
@@ -1180,12 +1180,12 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
                    "numbered 1..C, or a class the model was not built for; over the whole "
                    "dataset, not one batch, min and max, whether 0 occurs and the number of "
                    "distinct labels against the class names tell them apart.",
-                   "cross-entropy", "guide 7", topics=("index_range", "label_readings")),
+                   "cross-entropy", "method 7", topics=("index_range", "label_readings")),
             _check("Fix the mapping where the labels are made, not the model: check it is a "
                    "bijection with the class names (cudadiag.check_label_mapping("
                    "label_to_index, class_names)), and keep the failing batch as a case that "
                    "lives with the project (cudadiag.keep_case(batch, 'bad_label', "
-                   "reason=...)).", "guide 7", topics=("label_mapping", "keep_case")),
+                   "reason=...)).", "method 7", topics=("label_mapping", "keep_case")),
             IGNORE_INDEX,
             _check("In a language model the targets are token ids and C is the vocabulary: "
                    "compare the largest id with the vocabulary the model was built with (a "
@@ -1201,7 +1201,7 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
             _check("These targets are token ids: the loss's classes are the model's "
                    "vocabulary (an embedding of as many rows takes the same ids). Compare the "
                    "largest id in the data with the vocabulary the model was built with.",
-                   "cross-entropy", "embedding", "guide 5", topics=("index_range",)),
+                   "cross-entropy", "embedding", "method 5", topics=("index_range",)),
             TOKEN_VOCABULARY,
             SPECIAL_TOKENS,
             IGNORE_INDEX,
@@ -1237,7 +1237,7 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
                    "it is a new category in the data, not an off-by-one: compare what the "
                    "mapping holds (len(stoi)) with the table's rows. Computed from another "
                    "tensor (argmax, lengths, offsets), it must refer to this tensor's shape, "
-                   "after any slicing or filtering.", "guide 7", "guide 5",
+                   "after any slicing or filtering.", "method 7", "method 5",
                    topics=("index_readings",)),
             NEGATIVE_INDICES,
         ),
@@ -1271,7 +1271,7 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
         "{min}..{max}, no 0): labels numbered 1..{high}, or a class the model was not built for. "
         "Over the whole dataset: 0 never a label and {high} distinct values 1..{high} reads as "
         "a 1..{high} encoding; {wider} distinct values, 0 among them, as an unexpected "
-        "{ordinal} class", "guide 7", "cross-entropy", group="range",
+        "{ordinal} class", "method 7", "cross-entropy", group="range",
         topics=("index_range", "label_readings")),
     _pattern(
         "label_equals_classes", ("class_target",),
@@ -1279,7 +1279,7 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
         "target {high} for {high} output columns (valid [{low}, {high}){seen}): a class the model "
         "was not built for, or labels numbered 1..{high}. Over the whole dataset: {wider} "
         "distinct values, 0 among them, reads as an unexpected {ordinal} class; 0 never a label "
-        "and {high} distinct values 1..{high} as a 1..{high} encoding", "guide 7", "cross-entropy",
+        "and {high} distinct values 1..{high} as a 1..{high} encoding", "method 7", "cross-entropy",
         group="range", topics=("index_range", "label_readings")),
     _pattern(
         "targets_far_beyond", ("class_target",),
@@ -1287,7 +1287,7 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
         "targets reach {max} for {high} output columns (valid [{low}, {high})): too far for a "
         "1..{high} encoding — a marker for positions to skip (then pass ignore_index={max}) or "
         "ids of another numbering, to map onto [0, {high}) where the labels are made",
-        "guide 7", "cross-entropy", group="range", topics=("index_range", "label_readings")),
+        "method 7", "cross-entropy", group="range", topics=("index_range", "label_readings")),
     _pattern(
         "padding_not_ignored", ("class_target", "token_target"),
         lambda v: -1 in v.offending and v.ignore_index != -1,
@@ -1295,7 +1295,7 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
         "padding or unlabeled positions, pad with {ignore_index} or pass ignore_index=-1; if it "
         "is what a lookup returned for a label it did not find (dict.get(label, -1)), the "
         "mapping misses a label",
-        "cross-entropy", "guide 7", group="negative", topics=("index_range", "ignore_index")),
+        "cross-entropy", "method 7", group="negative", topics=("index_range", "ignore_index")),
     _pattern(
         "target_id_is_vocabulary_size", ("token_target",),
         lambda v: v.largest == v.high,
@@ -1304,12 +1304,12 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
         "was not built with, not one class more — a token given its id after the model was "
         "sized (<eos>, pad, a special token): count the vocabulary once every token is in, "
         "before the model is built, or give that token an id the model has", "embedding",
-        "hf-tokenizer", "guide 5", group="range", topics=("index_range",)),
+        "hf-tokenizer", "method 5", group="range", topics=("index_range",)),
     _pattern(
         "target_ids_beyond_vocabulary", ("token_target",),
         lambda v: v.largest > v.high,
         "target token ids reach {max} for a vocabulary of {high}: the targets were made by "
-        "another tokenizer or dictionary than the model's", "hf-tokenizer", "guide 5",
+        "another tokenizer or dictionary than the model's", "hf-tokenizer", "method 5",
         group="range", topics=("index_range", "vocabulary")),
     _pattern(
         "id_is_vocabulary_size", ("embedding",),
@@ -1332,14 +1332,14 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
         "a {ordinal} value where the table holds {high} — a new category in the data, not an "
         "off-by-one: count what the mapping holds (len(stoi), the distinct values) against the "
         "table's {high} rows and find the new one. Computed (a length, an offset), it may be "
-        "off by one", "guide 7", "guide 5", group="range",
+        "off by one", "method 7", "method 5", group="range",
         topics=("index_range", "index_readings")),
     _pattern(
         "indices_beyond", ("index",),
         lambda v: v.largest > v.high,
         "indices reach {max} for a dimension of {high} (valid [{low}, {high})): they were made for "
         "another tensor — another table, the size before a slice or a filter, a global id used "
-        "as a local one", "guide 5", group="range", topics=("index_range", "index_readings")),
+        "as a local one", "method 5", group="range", topics=("index_range", "index_readings")),
     _pattern(
         "negative_indices", ("embedding", "index"),
         lambda v: v.low == 0 and any(x < 0 for x in v.offending),
@@ -1354,7 +1354,7 @@ def operator_advice(kind: str) -> OperatorAdvice | None:
     return next((a for a in OPERATOR_ADVICE if a.kind == kind), None)
 
 
-# What guards.py says after a broken contract: what to check, in the guide's words.
+# What guards.py says after a broken contract: what to check, in the words of docs/method.md.
 GUARD_ADVICE: dict[str, Advice] = {
     "class_targets": _check(
         "Check the label encoding: a 1..{classes} encoding instead of 0..{last}, or an "
@@ -1362,12 +1362,12 @@ GUARD_ADVICE: dict[str, Advice] = {
         "distinct values); fix the mapping where the labels are made "
         "(cudadiag.check_label_mapping), and do not widen the output layer or subtract 1 "
         "everywhere to make this pass",
-        "guide 7"),
+        "method 7"),
     "all_ignored": _check("Check the padding or the masking of this batch", "cross-entropy"),
     "index_range": _check("Check the vocabulary size, the padding id and where the indices "
-                          "were built", "embedding", "guide 5"),
+                          "were built", "embedding", "method 5"),
     "same_device": _check("Move the stray ones where they are created rather than adding "
-                          "copies at the call", "guide 5"),
+                          "copies at the call", "method 5"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The steps a watch() saw, in brief, and the choice of the steps that matter (guide point
+"""The steps a watch() saw, in brief, and the choice of the steps that matter (method point
 10: validate in the original scope).
 
 While `%load_ext cudadiag` is active, every step of every watch() gets a StepProfile: its

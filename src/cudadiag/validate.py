@@ -1,4 +1,4 @@
-"""Validate in the original scope (guide point 10): re-run a loop's cell in a fresh isolated
+"""Validate in the original scope (method point 10): re-run a loop's cell in a fresh isolated
 process over the steps that matter (or every step), and report per step whether it passed,
 the processed sample count against the expected one, the samples guards rejected and the
 exceptions user code caught and swallowed.

@@ -1,4 +1,4 @@
-"""A batch described by ids and dimensions rather than content (guide point 2), and the one
+"""A batch described by ids and dimensions rather than content (method point 2), and the one
 walk over a batch's nested containers that every part of cudadiag uses.
 
 `summarize()` never launches work on, or synchronises with, a GPU: tensors there get

@@ -1,4 +1,4 @@
-"""Compare one change at a time (guide point 9): the compared cell once as it is (the
+"""Compare one change at a time (method point 9): the compared cell once as it is (the
 reference) and once per variant, each alone in a fresh isolated process with the same plan,
 RNG states and batch, then the outcome of each and the differences of the tensors the cell
 assigned.
@@ -32,7 +32,7 @@ TOLERANCES = {
 }
 """(rtol, atol) per floating dtype: torch.testing.assert_close's defaults. Integers and
 booleans must be equal."""
-CPU_WARNING = ("CPU success is a clue, not a CUDA validation (guide point 9): the CPU "
+CPU_WARNING = ("CPU success is a clue, not a CUDA validation (method point 9): the CPU "
                "kernels check and schedule differently; validate a fix on the device.")
 TIMING_NOTE = ("Wall times are the compared cell alone, in a diagnostic run (blocking "
                "launches, op tracer): compare rows with each other, not with training runs.")

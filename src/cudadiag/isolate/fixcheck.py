@@ -1,4 +1,4 @@
-"""The fix check (guide point 9: find an input that fails before the fix and passes after it,
+"""The fix check (method point 9: find an input that fails before the fix and passes after it,
 and check the output, not only the absence of an exception): the recorded failing case of an
 incident, run with the old code and with the current version of the cell, each in a fresh
 isolated process.

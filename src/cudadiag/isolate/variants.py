@@ -1,4 +1,4 @@
-"""One change at a time (guide point 9): the variants `%cuda_compare` runs, as one table, and
+"""One change at a time (method point 9): the variants `%cuda_compare` runs, as one table, and
 their application inside the isolated child.
 
 Parent side: `VARIANTS` says what each variant changes, which environment variables it needs

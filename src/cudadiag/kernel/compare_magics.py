@@ -1,5 +1,5 @@
 """`%cuda_compare` / `%%cuda_compare` and `cudadiag.compare()`: one change at a time, from
-the notebook (guide point 9).
+the notebook (method point 9).
 
 The compared cell is planned as `%cuda_isolate` plans it (the earlier cells it needs, the
 values shipped, the RNG states each cell started from, optionally one recorded batch); every

@@ -1,5 +1,5 @@
 """`%cuda_compare --before ID [N]`: the recorded failing case of incident ID, old code against
-the current version of the failing cell (guide point 9)."""
+the current version of the failing cell (method point 9)."""
 
 from __future__ import annotations
 

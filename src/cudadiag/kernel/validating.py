@@ -1,5 +1,5 @@
 """`%cudadiag validate [N] [--all]`: re-run a loop's cell in a fresh process over the steps
-that matter, chosen from what its watch() saw in this kernel (guide point 10)."""
+that matter, chosen from what its watch() saw in this kernel (method point 10)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shrink a failing program without losing the trigger (guide point 8).
+"""Shrink a failing program without losing the trigger (method point 8).
 
 First the range loop that holds the failing line is cut to the iterations it needs
 (loops.py), which makes every later trial short; then delta debugging (ddmin, halving

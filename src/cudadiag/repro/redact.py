@@ -1,4 +1,4 @@
-"""Scrub text before it leaves the machine (a report, an exported notebook): guide point 12,
+"""Scrub text before it leaves the machine (a report, an exported notebook): method point 12,
 a precise request with personal data and needless paths removed.
 
 Secrets are found as values, then masked wherever they appear: the values of environment
