@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from cudadiag.incident import EnvInfo
     from cudadiag.isolate.ranks import TorchrunJob
-    from cudadiag.isolate.runner import IsolatedResult
+    from cudadiag.isolate.result import IsolatedResult
     from cudadiag.store import IncidentStore
 
 DEMO_CELLS = (

@@ -5,15 +5,14 @@ fast), and `batch.watch()` calls what is registered here."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from cudadiag.batch import WatchRecord
+from typing import Any
 
 YIELD, SKIP, STOP = "yield", "skip", "stop"
 """A hook's answers before a step is yielded: hand it to the loop, skip it, end the loop."""
 
-StepHook = Callable[["WatchRecord", Any, bool], "str | None"]
+StepHook = Callable[[Any, Any, bool], "str | None"]
+"""`hook(record, item, done)`: record is the watch's `batch.WatchRecord` (typed Any: naming it
+here would import the batch package, and torch with it, at `%load_ext`)."""
 
 _step_hooks: list[StepHook] = []
 """Called with each recorded step before it is yielded (done=False: may answer SKIP or STOP,

@@ -46,7 +46,7 @@ from cudadiag.isolate.spawn import EXITS_FILE, START_METHOD
 from cudadiag.knowledge import FAMILIES
 
 if TYPE_CHECKING:
-    from cudadiag.isolate.runner import IsolatedResult
+    from cudadiag.isolate.result import IsolatedResult
 
 STOP_GRACE_S = 5.0
 """How long ranks left running get, after SIGTERM, to dump their stacks and exit."""

@@ -17,7 +17,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,6 @@ from cudadiag.isolate.job import Job, JobCell, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import (
     NVIDIA_BLOCKING,
     ROCM_BLOCKING,
-    BlockingSettings,
     Launcher,
     SubprocessLauncher,
     blocking_settings,
@@ -42,6 +40,7 @@ from cudadiag.isolate.procgroup import (
     kill_group,
     wait_until_gone,
 )
+from cudadiag.isolate.result import IsolatedResult
 from cudadiag.store import IncidentStore
 
 if TYPE_CHECKING:
@@ -53,31 +52,6 @@ IDLE_AFTER_EXIT_S = 0.3
 """Once the child has exited, its pipes are read until they stay idle this long..."""
 DRAIN_AFTER_EXIT_S = 2.0
 """...or at most this long (a left-over process may write for ever)."""
-
-
-@dataclass
-class IsolatedResult:
-    """What an isolated run gave: the incident (None when the run succeeded) and the output."""
-
-    incident: Incident | None
-    returncode: int | None
-    stdout: str
-    stderr: str
-    wall_s: float
-    settings: BlockingSettings
-    timed_out: bool = False
-    interrupted: bool = False
-    cells: list[int] = field(default_factory=list)
-    pid: int | None = None
-    """The child's pid, which is also its process group id."""
-    message: str = ""
-    """One line for the user when the run ended without an incident to show."""
-    start: str = ""
-    """How the process was made (warm or cold, and why cold) and whether the blocking
-    variables were in effect in it, as the child checked."""
-    unrelated: str = ""
-    """For a script that failed with an error unrelated to PyTorch (no incident): its
-    exception, `KeyError: 'lr'`."""
 
 
 def run_isolated(

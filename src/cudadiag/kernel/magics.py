@@ -30,7 +30,7 @@ from cudadiag.ui.announce import KernelAnnouncer
 if TYPE_CHECKING:
     from cudadiag.incident import Incident
     from cudadiag.isolate.plan import Plan
-    from cudadiag.isolate.runner import IsolatedResult
+    from cudadiag.isolate.result import IsolatedResult
 
 _captures: dict[int, KernelCapture] = {}
 SPAWN_LINE = ("ranks: the cells start processes with torch.multiprocessing; each one runs as "
