@@ -156,7 +156,7 @@ def command_s(home: Path, *words: str) -> float:
 def measure(home: Path, ids: list[str], kinds: list[Incident], rebuild: bool
             ) -> dict[str, float]:
     from cudadiag.listing import run_listing
-    from cudadiag.ui.panel import Panel
+    from cudadiag.panel.widget import Panel
     from cudadiag.ui.render import render_text
 
     store = IncidentStore(home)

@@ -7,10 +7,10 @@ import pytest
 import torch
 from IPython.core.error import UsageError
 
-from cudadiag.isolate.compare import CompareError, output_diff, parse_variants
+from cudadiag.comparison.run import CompareError, output_diff, parse_variants
+from cudadiag.comparison.view import render_comparison_html
 from cudadiag.own_work import outside_user_modes
-from cudadiag.ui.comparison import render_comparison_html
-from cudadiag.ui.panel import Panel
+from cudadiag.panel.widget import Panel
 
 SETUP = ("import torch\nimport torch.nn.functional as F\nimport cudadiag\n"
          "from cudadiag.testing import simulated_cuda\nsim = simulated_cuda().start()")
@@ -26,7 +26,7 @@ def run(shell, source):
 def test_child_copies_assigned_values_within_budget_and_names_the_rest(tmp_path, monkeypatch):
     import json
 
-    from cudadiag.isolate import variants
+    from cudadiag.comparison import variants
 
     monkeypatch.setattr(variants, "OUTPUT_MAX_BYTES", 1024)
     variants.setup(json.dumps({"dir": str(tmp_path), "outputs": ["big", "small", "n", "m"]}))

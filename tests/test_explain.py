@@ -89,7 +89,7 @@ def test_only_collective_timeouts_point_at_the_slow_rank_not_a_kernel():
     assert explanation.diagnosis.family == "distributed"
     assert not explanation.diagnosis.sticky
     assert explanation.silent_ranks == [2]
-    from cudadiag.ui.render import render_explanation
+    from cudadiag.explain.view import render_explanation
 
     rendered = render_explanation(explanation, "job.log")
     assert "no rank raised an error first" in rendered

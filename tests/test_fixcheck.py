@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from IPython.core.error import UsageError
 
-from cudadiag.isolate.compare import Row
-from cudadiag.isolate.fixcheck import PASSES_NOW, FixCheck
+from cudadiag.comparison.run import Row
+from cudadiag.fixcheck.run import PASSES_NOW, FixCheck
 from cudadiag.testing import reset_simulated_device
 from scenarios import WALK_SETUP, fail_fix_rerun
 

@@ -94,7 +94,7 @@ def test_a_failing_blocking_launch_fails_the_cell_with_the_diagnosis_recorded_on
 
 
 def capture_current(shell):
-    from cudadiag.kernel.magics import capture_for
+    from cudadiag.capture.shell_state import capture_for
 
     return capture_for(shell).current
 
@@ -163,7 +163,7 @@ def test_the_listing_names_the_cell_that_raised_not_the_first_replayed_one(shell
 
 def test_an_isolated_incident_names_the_cell_that_ran_and_a_precheck_kept_the_context(
         shell, capsys):
-    from cudadiag.ui.panel import Panel
+    from cudadiag.panel.widget import Panel
 
     _, setup = run(shell, SETUP)
     _, defining = run(shell, "class Picker:\n    def __call__(self, t, i):\n"

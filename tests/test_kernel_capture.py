@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cudadiag import incidents
-from cudadiag.kernel.magics import capture_for
+from cudadiag.capture.shell_state import capture_for
 from scenarios import fail_with_device_assert, run
 
 
@@ -169,8 +169,8 @@ def test_loading_the_extension_imports_no_torch():
 @pytest.mark.slow
 def test_loading_the_extension_leaves_compare_validate_and_fix_check_unloaded():
     # %load_ext registers %cuda_compare; what it runs is loaded on its first use
-    heavy = ["cudadiag.isolate.compare", "cudadiag.isolate.cellfacts", "cudadiag.validate",
-             "cudadiag.isolate.fixcheck", "cudadiag.ui.results"]
+    heavy = ["cudadiag.comparison.run", "cudadiag.isolate.cellfacts", "cudadiag.validate.run",
+             "cudadiag.fixcheck.run", "cudadiag.ui.results"]
     code = ("import sys\n"
             "from IPython.core.interactiveshell import InteractiveShell\n"
             "InteractiveShell.instance().run_line_magic('load_ext', 'cudadiag')\n"

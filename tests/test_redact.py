@@ -12,8 +12,8 @@ import pytest
 
 from cudadiag import classify
 from cudadiag.incident import EnvInfo, ErrorInfo, Frame, Incident, Observed, RunInfo, Signature
+from cudadiag.privacy.redact import SHARED_ACCOUNTS, Redactor, redact, secret_env_values
 from cudadiag.repro.notebook import export_notebook
-from cudadiag.repro.redact import SHARED_ACCOUNTS, Redactor, redact, secret_env_values
 from cudadiag.repro.report import render_report
 
 USER = getpass.getuser()
@@ -195,7 +195,7 @@ ADVERSARIAL = [
 @pytest.mark.parametrize(("sample", "secrets"), ADVERSARIAL,
                          ids=[f"sample{n}" for n in range(len(ADVERSARIAL))])
 def test_scrubbed_code_still_parses_and_holds_no_secret(sample, secrets):
-    from cudadiag.repro.redact import _parses
+    from cudadiag.privacy.redact import _parses
 
     assert _parses(sample), "a sample must parse before scrubbing"
     scrubbed = Redactor(env=SECRET_ENV).code(sample)

@@ -8,8 +8,8 @@ import pytest
 import torch
 from IPython.core.error import UsageError
 
+from cudadiag.panel.widget import Panel
 from cudadiag.steps import StepProfile, choose_steps, profile_of
-from cudadiag.ui.panel import Panel
 from scenarios import WALK_SETUP, fail_fix_rerun
 
 SETUP = ("import torch\nimport torch.nn.functional as F\n"

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the names below are loaded on first use; their real signatu
         guard,
     )
     from cudadiag.isolate.runner import run_isolated
-    from cudadiag.ui.panel import Panel
+    from cudadiag.panel.widget import Panel
 
 __version__ = "0.1.0"
 # Names whose modules import torch (or start processes): loaded on first use, so `import
@@ -42,9 +42,9 @@ _LAZY = {
     "guard": "cudadiag.guards",
     "keep_case": "cudadiag.cases",
     "load_cases": "cudadiag.cases",
-    "Panel": "cudadiag.ui.panel",
+    "Panel": "cudadiag.panel.widget",
     "run_isolated": "cudadiag.isolate.runner",
-    "compare": "cudadiag.kernel.compare_magics",
+    "compare": "cudadiag.comparison.magic",
 }
 __all__ = [  # the lazy names of _LAZY included, as literals for the linters
     "BatchSummary",
@@ -85,16 +85,16 @@ def incidents() -> list[Incident]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext cudadiag`: capture CUDA errors of this kernel."""
-    from cudadiag.kernel import magics
+    from cudadiag.kernel import extension
 
-    magics.load(ipython)
+    extension.load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """`%unload_ext cudadiag`: stop capturing and warning (the magics stay registered)."""
-    from cudadiag.kernel import magics
+    from cudadiag.kernel import extension
 
-    magics.unload(ipython)
+    extension.unload(ipython)
 
 
 def __getattr__(name: str) -> Any:

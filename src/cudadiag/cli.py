@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cudadiag.argtypes import positive_seconds, processes_per_node
 from cudadiag.durable import unwritable, write_failure
 from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
 from cudadiag.listing_options import add_listing_options
+from cudadiag.options.option import add_options
+from cudadiag.options.runs import NO_BLOCKING, NO_PRECHECK, NPROC_PER_NODE, TIMEOUT
 from cudadiag.repro.options import add_export_options
 
 if TYPE_CHECKING:
@@ -176,22 +177,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_run_options(run: argparse.ArgumentParser) -> None:
-    blocking = run.add_mutually_exclusive_group()
-    blocking.add_argument("--blocking", dest="blocking", action="store_true", default=True,
-                          help="synchronous kernel launches (the default)")
-    blocking.add_argument("--no-blocking", dest="blocking", action="store_false",
-                          help="a faithful asynchronous run, without tracer and prechecks")
-    run.add_argument("--timeout", type=positive_seconds, metavar="S",
-                     help="kill the run (its whole process group) after S seconds")
+    add_options(run, NO_BLOCKING, TIMEOUT)
     run.add_argument("--json", metavar="PATH", help="also write the incident as JSON here")
-    run.add_argument("--no-precheck", action="store_true",
-                     help="let index-taking kernels run unchecked")
-    run.add_argument("--nproc-per-node", "--nproc_per_node", type=processes_per_node,
-                     metavar="N", help="run the script as N ranks under torchrun (a number, "
-                                       "or auto, cpu, gpu as torchrun takes it)")
-
-
-_NPROC_OPTIONS = ("--nproc-per-node", "--nproc_per_node")
+    add_options(run, NO_PRECHECK, NPROC_PER_NODE)
 
 
 def _multi_rank_run(words: list[str]) -> argparse.Namespace | None:
@@ -200,7 +188,7 @@ def _multi_rank_run(words: list[str]) -> argparse.Namespace | None:
     if words[:1] != ["run"] or "--" not in words:
         return None
     head = words[1:words.index("--")]
-    if not any(w.split("=")[0] in _NPROC_OPTIONS for w in head):
+    if not any(w.split("=")[0] in NPROC_PER_NODE.flags for w in head):
         return None
     run = argparse.ArgumentParser(prog="cudadiag run", allow_abbrev=False)
     _add_run_options(run)
@@ -238,7 +226,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         ranks = _torchrun_job(args, python)
         result = run_script(target, argv, module=module, python=python,
-                            blocking=args.blocking, timeout=args.timeout,
+                            blocking=not args.no_blocking, timeout=args.timeout,
                             precheck=not args.no_precheck, ranks=ranks)
     except BrokenPipeError:
         raise  # the reader of our output left: main() ends as any tool in a pipe does
@@ -317,7 +305,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from cudadiag import commands
     from cudadiag.repro.export import stored_inputs
-    from cudadiag.ui.render import render_export
+    from cudadiag.repro.view import render_export
 
     options = commands.ExportOptions(
         incident=args.id, path=Path(args.path), max_trials=args.max_trials,
@@ -419,8 +407,8 @@ def _initialise_cuda_if_present(torch: ModuleType) -> None:
 
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
     from cudadiag import checkpoint
+    from cudadiag.checkpoint.view import render_checkpoints
     from cudadiag.errors import IncidentNotFound
-    from cudadiag.ui.render import render_checkpoints
 
     try:
         verdicts = checkpoint.review(args.directory, before=args.before)

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cudadiag.errors import ExplainError
+from cudadiag.explain.view import render_explanation
 from cudadiag.incident import Incident
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS, DEFAULT_TIMEOUT_S, SUFFIXES
 from cudadiag.store import IncidentStore
-from cudadiag.ui.render import render_explanation, render_text
+from cudadiag.ui.render import render_text
 
 if TYPE_CHECKING:
     from cudadiag.explain import Explanation
@@ -82,7 +83,7 @@ def show(store: IncidentStore, options: ShowOptions) -> str:
 def incident_json(incident: Incident) -> str:
     """The incident as JSON, every field kept, secret values masked as on the screen (those
     of the environment that recorded it were masked in the log already)."""
-    from cudadiag.repro.redact import Redactor
+    from cudadiag.privacy.redact import Redactor
 
     return json.dumps(Redactor().secrets_masked_in(incident.to_dict()), indent=2)
 

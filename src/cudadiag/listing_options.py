@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from cudadiag.argtypes import at_least_one, positive_days
+from cudadiag.options.types import at_least_one, positive_days
 
 MODES = ("kernel", "isolated", "cli")
 

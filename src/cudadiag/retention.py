@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from cudadiag.argtypes import MAX_DAYS
 from cudadiag.errors import CudadiagError
 from cudadiag.incident_index import IndexEntry
+from cudadiag.options.types import MAX_DAYS
 
 CONFIG_NAME = "config.json"
 DEFAULT_INCIDENTS = 10_000

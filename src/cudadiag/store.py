@@ -65,8 +65,8 @@ from cudadiag.incident_index import (
     parse_index,
     row_coverage,
 )
+from cudadiag.privacy.secret_values import env_secret_mask, map_strings
 from cudadiag.retention import Retention, RetentionConfigError, is_older, load_retention
-from cudadiag.secret_values import env_secret_mask, map_strings
 
 try:
     import fcntl

@@ -31,7 +31,7 @@ from cudadiag.isolate.envreads import describes_the_machine, environ_reads
 from cudadiag.isolate.job import Job, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
 from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
-from cudadiag.secret_names import looks_secret, masked_value
+from cudadiag.privacy.secret_names import looks_secret, masked_value
 
 BLOCKING_VARIABLES = (*NVIDIA_BLOCKING, *ROCM_BLOCKING)
 

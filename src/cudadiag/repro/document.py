@@ -21,8 +21,9 @@ from cudadiag.batch import tensors_of
 from cudadiag.incident import Incident, Observed
 from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
 from cudadiag.own_work import outside_user_modes
+from cudadiag.privacy.redact import Redactor, masks_a_secret
+from cudadiag.privacy.secret_names import masked_value
 from cudadiag.repro.bundle import Bundle, rewrite_paths
-from cudadiag.repro.redact import Redactor, masks_a_secret
 from cudadiag.repro.report import render_report
 from cudadiag.repro.sidefiles import (
     REPRO_DIR,
@@ -32,7 +33,6 @@ from cudadiag.repro.sidefiles import (
     side_path,
     torch_bytes,
 )
-from cudadiag.secret_names import masked_value
 
 INLINE_MAX_ELEMENTS = 10_000
 

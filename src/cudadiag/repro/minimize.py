@@ -32,10 +32,10 @@ from cudadiag.isolate import warm
 from cudadiag.isolate.launcher import Launcher, startup_environment
 from cudadiag.isolate.runner import run_isolated
 from cudadiag.isolate.warm import WarmLauncher
+from cudadiag.privacy.secret_names import masked_value
 from cudadiag.repro import loops
 from cudadiag.repro.dependencies import Admissible, Unit, statements
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS
-from cudadiag.secret_names import masked_value
 
 Progress = Callable[[int, int, str], None]
 """progress(trials so far, size of the best candidate, phase): the size counts cells in the

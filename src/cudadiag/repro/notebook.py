@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from cudadiag.classify import classify
 from cudadiag.incident import Incident, Observed, Signature
 from cudadiag.isolate.launcher import startup_environment
+from cudadiag.privacy.redact import Redactor
 from cudadiag.repro.document import Program, ReproDocument, build_document
-from cudadiag.repro.redact import Redactor
 from cudadiag.repro.staging import Staging, check_target
 
 if TYPE_CHECKING:

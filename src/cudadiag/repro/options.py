@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from cudadiag.argtypes import at_least_one, positive_seconds
+from cudadiag.options.types import at_least_one, positive_seconds
 
 DEFAULT_MAX_TRIALS = 200
 """The default number of candidates a minimization tries at most."""

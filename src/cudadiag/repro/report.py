@@ -6,7 +6,7 @@ versions, the first relevant message, not the cascade, the code), all of it scru
 from __future__ import annotations
 
 from cudadiag.incident import Incident
-from cudadiag.repro.redact import Redactor, without_addresses
+from cudadiag.privacy.redact import Redactor, without_addresses
 from cudadiag.ui.render import arg_text, environment_lines, frame_text, loop_code, value_text
 
 MESSAGE_LINES = 12

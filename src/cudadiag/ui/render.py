@@ -31,7 +31,7 @@ from cudadiag.incident import (
 )
 from cudadiag.incident_index import IndexEntry, failing_cell
 from cudadiag.knowledge import UNSHOWN_DETAILS
-from cudadiag.repro.redact import Redactor
+from cudadiag.privacy.redact import Redactor
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
 from cudadiag.ui.pictures import values_picture
 
@@ -41,8 +41,6 @@ SHORT_INDICES = 8
 FULL_INDICES = 32
 
 if TYPE_CHECKING:
-    from cudadiag.checkpoint import Verdict
-    from cudadiag.explain import Explanation
     from cudadiag.listing import LogStats
 
 LIST_SHOWN = 12
@@ -105,7 +103,7 @@ def render_short(incident: Incident, *, show: str | None) -> str:
     incident where this text is read (SHOW_IN_IPYTHON, SHOW_IN_TERMINAL), None when it cannot
     be opened (it was not saved): then no hint is given."""
     d = incident.diagnosis
-    lines = [f"cudadiag [{incident.id}] {d.summary}" + _simulated_tag(incident)]
+    lines = [f"cudadiag [{incident.id}] {d.summary}" + simulated_tag(incident)]
     death = death_line(incident)
     if death:
         lines.append(f"  {death}")
@@ -141,7 +139,7 @@ class Section:
 def header_lines(incident: Incident) -> list[str]:
     """The family and summary, where Python reported the error, and the asynchronous caveat."""
     d, e = incident.diagnosis, incident.error
-    lines = [f"{d.family}: {d.summary}" + _simulated_tag(incident)]
+    lines = [f"{d.family}: {d.summary}" + simulated_tag(incident)]
     if e.reported_at:
         lines.append(f"reported at {frame_text(e.reported_at)}")
         if noticed_later(incident):
@@ -327,7 +325,7 @@ def rank_line(rank: RankRecord) -> str:
 def render_text(incident: Incident) -> str:
     """Return the full plain-text report of one incident."""
     out = [f"Incident {incident.id} — {incident.created_at} — {incident.run.mode} run"
-           + _simulated_tag(incident), *header_lines(incident)]
+           + simulated_tag(incident), *header_lines(incident)]
     for part in sections(incident):
         title = part.title.upper() if part.key == "restart" else part.title
         out += ["", title]
@@ -488,76 +486,6 @@ _BANNER_STYLE = ("border: 2px solid #c62828; background: #ffebee; color: #b71c1c
                  "padding: 6px 10px; margin: 6px 0; border-radius: 4px")
 
 
-def render_isolated(result: Any, plan_text: str, verdict: str | None = None) -> str:
-    """Return the short text shown after an isolated run (an IsolatedResult); `verdict`, the
-    comparison with the original failure, comes first when there is one."""
-    settings = "; ".join(filter(None, [result.settings.note, result.start,
-                                       f"{result.wall_s:.1f} s"]))
-    incident = result.incident
-    first = [verdict] if verdict else []
-    if incident is None:
-        lines = first or [result.message]
-        return "\n".join([*lines, f"  {plan_text}", f"  settings: {settings}"])
-    lines = [*first, f"cudadiag isolated run [{incident.id}]: {one_line(incident)}"
-             + _simulated_tag(incident)]
-    if incident.op:
-        args = ", ".join(arg_text(a) for a in incident.op.args)
-        lines.append(f"  operator: {incident.op.name}({args})")
-    if incident.error.reported_at:
-        lines.append(f"  raised at {frame_text(incident.error.reported_at)}")
-    if incident.op and incident.op.precheck:
-        lines.append(f"  precheck: {incident.op.precheck}")
-    elif incident.op:
-        lines.append("  precheck: no index contract violated before the kernel ran")
-    lines += [f"  {line}" for line in iteration_lines(incident)]
-    if incident.diagnosis.first_checks:
-        lines.append(f"  check first: {incident.diagnosis.first_checks[0]}")
-    lines += [f"  {plan_text}", f"  settings: {settings}",
-              "  (diagnosis only: the kernel's variables, devices and RNG are untouched)"]
-    return "\n".join(lines)
-
-
-def render_export(minimized: Any, exported: Any) -> str:
-    """Return the text shown after an export: the verdict, what was kept, the cost."""
-    verdict = {True: "yes", False: "no", None: "not checked"}[exported.reproduces]
-    kept = ", ".join(f"In[{n}]" for n in minimized.cells)
-    kind = "script" if str(exported.path).endswith(".py") else "notebook"
-    lines = [
-        f"\ncudadiag repro {kind}: {exported.path}",
-        f"  reproduces: {verdict}" + (f" (observed: {exported.observed.ename}, "
-                                      f"{exported.observed.family})"
-                                      if exported.observed.ename else ""),
-        f"  kept {len(minimized.cells)} of {minimized.original_cells} cells ({kept}), "
-        f"{minimized.statements} of {minimized.original_statements} statements",
-        f"  signature: {minimized.signature.family}, {minimized.signature.error_type}"
-        + (f", {minimized.signature.op}" if minimized.signature.op else "")
-        + (f", value {minimized.signature.value}" if minimized.signature.value is not None
-           else ""),
-        f"  {minimized.trials} trials in {minimized.wall_s:.1f} s"
-        + (f"; {minimized.stopped_text()}" if minimized.stopped else ""),
-    ]
-    lines += [f"  {note}" for note in minimized.notes()]
-    if exported.side_files:
-        folder = exported.path.parent
-        names = {f.relative_to(folder).parts[0] for f in exported.side_files}
-        lines.append(f"  beside it: {', '.join(sorted(names))}")
-    return "\n".join(lines)
-
-
-def render_checkpoints(directory: str, verdicts: list[Verdict]) -> str:
-    """Return the checkpoints of `directory`, newest first, each with its verdict, and the
-    one to resume from."""
-    if not verdicts:
-        return f"no checkpoint in {directory} (files with a manifest or a .pt/.pth/.ckpt name)"
-    trusted = next((v for v in verdicts if v.trusted), None)
-    lines = [f"checkpoints in {directory}, newest first:"]
-    lines += ["  " + v.describe() for v in verdicts]
-    lines.append(f"resume from: {trusted.path}" if trusted else
-                 "no trusted checkpoint: none has a matching hash, finite tensors and a time "
-                 "before the error")
-    return "\n".join(lines)
-
-
 def compat_lines(checks: Iterable[CompatCheck]) -> list[str]:
     """Return one line per compatibility check (`FAIL  name: reason`), each failure or
     warning followed by what to install."""
@@ -673,69 +601,6 @@ def _cell_label(incident: Incident) -> str:
     return f"In[{cell}]" if cell is not None else "the failing call"
 
 
-def _simulated_tag(incident: Incident) -> str:
+def simulated_tag(incident: Incident) -> str:
     return " [simulated]" if incident.run.simulated else ""
 
-
-def render_explanation(explanation: Explanation, source: str) -> str:
-    """Return what `cudadiag explain` prints for a log read from `source` (a file name or
-    `standard input`): the first error, whether the process must restart, the other ranks'
-    errors as consequences, what to check and what not to conclude."""
-    d, first = explanation.diagnosis, explanation.first
-    size = (f"{explanation.bytes / 10**6:,.1f} MB" if explanation.bytes >= 10**5
-            else f"{explanation.bytes:,} bytes")
-    lines = f"{explanation.lines:,} line{'s' if explanation.lines != 1 else ''}"
-    out = [f"cudadiag explain: {source} — {lines}, {size}"]
-    if first is None:
-        out.append("no error found: no line of this log holds a known CUDA/PyTorch error or a "
-                   "Python exception")
-        return "\n".join(out)
-    where = f"line {first.line:,}" + (f", rank {first.rank}" if d.rank is not None else "")
-    out += [f"first error ({where}):", f"  {first.evidence}", d.summary]
-    out += [f"not confident: the same lines also fit {a.family} ({a.evidence})"
-            for a in d.alternatives]
-    if d.sticky:
-        evidence = d.details.get("sticky_evidence")
-        out.append("restart: yes — this error leaves the CUDA context unusable; the process "
-                   "(in a notebook: the kernel) must restart. A restart fixes no bad target or "
-                   "index." + (f" Seen in: {evidence}" if evidence else ""))
-    else:
-        out.append("restart: not needed for this error (the CUDA context stays usable)")
-    if explanation.only_collective_failures:
-        out.append(_collective_only_line(explanation))
-    if explanation.consequences:
-        label = f"rank {first.rank}'s failure" if d.rank is not None else "the first error"
-        out.append(f"later errors (probable consequences of {label}):")
-        out += [f"  {'rank ' + str(c.rank) + ', ' if c.rank is not None else ''}line "
-                f"{c.line:,}: {c.family} — {_shorten_line(c.evidence)}"
-                for c in explanation.consequences[:LIST_SHOWN]]
-        if len(explanation.consequences) > LIST_SHOWN:
-            out.append(f"  … and {len(explanation.consequences) - LIST_SHOWN} more")
-    out.append("check first:")
-    out += [f"  - {c}" for c in d.first_checks]
-    out.append("do not conclude:")
-    out += [f"  - {c}" for c in d.avoid]
-    return "\n".join(out)
-
-
-def _collective_only_line(explanation: Explanation) -> str:
-    from cudadiag.explain import seq_numbers
-
-    line = ("every rank that failed did so in a collective (timeouts, aborts): no rank raised "
-            "an error first. Look at the slowest or a missing rank, not at a kernel.")
-    if explanation.silent_ranks:
-        line += " Ranks with no error in this log: " + ", ".join(
-            map(str, explanation.silent_ranks[:LIST_SHOWN])) + "."
-    seqs = seq_numbers(explanation)
-    if len(set(seqs.values())) > 1:
-        behind = min(seqs.values())
-        line += " Collective sequence numbers: " + ", ".join(
-            f"rank {r} at {n}" for r, n in sorted(seqs.items(), key=lambda kv: kv[1])
-        ) + f" (behind: {', '.join(str(r) for r, n in seqs.items() if n == behind)})."
-    if explanation.root_cause_rank is not None:
-        line += f" torchrun names rank {explanation.root_cause_rank} as the first failure."
-    return line
-
-
-def _shorten_line(line: str, limit: int = 160) -> str:
-    return line if len(line) <= limit else line[: limit - 1] + "…"

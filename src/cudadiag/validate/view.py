@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from cudadiag.comparison.view import text_table
 from cudadiag.shortlist import cut_list
-from cudadiag.ui.comparison import text_table
 from cudadiag.ui.render import Section, section_html
-from cudadiag.validate import Validation
+from cudadiag.validate.run import Validation
 
 INDICES_SHOWN = 8
 DETAIL_SHOWN = 90

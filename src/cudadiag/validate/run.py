@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudadiag.isolate.compare import FAILED, TIMED_OUT, Program, Row, run_row
+from cudadiag.comparison.run import FAILED, TIMED_OUT, Program, Row, run_row
 from cudadiag.isolate.plan import Rerun
-from cudadiag.isolate.validation import PROGRESS_FILE
 from cudadiag.steps import StepProfile
+from cudadiag.validate.child import PROGRESS_FILE
 
 PASSED, NOT_REACHED, CAUGHT, LEFT = "ok", "not reached", "exception caught", "left early"
+CHILD_HOOKS = "cudadiag.validate.child"
+"""The child side of a validated run (comparison/variants.py calls its setup, start and finish)."""
 VALIDATION_RUN = Rerun(1, "once", frozenset())
 """A validation runs the loop's cell once, over the chosen steps."""
 
@@ -90,7 +92,7 @@ def validate_program(program: Program, watch: str | None, chosen: dict[int, list
     sizes of steps the run does not reach). `progress` gets the number of steps completed so
     far, while it runs. Returns the Validation; raises KeyboardInterrupt when
     interrupted."""
-    options = {**program.options, "validate": True, "watch": watch,
+    options = {**program.options, "child_hooks": CHILD_HOOKS, "watch": watch,
                "steps": None if chosen is None else sorted(chosen)}
     run = Program(**{**vars(program), "options": options})
     row = _run_with_progress(run, timeout, progress)

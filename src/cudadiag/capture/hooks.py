@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from cudadiag import probes
+from cudadiag.capture.fdtail import DeviceMessageTail
 from cudadiag.classify import classify
 from cudadiag.diagnose import (
     incident_from_exception,
@@ -25,7 +26,6 @@ from cudadiag.diagnose import (
     later_error,
 )
 from cudadiag.errors import IncidentNotSaved
-from cudadiag.fdtail import DeviceMessageTail
 from cudadiag.incident import ErrorInfo, Incident, RunInfo, qualified_type_name
 from cudadiag.spawn_report import read_spawn_report
 from cudadiag.store import IncidentStore

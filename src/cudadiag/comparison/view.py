@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cudadiag.isolate.compare import FAILED, NOT_APPLICABLE, Comparison, OutputDiff, Row
-from cudadiag.isolate.variants import VARIANTS
+from cudadiag.comparison.run import FAILED, NOT_APPLICABLE, Comparison, OutputDiff, Row
+from cudadiag.comparison.variants import VARIANTS
 from cudadiag.ui.render import Section, section_html
 
 HEADER = ["variant", "outcome", "differences", "allclose", "wall", "what it changed"]

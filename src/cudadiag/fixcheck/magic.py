@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
+from cudadiag.capture.shell_state import capture_for, cell_history
+from cudadiag.comparison.magic import check_plans, plan_program, print_row
+from cudadiag.comparison.run import Program
 from cudadiag.errors import IncidentNotFound, PlanError
+from cudadiag.fixcheck.run import FIX_CHECK_RUN, check_fix
+from cudadiag.fixcheck.view import FixCheckView, fixcheck_section, viewable
 from cudadiag.incident import Incident
-from cudadiag.isolate.compare import Program
-from cudadiag.isolate.fixcheck import FIX_CHECK_RUN, check_fix
 from cudadiag.isolate.plan import newest_version, recorded_plan
-from cudadiag.kernel.compare_magics import check_plans, plan_program, print_row
-from cudadiag.kernel.magics import capture_for, cell_history
 from cudadiag.store import IncidentStore
 from cudadiag.ui import results
-from cudadiag.ui.fixcheck import FixCheckView, viewable
 
 if TYPE_CHECKING:
     from cudadiag.isolate.plan import Plan
@@ -60,7 +60,7 @@ def check_in_shell(shell: Any, incident_id: str, cell: int | str | None, *,
                           progress=lambda label, row: print_row(row, label))
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot run isolated: {exc}") from None
-    results.remember(shell, check)
+    results.remember(shell, "Fix check", ("incident", check.incident), fixcheck_section(check))
     return viewable(check)
 
 

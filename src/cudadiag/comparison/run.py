@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudadiag.comparison.variants import INFO_FILE, OUTPUTS_FILE, VARIANTS, program_cells
 from cudadiag.errors import CudadiagError
 from cudadiag.incident import Incident
 from cudadiag.isolate.cellfacts import analyse_cell
 from cudadiag.isolate.plan import Rerun
-from cudadiag.isolate.variants import INFO_FILE, OUTPUTS_FILE, VARIANTS, program_cells
 
 REFERENCE = "reference"
 OK, FAILED, NOT_APPLICABLE, TIMED_OUT = "ok", "failed", "not applicable", "timed out"

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cudadiag.isolate.compare import FAILED, OK, Program, Row, assigned_names, run_row
+from cudadiag.comparison.run import FAILED, OK, Program, Row, assigned_names, run_row
 from cudadiag.isolate.plan import Rerun
 from cudadiag.shortlist import cut_list
+from cudadiag.validate.run import CHILD_HOOKS
 
 PASSES_NOW = "failed before, passes now"
 INDICES_SHOWN = 12
@@ -105,7 +106,7 @@ def check_fix(incident_id: str, before: Program, after: Program, *,
 def _only_step(program: Program, step: tuple[str, int] | None) -> Program:
     if step is None or program.batch is not None:
         return program
-    options = {**program.options, "validate": True, "watch": step[0], "steps": [step[1]]}
+    options = {**program.options, "child_hooks": CHILD_HOOKS, "watch": step[0], "steps": [step[1]]}
     return replace(program, options=options)
 
 

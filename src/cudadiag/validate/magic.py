@@ -9,13 +9,15 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from cudadiag.argtypes import positive_seconds
-from cudadiag.kernel.compare_magics import check_plans, plan_program
-from cudadiag.kernel.magics import MagicParser, cell_history, split_line
+from cudadiag.capture.shell_state import cell_history
+from cudadiag.comparison.magic import check_plans, plan_program
+from cudadiag.options.option import add_options
+from cudadiag.options.parsing import MagicParser, split_line
+from cudadiag.options.runs import ALLOW_SIDE_EFFECTS, TIMEOUT
 from cudadiag.steps import cell_of, choose_steps, profiles, watched_in
 from cudadiag.ui import results
-from cudadiag.ui.validation import ValidationView, viewable
-from cudadiag.validate import VALIDATION_RUN, validate_program
+from cudadiag.validate.run import VALIDATION_RUN, validate_program
+from cudadiag.validate.view import ValidationView, validation_section, viewable
 
 BAR_WIDTH = 30
 
@@ -31,11 +33,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="run every step, with a progress bar")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random slice of steps (default 0)")
-    parser.add_argument("--timeout", type=positive_seconds, metavar="S",
-                        help="kill the run (its whole process group) after S seconds")
-    parser.add_argument("--allow-side-effects", action="store_true",
-                        help="replay earlier cells that wrote files, started processes or "
-                             "reached the network")
+    add_options(parser, TIMEOUT, ALLOW_SIDE_EFFECTS)
     return parser
 
 
@@ -75,7 +73,7 @@ def validate_in_shell(shell: Any, line: str) -> ValidationView:
         raise UsageError(f"cannot run isolated: {exc}") from None
     if progress is not None:
         print(file=sys.stdout, flush=True)
-    results.remember(shell, report)
+    results.remember(shell, "Validate", ("cell", report.cell), validation_section(report))
     return viewable(report)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cudadiag.isolate.fixcheck import FixCheck
-from cudadiag.ui.comparison import outcome_text, text_table
+from cudadiag.comparison.view import outcome_text, text_table
+from cudadiag.fixcheck.run import FixCheck
 from cudadiag.ui.render import Section, section_html
 
 OUTPUT_HEADER = ["output", "shape", "dtype", "min", "max", "NaN", "Inf"]

@@ -9,12 +9,15 @@ Child side: a comparison run is the planned cells between three cells of cudadia
 earlier cell lands on the CPU, a `.half()` there stays fp32), `start()` sets the variant's
 flags again and starts the clock right before the compared cell, and `finish()` writes the
 wall time, the changes the variant actually made, the device the cells used and the values the
-compared cell assigned. Each change is counted: a variant that changed nothing says so. With
-`validate` in the options, isolate.validation chooses the steps and records what they saw.
+compared cell assigned. Each change is counted: a variant that changed nothing says so. A
+module named by `child_hooks` in the options (validate/child.py: it chooses the steps and records
+what they saw) gets the same three calls, so a feature built on comparisons adds its child code
+without this module importing it.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from collections import Counter
@@ -106,10 +109,9 @@ def setup(options_json: str) -> None:
     variant = options.get("variant")
     if variant:
         _APPLY[variant](counts)
-    if options.get("validate"):
-        from cudadiag.isolate import validation
-
-        validation.setup(options)
+    hooks = _child_hooks()
+    if hooks is not None:
+        hooks.setup(options)
 
 
 def start() -> None:
@@ -118,10 +120,9 @@ def start() -> None:
     flags = _FLAGS.get(_session["options"].get("variant"))
     if flags is not None:
         flags()
-    if _session["options"].get("validate"):
-        from cudadiag.isolate import validation
-
-        validation.start()
+    hooks = _child_hooks()
+    if hooks is not None:
+        hooks.start()
     _session["started"] = time.perf_counter()
 
 
@@ -141,13 +142,20 @@ def finish(namespace: dict[str, Any]) -> None:
         info["device"] = _device_used()
         info["unsaved"] = _save_outputs(namespace, _session["options"].get("outputs", []),
                                         folder / OUTPUTS_FILE)
-        if _session["options"].get("validate"):
-            from cudadiag.isolate import validation
-
-            validation.finish(info)
+        hooks = _child_hooks()
+        if hooks is not None:
+            hooks.finish(info)
     except Exception as exc:  # reported in the row, never raised
         info["error"] = f"{type(exc).__name__}: {exc}"
     (folder / INFO_FILE).write_text(json.dumps(info, default=str))
+
+
+
+def _child_hooks() -> Any:
+    """The module named by the options' `child_hooks` (with setup(options), start() and
+    finish(info)), imported; None when the options name none."""
+    name = _session["options"].get("child_hooks")
+    return importlib.import_module(name) if name else None
 
 
 def _device_used() -> str:

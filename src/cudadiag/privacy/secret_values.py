@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cudadiag.secret_names import looks_secret, masked_value
+from cudadiag.privacy.secret_names import looks_secret, masked_value
 
 SECRET_MIN_LENGTH = 6
 """Shorter values are not worth masking: they would mask ordinary words and numbers."""

@@ -33,7 +33,7 @@ class KernelAnnouncer:
             return
         from IPython.display import display
 
-        from cudadiag.ui.panel import Panel
+        from cudadiag.panel.widget import Panel
 
         display(Panel(incident, store=self.store, shell=self.shell))
 

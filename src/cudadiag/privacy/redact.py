@@ -32,8 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cudadiag.secret_names import masked_value
-from cudadiag.secret_values import NOT_SECRET_VALUES, map_strings, secret_env_values
+from cudadiag.privacy.secret_names import masked_value
+from cudadiag.privacy.secret_values import NOT_SECRET_VALUES, map_strings, secret_env_values
 
 OWN_SECRET_SHAPES = (
     r"\bhf_[A-Za-z0-9]{10,}",

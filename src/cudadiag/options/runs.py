@@ -1,0 +1,36 @@
+"""The options of the runs cudadiag starts, each defined once: `%cuda_isolate`,
+`%%blocking_launch`, `%cuda_compare`, `%cudadiag validate` and `cudadiag run` take the ones
+that apply to them from here."""
+
+from __future__ import annotations
+
+from cudadiag.options.option import option
+from cudadiag.options.types import positive_seconds, processes_per_node
+
+TIMEOUT = option("--timeout", type=positive_seconds, metavar="S",
+                 help="kill a run (its whole process group) after S seconds")
+NO_BLOCKING = option("--no-blocking", action="store_true",
+                     help="a faithful asynchronous run (no blocking launches, no tracer, no "
+                          "prechecks): does the error reproduce at all?")
+NO_PRECHECK = option("--no-precheck", action="store_true",
+                     help="let index-taking kernels run unchecked, to see the raw CUDA error")
+NO_TRACE = option("--no-trace", action="store_true", help="do not record aten operators")
+NPROC_PER_NODE = option(
+    "--nproc-per-node", "--nproc_per_node", type=processes_per_node, metavar="N",
+    dest="nproc_per_node",
+    help="run as N ranks of a torchrun job (torch.distributed.run; a number, or auto, cpu, "
+         "gpu as torchrun takes it; --standalone unless rendezvous options are given): the "
+         "incident names the rank that failed first, the others' errors are its "
+         "consequences. Cells that call torch.multiprocessing.spawn need no option: each "
+         "process they start is a rank")
+SHIP = option("--ship", default="auto", metavar="auto|none|a,b",
+              help="values sent to the child instead of replaying the cells that made them: "
+                   "auto (only what the analysis shows untouched), none, or names")
+BATCH = option("--batch", metavar="last|STEP",
+               help="replay one batch recorded by watch(): the child's watch() yields only "
+                    "that batch, with its original step number")
+ALLOW_SIDE_EFFECTS = option(
+    "--allow-side-effects", action="store_true",
+    help="replay cells that write, delete or move files, start processes or reach the "
+         "network, or run such a cell more than once (refused otherwise: ship their values "
+         "instead)")
