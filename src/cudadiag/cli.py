@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from cudadiag.durable import unwritable, write_failure
 from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
 from cudadiag.listing_options import add_listing_options
+from cudadiag.options.commands import add_command
 from cudadiag.options.option import add_options
 from cudadiag.options.runs import NO_BLOCKING, NO_PRECHECK, NPROC_PER_NODE, TIMEOUT
 from cudadiag.repro.options import add_export_options
@@ -89,17 +90,14 @@ def _parser() -> argparse.ArgumentParser:
                      help="with --check: the capability of the GPU the program will run on "
                           "(8.6, sm_86, or a ROCm gfx target), instead of the GPUs found here")
     env.set_defaults(handler=_cmd_env, parser=env)
-    incidents = sub.add_parser(
-        "incidents", help="list recorded incidents, oldest first; --stats, --prune",
+    incidents = add_command(
+        sub, "incidents",
         description="List the incidents of the log, oldest first (filters combine), show "
                     "what the log holds and its retention (--stats), or prune what the "
                     "retention no longer keeps (--prune).")
     add_listing_options(incidents)
     incidents.set_defaults(handler=_cmd_incidents)
-    show = sub.add_parser("show", help="print one incident in full",
-                          description="Print one incident in full.")
-    show.add_argument("id", nargs="?", help="incident id or unique prefix (default: newest)")
-    show.add_argument("--json", action="store_true", help="print the incident as JSON")
+    show = add_command(sub, "show", description="Print one incident in full.")
     show.set_defaults(handler=_cmd_show)
     run = sub.add_parser(
         "run", help="run a script with blocking launches, the op tracer and the prechecks",
@@ -121,13 +119,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_run_options(run)
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="[--] SCRIPT [ARGS...]")
     run.set_defaults(handler=_cmd_run, parser=run, torchrun=[])
-    report = sub.add_parser("report", help="print a scrubbed Markdown report of an incident",
-                            description="Print a Markdown report ready for an issue tracker, "
-                                        "with personal data and needless paths removed.")
-    report.add_argument("id", nargs="?", help="incident id or unique prefix (default: newest)")
+    report = add_command(sub, "report", description="Print a Markdown report ready for an issue "
+                         "tracker, with personal data and needless paths removed.")
     report.set_defaults(handler=_cmd_report)
-    export = sub.add_parser(
-        "export", help="minimize an incident into a verified repro notebook or script",
+    export = add_command(
+        sub, "export",
         description="Minimize the cells of an isolated incident, or the top-level statements "
                     "of a `cudadiag run` script (each candidate in a fresh process, in the "
                     "program's working directory), write a repro notebook (.ipynb) or script "
@@ -140,8 +136,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--no-verify", action="store_true",
                         help="write the repro without executing it")
     export.set_defaults(handler=_cmd_export, parser=export)
-    explain = sub.add_parser(
-        "explain", help="diagnose the first CUDA/PyTorch error of a log or pasted text",
+    explain = add_command(
+        sub, "explain",
         description="Read a log as you would paste it (a SLURM output, a notebook traceback, "
                     "an issue body, several ranks interleaved), find the first relevant "
                     "error of the cascade and the rank that failed first, and print the "
@@ -153,16 +149,14 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true",
                          help="print the diagnosis as JSON (family, sticky, rank, evidence...)")
     explain.set_defaults(handler=_cmd_explain)
-    checkpoints = sub.add_parser(
-        "checkpoints", help="list the checkpoints of a directory with their verdicts",
+    checkpoints = add_command(
+        sub, "checkpoints",
         description="List the checkpoints of DIRECTORY, newest first, each trusted or rejected "
                     "with its reason (no manifest, hash mismatch, non-finite tensor, written "
                     "after the error). Exit status: 0 when one is trusted, 1 when none is, 2 "
                     "for bad arguments.")
     checkpoints.add_argument("directory", nargs="?", default=".",
                              help="the checkpoint directory (default: the current directory)")
-    checkpoints.add_argument("--before", metavar="ID",
-                             help="trust only checkpoints written before this incident")
     checkpoints.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     checkpoints.set_defaults(handler=_cmd_checkpoints)
     demo = sub.add_parser(

@@ -19,24 +19,20 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from IPython.core.inputtransformer2 import TransformerManager
+
 from cudadiag.isolate import effects
 
-_MAGIC_LINE = re.compile(
-    r"^(\s*)(?:[\w.]+\s*=\s*)?(?:[!%]|get_ipython\(\)\.(?:run_line_magic|run_cell_magic|"
-    r"system|getoutput)\()"
-)
-_HELP_LINE = re.compile(r"^\s*[\w.]+\?\??\s*$")
-_KEPT_LINE_MAGICS = ("%load_ext cudadiag",)
-_PYTHON_CELL_MAGICS = ("%%time", "%%capture")
-_LINE_MAGIC = re.compile(r"^(?P<indent>\s*)%(?P<name>time|env)\s+(?P<argument>\S.*)$")
-_LINE_MAGIC_CALL = re.compile(r"^(?P<indent>\s*)get_ipython\(\)\.run_line_magic\("
-                              r"'(?P<name>time|env)', (?P<argument>.+)\)\s*$")
-"""`%time STATEMENT` (as typed, or as IPython transformed it): the statement runs once in
-the cell's namespace, so it is replayed as the statement itself."""
+_TRANSFORMER = TransformerManager()
+_SHELL_CALLS = frozenset({"run_line_magic", "run_cell_magic", "system", "getoutput"})
+"""What IPython's transformers turn magics (`%x`, `%%x`, `x?`) and shell escapes (`!x`) into."""
+_PYTHON_CELL_MAGICS = ("time", "capture")
+"""Cell magics that run their body in the kernel's namespace: replayed as the body."""
 _ENV_SET = re.compile(r"^(?P<name>[A-Za-z_]\w*)(?:=|\s+)(?P<value>[^$]*)$")
 """What `%env NAME=value` (or `%env NAME value`) sets; a `$` would be expanded by IPython."""
 _BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "get_ipython", "In", "Out",
@@ -152,52 +148,102 @@ def analyse_cell(number: int, raw: str, known: KnownNames | None = None) -> Cell
 
 
 def python_source(raw: str) -> tuple[str, list[str]]:
-    """Return the cell as plain Python and the magic / shell lines it replaced by `pass`."""
-    lines = raw.splitlines()
-    first = lines[0].strip() if lines else ""
-    if first.startswith("%%"):
-        if first.split()[0] in _PYTHON_CELL_MAGICS:
-            return "\n".join(["pass", *lines[1:]]), []
-        return "pass", [first]
+    """Return the cell as plain Python and the magic / shell lines it replaced by `pass`.
+
+    IPython's own input transformers turn the cell into Python first (`%xmode Minimal` into
+    `get_ipython().run_line_magic('xmode', 'Minimal')`, `z?` into a `pinfo` call); each
+    such call is then replaced: `%time STATEMENT` by the statement, a setting `%env` by the
+    assignment to os.environ, `%%time` and `%%capture` by their body, `%load_ext cudadiag`
+    silently by `pass`, anything else by `pass` with the line as typed in the list.
+    """
+    transformed = _transformed(raw)
+    lines = transformed.splitlines()
+    typed = raw.splitlines()
+    if len(typed) != len(lines):
+        typed = lines
     kept, skipped = [], []
-    for line in lines:
-        stripped = line.strip()
-        statement = _python_statement(line)
-        if statement is not None:
-            kept.append(statement)
-            continue
-        magic = _MAGIC_LINE.match(line)
-        if magic or _HELP_LINE.match(line):
-            if not stripped.startswith(_KEPT_LINE_MAGICS) and "'load_ext', 'cudadiag'" not in line:
-                skipped.append(stripped)
-            indent = magic.group(1) if magic else line[: len(line) - len(line.lstrip())]
-            kept.append(f"{indent}pass")
-        else:
+    for line, as_typed in zip(lines, typed, strict=True):
+        call = _shell_call(line)
+        if call is None:
             kept.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        if call.name == "run_cell_magic":
+            return _cell_magic_source(call, raw)
+        statement = _python_statement(call)
+        if statement is not None:
+            kept.append(f"{indent}{statement}")
+            continue
+        if call.args[:2] != ("load_ext", "cudadiag"):
+            skipped.append(as_typed.strip())
+        kept.append(f"{indent}pass")
     return "\n".join(kept), skipped
 
 
-def _python_statement(line: str) -> str | None:
-    """The Python statement a `%time` or a setting `%env` line amounts to, with the line's
-    indent; None for any other line."""
-    magic = _LINE_MAGIC.match(line) or _LINE_MAGIC_CALL.match(line)
-    if magic is None:
+@dataclass(frozen=True)
+class _ShellCall:
+    """A `get_ipython().NAME(ARGS...)` statement of a transformed cell: a magic or a shell
+    escape. `args` are the literal arguments (empty when one is not a literal)."""
+
+    name: str
+    args: tuple[Any, ...]
+    assigned: bool
+
+
+def _transformed(raw: str) -> str:
+    """The cell as IPython's transformers make it Python (the cell itself when they fail)."""
+    try:
+        return str(_TRANSFORMER.transform_cell(raw)).removesuffix("\n")
+    except (SyntaxError, ValueError, tokenize.TokenError):
+        return raw
+
+
+def _shell_call(line: str) -> _ShellCall | None:
+    """The magic or shell escape that `line` (of a transformed cell) is, or None."""
+    if "get_ipython()." not in line:
         return None
-    argument = magic["argument"]
-    if magic.re is _LINE_MAGIC_CALL:
-        try:
-            argument = ast.literal_eval(argument)
-        except (ValueError, SyntaxError):
-            return None
-        if not isinstance(argument, str) or "\n" in argument:
-            return None
+    try:
+        body = ast.parse(line.strip()).body
+    except SyntaxError:
+        return None
+    statement = body[0] if len(body) == 1 else None
+    value = statement.value if isinstance(statement, (ast.Expr, ast.Assign)) else None
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+            and value.func.attr in _SHELL_CALLS and isinstance(value.func.value, ast.Call)
+            and isinstance(value.func.value.func, ast.Name)
+            and value.func.value.func.id == "get_ipython"):
+        return None
+    try:
+        args = tuple(ast.literal_eval(a) for a in value.args)
+    except ValueError:
+        args = ()
+    return _ShellCall(value.func.attr, args, isinstance(statement, ast.Assign))
+
+
+def _cell_magic_source(call: _ShellCall, raw: str) -> tuple[str, list[str]]:
+    """A cell magic's cell: the body as Python for the magics that run it in the kernel's
+    namespace, else `pass` and the magic's line."""
+    if len(call.args) == 3 and call.args[0] in _PYTHON_CELL_MAGICS:
+        body, skipped = python_source(str(call.args[2]).removesuffix("\n"))
+        return "\n".join(["pass", body]), skipped
+    first = raw.strip().splitlines()[0] if raw.strip() else ""
+    return "pass", [first]
+
+
+def _python_statement(call: _ShellCall) -> str | None:
+    """The Python statement a `%time` or a setting `%env` line amounts to; None for any
+    other magic or escape."""
+    if call.name != "run_line_magic" or call.assigned or len(call.args) != 2:
+        return None
+    name, argument = call.args
+    if not isinstance(argument, str) or "\n" in argument:
+        return None
     argument = argument.strip()
-    if magic["name"] == "time" and argument:
-        return f"{magic['indent']}{argument}"
-    setting = _ENV_SET.match(argument) if magic["name"] == "env" else None
+    if name == "time" and argument:
+        return argument
+    setting = _ENV_SET.match(argument) if name == "env" else None
     if setting:
-        return (f"{magic['indent']}import os; os.environ[{setting['name']!r}] = "
-                f"{setting['value'].strip()!r}")
+        return f"import os; os.environ[{setting['name']!r}] = {setting['value'].strip()!r}"
     return None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
@@ -18,28 +18,21 @@ from cudadiag.errors import (
     MinimizeError,
 )
 from cudadiag.listing_options import add_listing_options
+from cudadiag.options.commands import HELP, INCIDENT_ID, add_command
 from cudadiag.options.parsing import MagicParser, split_line
 from cudadiag.repro.options import add_export_options
 from cudadiag.store import IncidentStore
 
-if TYPE_CHECKING:
-    pass
 
 def _parser() -> argparse.ArgumentParser:
     parser = MagicParser(prog="%cudadiag", description="Browse cudadiag's incident log.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=MagicParser)
-    listing = sub.add_parser("incidents", help="list recorded incidents, oldest first; "
-                                               "--stats, --prune")
-    add_listing_options(listing)
-    show = sub.add_parser("show", help="print one incident in full (default: the newest)")
-    show.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
-    show.add_argument("--json", action="store_true", help="print the incident as JSON")
-    panel = sub.add_parser("panel", help="show the incident panel (default: the newest)")
-    panel.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
-    report = sub.add_parser("report", help="print a scrubbed Markdown report for an issue")
-    report.add_argument("id", nargs="?", help="incident id or a unique prefix of it")
-    export = sub.add_parser("export", help="minimize, export and verify a repro notebook "
-                                           "(in the background in a notebook)")
+    add_listing_options(add_command(sub, "incidents"))
+    add_command(sub, "show")
+    panel = sub.add_parser("panel", help="show the incident panel")
+    INCIDENT_ID.add_to(panel)
+    add_command(sub, "report")
+    export = add_command(sub, "export")
     export.add_argument("args", nargs="*", metavar="[ID] [PATH.ipynb|PATH.py]",
                         help="incident (default: the newest) and repro path (default: "
                              "repro-ID.ipynb)")
@@ -47,16 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--wait", action="store_true",
                         help="minimize in the foreground even in a notebook (for nbconvert "
                              "or papermill runs, which end with the last cell)")
-    checkpoints = sub.add_parser("checkpoints", help="list the checkpoints of a directory with "
-                                                     "their verdicts (trusted or why not)")
+    checkpoints = add_command(sub, "checkpoints")
     checkpoints.add_argument("directory", nargs="?",
                              help="the checkpoint directory (default: where this kernel last "
                                   "saved with cudadiag.checkpoint.save)")
-    checkpoints.add_argument("--before", metavar="ID",
-                             help="trust only checkpoints written before this incident "
-                                  "(default: the first sticky incident of this kernel)")
     # read before this parser (their arguments are free text), listed so usage names them
-    sub.add_parser("explain", help="diagnose a log file, pasted text, or the last error")
+    sub.add_parser("explain", help=HELP["explain"])
     sub.add_parser("validate", help="re-run a loop's cell over the steps that matter")
     return parser
 
