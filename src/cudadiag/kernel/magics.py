@@ -18,7 +18,7 @@ from cudadiag.errors import (
     MinimizeError,
 )
 from cudadiag.listing_options import add_listing_options
-from cudadiag.options.commands import HELP, INCIDENT_ID, add_command
+from cudadiag.options.commands import AS_JSON, HELP, INCIDENT_ID, add_command
 from cudadiag.options.parsing import MagicParser, split_line
 from cudadiag.repro.options import add_export_options
 from cudadiag.store import IncidentStore
@@ -45,7 +45,11 @@ def _parser() -> argparse.ArgumentParser:
                              help="the checkpoint directory (default: where this kernel last "
                                   "saved with cudadiag.checkpoint.save)")
     # read before this parser (their arguments are free text), listed so usage names them
-    sub.add_parser("explain", help=HELP["explain"])
+    explain = sub.add_parser("explain", help=HELP["explain"])
+    AS_JSON.add_to(explain)
+    explain.add_argument("what", nargs="*", metavar="FILE | TEXT",
+                         help="a log file, or the text to explain (default: the last error of "
+                              "this kernel)")
     sub.add_parser("validate", help="re-run a loop's cell over the steps that matter")
     return parser
 
