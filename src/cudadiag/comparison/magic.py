@@ -42,8 +42,9 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
         comparison_rerun,
         parse_variants,
     )
-    from cudadiag.comparison.view import comparison_section, viewable
+    from cudadiag.comparison.view import ComparisonView, comparison_section
     from cudadiag.ui import results
+    from cudadiag.ui.displayed import as_view
 
     try:
         variants = parse_variants(variants)
@@ -68,7 +69,7 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
     except (CompareError, OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     results.remember(shell, "Compare", ("cell", comparison.cell), comparison_section(comparison))
-    return viewable(comparison)
+    return as_view(ComparisonView, comparison)
 
 
 def print_row(row: Row, label: str | None = None) -> None:

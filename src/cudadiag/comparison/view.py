@@ -4,29 +4,12 @@ nbconvert output and in a terminal."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from cudadiag.comparison.run import FAILED, NOT_APPLICABLE, Comparison, OutputDiff, Row
 from cudadiag.comparison.variants import VARIANTS
-from cudadiag.ui.render import Section, section_html
+from cudadiag.ui.displayed import Displayed, section_block
+from cudadiag.ui.render import Section
 
 HEADER = ["variant", "outcome", "differences", "allclose", "wall", "what it changed"]
-
-
-class ComparisonView(Comparison):
-    """A Comparison that shows itself as the comparison table."""
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, str]:
-        return {"text/plain": render_comparison_text(self),
-                "text/html": render_comparison_html(self)}
-
-    def __str__(self) -> str:
-        return render_comparison_text(self)
-
-
-def viewable(comparison: Comparison) -> ComparisonView:
-    """Return `comparison` as a ComparisonView (same fields, displays as the table)."""
-    return ComparisonView(**vars(comparison))
 
 
 def comparison_section(comparison: Comparison) -> Section:
@@ -99,6 +82,12 @@ def text_table(table: list[list[str]]) -> list[str]:
 def render_comparison_html(comparison: Comparison) -> str:
     """Return the comparison as one self-contained HTML block (the panel section and the
     static fallback)."""
-    return (f'<div class="cudadiag-compare" data-cell="{comparison.cell}">'
-            f"{section_html(comparison_section(comparison))}</div>")
+    return section_block("cudadiag-compare", {"cell": comparison.cell},
+                         comparison_section(comparison))
 
+
+class ComparisonView(Displayed, Comparison):
+    """A Comparison that shows itself as the comparison table."""
+
+    text = render_comparison_text
+    html = render_comparison_html

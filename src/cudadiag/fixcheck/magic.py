@@ -12,11 +12,12 @@ from cudadiag.comparison.magic import check_plans, plan_program, print_row
 from cudadiag.comparison.run import Program
 from cudadiag.errors import IncidentNotFound, PlanError
 from cudadiag.fixcheck.run import FIX_CHECK_RUN, check_fix
-from cudadiag.fixcheck.view import FixCheckView, fixcheck_section, viewable
+from cudadiag.fixcheck.view import FixCheckView, fixcheck_section
 from cudadiag.incident import Incident
 from cudadiag.isolate.plan import newest_version, recorded_plan
 from cudadiag.store import IncidentStore
 from cudadiag.ui import results
+from cudadiag.ui.displayed import as_view
 
 if TYPE_CHECKING:
     from cudadiag.isolate.plan import Plan
@@ -61,7 +62,7 @@ def check_in_shell(shell: Any, incident_id: str, cell: int | str | None, *,
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot run isolated: {exc}") from None
     results.remember(shell, "Fix check", ("incident", check.incident), fixcheck_section(check))
-    return viewable(check)
+    return as_view(FixCheckView, check)
 
 
 def _recorded(incident: Incident, store: IncidentStore, shell: Any,

@@ -7,25 +7,10 @@ from typing import Any
 
 from cudadiag.comparison.view import outcome_text, text_table
 from cudadiag.fixcheck.run import FixCheck
-from cudadiag.ui.render import Section, section_html
+from cudadiag.ui.displayed import Displayed, section_block
+from cudadiag.ui.render import Section
 
 OUTPUT_HEADER = ["output", "shape", "dtype", "min", "max", "NaN", "Inf"]
-
-
-class FixCheckView(FixCheck):
-    """A FixCheck that shows itself as its section."""
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, str]:
-        return {"text/plain": render_fixcheck_text(self),
-                "text/html": render_fixcheck_html(self)}
-
-    def __str__(self) -> str:
-        return render_fixcheck_text(self)
-
-
-def viewable(check: FixCheck) -> FixCheckView:
-    """Return `check` as a FixCheckView (same fields, displays as its section)."""
-    return FixCheckView(**vars(check))
 
 
 def fixcheck_section(check: FixCheck) -> Section:
@@ -62,5 +47,11 @@ def render_fixcheck_text(check: FixCheck) -> str:
 
 def render_fixcheck_html(check: FixCheck) -> str:
     """Return the check as one self-contained HTML block."""
-    return (f'<div class="cudadiag-fixcheck" data-incident="{check.incident}">'
-            f"{section_html(fixcheck_section(check))}</div>")
+    return section_block("cudadiag-fixcheck", {"incident": check.incident}, fixcheck_section(check))
+
+
+class FixCheckView(Displayed, FixCheck):
+    """A FixCheck that shows itself as its section."""
+
+    text = render_fixcheck_text
+    html = render_fixcheck_html

@@ -16,8 +16,9 @@ from cudadiag.options.parsing import MagicParser, split_line
 from cudadiag.options.runs import ALLOW_SIDE_EFFECTS, TIMEOUT
 from cudadiag.steps import cell_of, choose_steps, profiles, watched_in
 from cudadiag.ui import results
+from cudadiag.ui.displayed import as_view
 from cudadiag.validate.run import VALIDATION_RUN, validate_program
-from cudadiag.validate.view import ValidationView, validation_section, viewable
+from cudadiag.validate.view import ValidationView, validation_section
 
 BAR_WIDTH = 30
 
@@ -74,7 +75,7 @@ def validate_in_shell(shell: Any, line: str) -> ValidationView:
     if progress is not None:
         print(file=sys.stdout, flush=True)
     results.remember(shell, "Validate", ("cell", report.cell), validation_section(report))
-    return viewable(report)
+    return as_view(ValidationView, report)
 
 
 def _bar(total: int) -> Any:

@@ -3,32 +3,15 @@ returns: a Validation that displays as that report."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from cudadiag.comparison.view import text_table
 from cudadiag.shortlist import cut_list
-from cudadiag.ui.render import Section, section_html
+from cudadiag.ui.displayed import Displayed, section_block
+from cudadiag.ui.render import Section
 from cudadiag.validate.run import Validation
 
 INDICES_SHOWN = 8
 DETAIL_SHOWN = 90
 """Characters of a step's detail in the table (the notes above it give the full line)."""
-
-
-class ValidationView(Validation):
-    """A Validation that shows itself as its report."""
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, str]:
-        return {"text/plain": render_validation_text(self),
-                "text/html": render_validation_html(self)}
-
-    def __str__(self) -> str:
-        return render_validation_text(self)
-
-
-def viewable(validation: Validation) -> ValidationView:
-    """Return `validation` as a ValidationView (same fields, displays as the report)."""
-    return ValidationView(**vars(validation))
 
 
 def validation_section(report: Validation) -> Section:
@@ -80,5 +63,11 @@ def render_validation_text(report: Validation) -> str:
 
 def render_validation_html(report: Validation) -> str:
     """Return the report as one self-contained HTML block (panel section and fallback)."""
-    return (f'<div class="cudadiag-validate" data-cell="{report.cell}">'
-            f"{section_html(validation_section(report))}</div>")
+    return section_block("cudadiag-validate", {"cell": report.cell}, validation_section(report))
+
+
+class ValidationView(Displayed, Validation):
+    """A Validation that shows itself as its report."""
+
+    text = render_validation_text
+    html = render_validation_html
