@@ -3,6 +3,7 @@ back."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -16,10 +17,35 @@ SRC = ROOT / "src" / "cudadiag"
 
 def test_the_import_linter_contracts_are_kept():
     lint_imports = Path(sys.executable).parent / "lint-imports"
-    result = subprocess.run([str(lint_imports), "--config", str(ROOT / "pyproject.toml")],
+    result = subprocess.run([str(lint_imports), str(ROOT / "pyproject.toml")],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+def test_the_cycle_contract_fails_on_a_cycle_made_of_a_type_only_import(tmp_path):
+    """The project's own settings (every import counted, no sibling cycles) applied to a
+    two-module package whose only cycle is an import under TYPE_CHECKING."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    cycle_contract = next(c for c in settings["contracts"] if c["type"] == "acyclic_siblings")
+    package = tmp_path / "loop"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from loop.b import B\n\nA = B\n")
+    (package / "b.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                                  "    from loop.a import A\n\nB = 1\n")
+    (tmp_path / "lint.toml").write_text(
+        f"[tool.importlinter]\nroot_package = \"loop\"\nexclude_type_checking_imports = "
+        f"{str(settings['exclude_type_checking_imports']).lower()}\n\n"
+        f"[[tool.importlinter.contracts]]\nname = \"{cycle_contract['name']}\"\n"
+        f"type = \"acyclic_siblings\"\nancestors = [\"loop\"]\n")
+    lint_imports = Path(sys.executable).parent / "lint-imports"
+    result = subprocess.run([str(lint_imports), "lint.toml"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert ".a -> .b" in result.stdout or ".b -> .a" in result.stdout
 
 
 def test_no_module_reaches_another_through_sys_modules():
