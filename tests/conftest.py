@@ -3,6 +3,8 @@ the warm interpreter a file's tests share."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 
@@ -23,6 +25,19 @@ def fresh_simulated_device(monkeypatch):
     reset_simulated_device()
     yield
     reset_simulated_device()
+
+
+@pytest.fixture
+def ctrl_c_as_in_a_terminal():
+    """Popen's keywords for a child that a test stops with SIGINT: its SIGINT back to the
+    default action, as a shell in a terminal starts it. Under a suite started in the
+    background by a non-interactive shell (`cmd &`) SIGINT is inherited ignored, Python
+    then installs no KeyboardInterrupt handler, and the test's Ctrl-C would do nothing."""
+    return {"preexec_fn": _default_ctrl_c}
+
+
+def _default_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)
