@@ -58,7 +58,24 @@ def pytest_configure(config):
         "file's")
 
 
-class FileWarmInterpreter:
+class OwnWarmInterpreter:
+    """A test's own warm interpreter: started by its load, stopped by its unload."""
+
+    def lend(self) -> None:
+        """Nothing to lend: the test's load starts its own."""
+
+    def note(self) -> None:
+        """Nothing to remember."""
+
+    def take_back(self) -> None:
+        """Nothing to keep: the test's unload stops its server."""
+
+    def reload_extension(self, ip) -> None:
+        """`%reload_ext cudadiag`: a new warm interpreter too."""
+        ip.extension_manager.reload_extension("cudadiag")
+
+
+class FileWarmInterpreter(OwnWarmInterpreter):
     """The kernel's warm interpreter kept from one test of a file to the next. Each test
     still loads and unloads the extension, and the unload leaves `warm` as it always does
     (no server, its reason said), but the server the test ran with is parked instead of
@@ -99,6 +116,16 @@ class FileWarmInterpreter:
             warm._server = None
             self.parked = server
 
+    def reload_extension(self, ip) -> None:
+        """Unload and load the extension again within a test (what it captures re-pointed
+        at the test's output), keeping the warm interpreter as a kernel's reload would
+        not: none of the tests that do so is about the interpreter's restart."""
+        self.take_back()
+        ip.extension_manager.unload_extension("cudadiag")
+        self.lend()
+        ip.extension_manager.load_extension("cudadiag")
+        self.note()
+
     def close(self) -> None:
         """Stop the parked server (after the file's last test)."""
         parked, self.parked = self.parked, None
@@ -116,9 +143,10 @@ def file_warm_interpreter():
 
 @pytest.fixture
 def warm_interpreter(request, file_warm_interpreter):
-    """The file's shared warm interpreter, or None for a test marked own_warm_interpreter."""
+    """The file's shared warm interpreter, or the test's own for one marked
+    own_warm_interpreter."""
     if request.node.get_closest_marker(OWN_WARM_INTERPRETER):
-        return None
+        return OwnWarmInterpreter()
     return file_warm_interpreter
 
 
@@ -129,15 +157,12 @@ def shell(warm_interpreter):
     from IPython.core.interactiveshell import InteractiveShell
 
     ip = InteractiveShell.instance()
-    if warm_interpreter:
-        warm_interpreter.lend()
+    warm_interpreter.lend()
     ip.run_cell("%load_ext cudadiag", store_history=True)
-    if warm_interpreter:
-        warm_interpreter.note()
+    warm_interpreter.note()
     yield ip
     ip.run_cell("_sim = globals().get('sim')\nif _sim is not None: _sim.stop()")
-    if warm_interpreter:
-        warm_interpreter.take_back()
+    warm_interpreter.take_back()
     ip.extension_manager.unload_extension("cudadiag")
     # a new history session too: the plan replays earlier cells that set process-wide state
     # (seeds, the simulated device), and a test's cells are no earlier cells of the next
@@ -155,13 +180,10 @@ def launcher(request, warm_interpreter):
     if request.param == "cold":
         yield SubprocessLauncher()
         return
-    if warm_interpreter:
-        warm_interpreter.lend()
+    warm_interpreter.lend()
     warm.start()
     assert warm.wait_ready(180), "the kernel's warm interpreter did not start"
-    if warm_interpreter:
-        warm_interpreter.note()
+    warm_interpreter.note()
     yield warm.WarmLauncher()
-    if warm_interpreter:
-        warm_interpreter.take_back()
+    warm_interpreter.take_back()
     warm.stop()
