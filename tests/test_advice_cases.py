@@ -206,24 +206,30 @@ def shell(shell):
     return shell
 
 
-def isolated(shell, capsys, *cells: str) -> tuple[Incident, Incident, str]:
-    """Run the cells, the last of which fails, then `%cuda_isolate`: (the kernel's incident,
-    the isolated one, what %cuda_isolate printed)."""
-    # pytest re-points fds 1/2 between setup and call: load again to read the device's lines
-    shell.extension_manager.reload_extension("cudadiag")
-    run(shell, SETUP)
-    for cell in cells:
-        run(shell, cell)
-    capsys.readouterr()
-    run(shell, "%cuda_isolate")
-    out = capsys.readouterr().out
-    kernel, isolated_run = incidents()
-    assert (kernel.run.mode, isolated_run.run.mode) == ("kernel", "isolated")
-    return kernel, isolated_run, out
+@pytest.fixture
+def isolated(shell, capsys, warm_interpreter):
+    """isolated(*cells): run the cells, the last of which fails, then `%cuda_isolate`: (the
+    kernel's incident, the isolated one, what %cuda_isolate printed)."""
+
+    def run_then_isolate(*cells: str) -> tuple[Incident, Incident, str]:
+        # pytest re-points fds 1/2 between setup and call: load again to read the device's
+        # lines (the warm interpreter kept: the isolated run forks from it)
+        warm_interpreter.reload_extension(shell)
+        run(shell, SETUP)
+        for cell in cells:
+            run(shell, cell)
+        capsys.readouterr()
+        run(shell, "%cuda_isolate")
+        out = capsys.readouterr().out
+        kernel, isolated_run = incidents()
+        assert (kernel.run.mode, isolated_run.run.mode) == ("kernel", "isolated")
+        return kernel, isolated_run, out
+
+    return run_then_isolate
 
 
-def test_cuda_isolate_the_methods_example(shell, capsys):
-    kernel, isolated_run, out = isolated(shell, capsys, MODEL, "print('loss', loss.item())")
+def test_cuda_isolate_the_methods_example(isolated):
+    kernel, isolated_run, out = isolated(MODEL, "print('loss', loss.item())")
     checks, avoid = isolated_run.diagnosis.first_checks, isolated_run.diagnosis.avoid
     text = reviewed(checks, avoid)
     assert_class_target_readings(checks, 4)
@@ -238,9 +244,8 @@ def test_cuda_isolate_the_methods_example(shell, capsys):
     assert kernel.diagnosis.first_checks[-1].endswith("(%cuda_isolate).")
 
 
-def test_cuda_isolate_labels_numbered_from_1(shell, capsys):
+def test_cuda_isolate_labels_numbered_from_1(isolated):
     _, isolated_run, _ = isolated(
-        shell, capsys,
         "import torch.nn as nn\n"
         "g = torch.Generator().manual_seed(0)\n"
         "labels = torch.tensor([1 + i % 3 for i in range(30)])  # cultivars 1, 2, 3\n"
@@ -265,9 +270,9 @@ NEXT_WORD = (
 )
 
 
-def test_cuda_isolate_a_token_id_equal_to_the_vocabulary_size_as_a_loss_target(shell, capsys):
+def test_cuda_isolate_a_token_id_equal_to_the_vocabulary_size_as_a_loss_target(isolated):
     _, isolated_run, _ = isolated(
-        shell, capsys, NEXT_WORD,
+        NEXT_WORD,
         "loss = F.cross_entropy(head(embed(ids[:-1])), ids[1:])\nloss.item()")
     checks = isolated_run.diagnosis.first_checks
     text = reviewed(checks, isolated_run.diagnosis.avoid)
@@ -275,19 +280,18 @@ def test_cuda_isolate_a_token_id_equal_to_the_vocabulary_size_as_a_loss_target(s
     assert "labels numbered" not in text
 
 
-def test_cuda_isolate_a_token_id_equal_to_the_vocabulary_size_at_the_embedding(shell, capsys):
-    _, isolated_run, _ = isolated(shell, capsys, NEXT_WORD, "embed(ids).sum().item()")
+def test_cuda_isolate_a_token_id_equal_to_the_vocabulary_size_at_the_embedding(isolated):
+    _, isolated_run, _ = isolated(NEXT_WORD, "embed(ids).sum().item()")
     checks = isolated_run.diagnosis.first_checks
     reviewed(checks, isolated_run.diagnosis.avoid)
     assert checks[0].startswith("a token id equals the vocabulary size (5)")
 
 
-def test_cuda_isolate_a_value_beyond_a_table_sized_by_a_constant(shell, capsys, tmp_path,
+def test_cuda_isolate_a_value_beyond_a_table_sized_by_a_constant(isolated, tmp_path,
                                                                  monkeypatch):
     write_names(tmp_path, hyphenated=2)
     monkeypatch.chdir(tmp_path)
     _, isolated_run, _ = isolated(
-        shell, capsys,
         "words = open('names.txt').read().splitlines()\n"
         "chars = sorted(set(''.join(words)))\n"
         "stoi = {s: i + 1 for i, s in enumerate(chars)}\n"
@@ -301,9 +305,8 @@ def test_cuda_isolate_a_value_beyond_a_table_sized_by_a_constant(shell, capsys, 
            "off-by-one" in checks[0]
 
 
-def test_cuda_isolate_padding_minus_one_not_ignored(shell, capsys):
+def test_cuda_isolate_padding_minus_one_not_ignored(isolated):
     _, isolated_run, _ = isolated(
-        shell, capsys,
         "from torch.nn.utils.rnn import pad_sequence\n"
         "tags = pad_sequence([torch.tensor([0, 1, 2]), torch.tensor([1, 2])], batch_first=True,"
         " padding_value=-1)\n"

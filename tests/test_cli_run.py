@@ -244,14 +244,14 @@ def test_a_timeout_that_is_not_a_positive_number_exits_2(tmp_path, command, valu
     assert "--timeout: expected a number of seconds greater than 0" in result.stderr
 
 
-def test_ctrl_c_kills_the_scripts_group_and_exits_130(tmp_path):
+def test_ctrl_c_kills_the_scripts_group_and_exits_130(tmp_path, ctrl_c_as_in_a_terminal):
     (tmp_path / "loop.py").write_text(
         "import subprocess, time\np = subprocess.Popen(['sleep', '60'])\n"
         "print('grandchild', p.pid, flush=True)\nfor epoch in range(600):\n"
         "    print('epoch', epoch, flush=True)\n    time.sleep(0.2)\n")
     process = subprocess.Popen([sys.executable, "-m", "cudadiag.cli", "run", "loop.py"],
                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, **ctrl_c_as_in_a_terminal)
     seen = [process.stdout.readline() for _ in range(3)]  # the grandchild, epochs 0 and 1
     process.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
     _, err = process.communicate(timeout=60)
@@ -262,14 +262,15 @@ def test_ctrl_c_kills_the_scripts_group_and_exits_130(tmp_path):
 
 @pytest.mark.parametrize("delay", [0.0, 0.1, 0.25, 0.5, 0.8, 1.2, 1.8])
 def test_ctrl_c_at_any_moment_of_a_run_says_interrupted_in_one_line_and_exits_130(
-        tmp_path, delay):
+        tmp_path, delay, ctrl_c_as_in_a_terminal):
     (tmp_path / "slow.py").write_text("import os, time\nprint('pid', os.getpid(), flush=True)"
                                       "\ntime.sleep(60)\n")
     process = subprocess.Popen(  # 'ready' once inside main() (Ctrl-C before it is Python's)
         [sys.executable, "-c", "import sys\nfrom cudadiag import cli\nparser = cli._parser\n"
          "def ready():\n    print('ready', flush=True)\n    return parser()\n"
          "cli._parser = ready\nsys.exit(cli.main(['run', 'slow.py']))"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        **ctrl_c_as_in_a_terminal)
     assert process.stdout.readline() == "ready\n"
     time.sleep(delay)  # from starting the run (importing torch) to streaming the script
     process.send_signal(signal.SIGINT)

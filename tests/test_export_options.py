@@ -39,10 +39,10 @@ def test_bad_values_exit_2_in_the_shell(option, value, tmp_path):
 class _Export:
     """`cudadiag export` in a subprocess whose output is read as it comes."""
 
-    def __init__(self, incident_id: str, path: str) -> None:
+    def __init__(self, incident_id: str, path: str, **popen) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cudadiag.cli", "export", incident_id, path],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
         self.out = bytearray()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -77,10 +77,11 @@ def twenty_cells():
 
 @pytest.mark.slow
 def test_ctrl_c_before_the_first_run_ends_says_stopped_early(twenty_cells, tmp_path,
-                                                            cudadiag_home):
+                                                            cudadiag_home,
+                                                            ctrl_c_as_in_a_terminal):
     out = tmp_path / "out"
     out.mkdir()
-    export = _Export(twenty_cells, str(out / "repro.ipynb"))
+    export = _Export(twenty_cells, str(out / "repro.ipynb"), **ctrl_c_as_in_a_terminal)
     export.interrupt_when("minimizing incident", delay=0.3)  # the fork server is starting
     code, output = export.finish()
     assert code == 130
@@ -109,8 +110,9 @@ def _processes_of(home) -> list[int]:
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_the_first_trials_keeps_the_best_so_far(twenty_cells, tmp_path):
-    export = _Export(twenty_cells, str(tmp_path / "repro.ipynb"))
+def test_ctrl_c_during_the_first_trials_keeps_the_best_so_far(twenty_cells, tmp_path,
+                                                              ctrl_c_as_in_a_terminal):
+    export = _Export(twenty_cells, str(tmp_path / "repro.ipynb"), **ctrl_c_as_in_a_terminal)
     export.interrupt_when("trial 3/")
     code, output = export.finish()
     assert "stopped early (interrupted): the best candidate so far was kept" in output, output

@@ -183,6 +183,7 @@ def test_a_warm_import_that_initialises_cuda_is_refused_then_left_to_the_child(
 
 
 @pytest.mark.slow
+@pytest.mark.own_warm_interpreter  # asserts on what the server imported
 def test_warm_imports_preload_installed_unconditional_imports_never_user_files(
         shell, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
@@ -203,6 +204,7 @@ def test_warm_imports_preload_installed_unconditional_imports_never_user_files(
 
 
 @pytest.mark.slow
+@pytest.mark.own_warm_interpreter  # asserts on what the server imported
 def test_cold_option_does_no_warm_imports(shell, capsys):
     server = _server_pid()
     run(shell, "import sqlite3")
