@@ -23,7 +23,7 @@ from cudadiag.errors import ExplainError
 from cudadiag.explain.view import render_explanation
 from cudadiag.incident import Incident
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS, DEFAULT_TIMEOUT_S, SUFFIXES
-from cudadiag.store import IncidentStore
+from cudadiag.log.store import IncidentStore
 from cudadiag.ui.render import render_text
 
 if TYPE_CHECKING:

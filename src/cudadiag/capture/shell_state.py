@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 
 from cudadiag.capture.hooks import KernelCapture
 from cudadiag.panel.announce import KernelAnnouncer
-from cudadiag.store import IncidentStore
+from cudadiag.log.store import IncidentStore
 
 if TYPE_CHECKING:
     from cudadiag.isolate.plan import Plan

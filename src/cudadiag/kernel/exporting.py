@@ -20,7 +20,7 @@ from cudadiag.commands import STOPPED_EARLY, Budget, ExportOptions, export_intro
 from cudadiag.errors import ExportError, MinimizeError, MinimizeInterrupted
 from cudadiag.incident import Incident
 from cudadiag.repro.view import render_export
-from cudadiag.store import IncidentStore
+from cudadiag.log.store import IncidentStore
 
 if TYPE_CHECKING:
     from cudadiag.repro.export import ReproInputs

@@ -22,7 +22,7 @@ from cudadiag.repro.notebook import VERIFY_TIMEOUT_S, ExportResult, write_and_ve
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS, DEFAULT_TIMEOUT_S, SUFFIXES
 from cudadiag.repro.script import write_and_verify_script
 from cudadiag.repro.staging import check_target
-from cudadiag.store import IncidentStore
+from cudadiag.log.store import IncidentStore
 
 SCRIPT_CELL = 1
 """The cell number a script's source gets in the minimizer and the repro."""
