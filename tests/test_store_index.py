@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
+from cudadiag.incident_index import HEADER, INDEX_NAME
 
 from cudadiag import classify
-from cudadiag import store as store_module
 from cudadiag.incident import ErrorInfo, Frame, Incident, RunInfo
-from cudadiag.incident_index import HEADER, INDEX_NAME
-from cudadiag.store import IncidentStore
+from cudadiag.log import store as store_module
+from cudadiag.log.store import IncidentStore
 
 ASSERT = "CUDA error: device-side assert triggered"
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
@@ -195,7 +195,7 @@ WRITER = """
 import sys
 from cudadiag import classify
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
-from cudadiag.store import IncidentStore
+from cudadiag.log.store import IncidentStore
 store = IncidentStore(sys.argv[1], max_bytes=30_000)
 for n in range(int(sys.argv[2])):
     text = "CUDA error: device-side assert triggered" if n % 2 else "CUDA out of memory"
@@ -205,7 +205,7 @@ for n in range(int(sys.argv[2])):
 
 READER = """
 import sys, time
-from cudadiag.store import IncidentStore
+from cudadiag.log.store import IncidentStore
 store = IncidentStore(sys.argv[1])
 seen = 0
 deadline = time.monotonic() + 60

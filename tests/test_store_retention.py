@@ -13,10 +13,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cudadiag import classify, cli
-from cudadiag import store as store_module
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
-from cudadiag.retention import Retention, RetentionConfigError, load_retention
-from cudadiag.store import IncidentStore
+from cudadiag.log import store as store_module
+from cudadiag.log.retention import Retention, RetentionConfigError, load_retention
+from cudadiag.log.store import IncidentStore
 
 ASSERT = "CUDA error: device-side assert triggered"
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"

@@ -18,10 +18,10 @@ from cudadiag.errors import (
     MinimizeError,
 )
 from cudadiag.log.options import add_listing_options
+from cudadiag.log.store import IncidentStore
 from cudadiag.options.commands import HELP, INCIDENT_ID, add_command
 from cudadiag.options.parsing import MagicParser, split_line
 from cudadiag.repro.options import add_export_options
-from cudadiag.log.store import IncidentStore
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -30,11 +30,11 @@ from cudadiag.log import runfiles
 from cudadiag.log.database import (
     COLUMNS,
     connect,
-    reading,
     database_path,
     entry_of_row,
     failure_reason,
     put,
+    reading,
     transaction,
 )
 from cudadiag.log.entry import LogEntry

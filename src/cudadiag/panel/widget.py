@@ -16,8 +16,8 @@ import ipywidgets as widgets
 from cudadiag.errors import IncidentNotFound
 from cudadiag.incident import Incident
 from cudadiag.log.entry import LogEntry, by_id, entry_for_incident, failing_cell
-from cudadiag.repro.report import render_report
 from cudadiag.log.store import IncidentStore
+from cudadiag.repro.report import render_report
 from cudadiag.ui import render, results
 
 PAGE_SIZE = 50

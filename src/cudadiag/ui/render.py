@@ -29,8 +29,8 @@ from cudadiag.incident import (
     StepInfo,
     TensorSummary,
 )
-from cudadiag.log.entry import failing_cell
 from cudadiag.knowledge import UNSHOWN_DETAILS
+from cudadiag.log.entry import failing_cell
 from cudadiag.privacy.redact import Redactor
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
 from cudadiag.ui.pictures import values_picture
