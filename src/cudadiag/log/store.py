@@ -232,7 +232,7 @@ class IncidentStore:
             pruned = retention.fallen_out(list(map(entry_of_row, rows)), now)
             conn.executemany("DELETE FROM incidents WHERE id = ?", [(e.id,) for e in pruned])
         if pruned:
-            conn.execute("PRAGMA incremental_vacuum")
+            conn.executescript("PRAGMA incremental_vacuum;")  # execute() frees one page
         cutoff = retention.cutoff(now)
         return PruneResult(retention, pruned,
                            too_old=sum(is_older(e.created_at, cutoff) for e in pruned),
