@@ -31,10 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from cudadiag.incident_index import HEADER, INDEX_NAME, entry_for_incident, entry_line  # noqa: E402
+
 from cudadiag import classify  # noqa: E402
 from cudadiag.incident import Incident  # noqa: E402
-from cudadiag.incident_index import HEADER, INDEX_NAME, entry_for_incident, entry_line  # noqa: E402
-from cudadiag.store import LOG_NAME, MAX_BYTES, IncidentStore, record_line  # noqa: E402
+from cudadiag.log.store import LOG_NAME, MAX_BYTES, IncidentStore, record_line  # noqa: E402
 
 OTHER_FAMILIES = (
     "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total capacity)",
@@ -155,7 +156,7 @@ def command_s(home: Path, *words: str) -> float:
 
 def measure(home: Path, ids: list[str], kinds: list[Incident], rebuild: bool
             ) -> dict[str, float]:
-    from cudadiag.listing import run_listing
+    from cudadiag.log.listing import run_listing
     from cudadiag.panel.widget import Panel
     from cudadiag.ui.render import render_text
 

@@ -256,7 +256,7 @@ def run_scenario(name: str, cells: list[str]) -> list[dict]:
     started = time.perf_counter()
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True).execute()
     seconds = time.perf_counter() - started
-    from cudadiag.store import IncidentStore
+    from cudadiag.log.store import IncidentStore
 
     rows = []
     for incident in IncidentStore(home).load():
@@ -298,7 +298,7 @@ def run_warm_case(simulated: bool) -> dict:
     NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True).execute()
     seconds = round(time.perf_counter() - started, 1)
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
-    from cudadiag.store import IncidentStore
+    from cudadiag.log.store import IncidentStore
 
     isolated = [i for i in IncidentStore(home).load() if i.run.mode == "isolated"]
     at = isolated[-1].error.reported_at if isolated else None

@@ -16,7 +16,7 @@ import torch
 from cudadiag import checkpoint, cli
 from cudadiag.classify import classify
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
-from cudadiag.store import IncidentStore
+from cudadiag.log.store import IncidentStore
 from scenarios import MODEL, SETUP, run
 
 

@@ -22,8 +22,8 @@ from cudadiag.errors import (
 from cudadiag.explain import explain_path
 from cudadiag.incident import Incident
 from cudadiag.isolate.plan import make_plan
+from cudadiag.log.store import IncidentStore
 from cudadiag.repro.staging import check_target
-from cudadiag.store import IncidentStore
 from cudadiag.trace import OpTracer, PrecheckError
 
 SIMULATED_DEVICE_ERRORS = {"SimulatedAcceleratorError", "SimulatedOutOfMemoryError"}

@@ -11,8 +11,8 @@ import pytest
 from IPython.core.error import UsageError
 
 from cudadiag import incidents
-from cudadiag import store as store_module
-from cudadiag.store import IncidentStore
+from cudadiag.log import store as store_module
+from cudadiag.log.store import IncidentStore
 from scenarios import run
 
 pytestmark = pytest.mark.slow

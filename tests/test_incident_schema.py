@@ -19,9 +19,10 @@ from cudadiag.incident import (
     Signature,
     TensorSummary,
 )
+from cudadiag.log.store import IncidentStore
+from cudadiag.log.view import render_table
 from cudadiag.repro.report import render_report
-from cudadiag.store import IncidentStore
-from cudadiag.ui.render import render_table, render_text
+from cudadiag.ui.render import render_text
 
 DATA = Path(__file__).parent / "data"
 LOGS = sorted(DATA.glob("incidents-*.jsonl"))

@@ -7,7 +7,7 @@ import pytest
 
 from cudadiag import Panel, classify, incidents
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
-from cudadiag.store import IncidentStore
+from cudadiag.log.store import IncidentStore
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 from cudadiag import Panel, classify
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.log.store import IncidentStore
 from cudadiag.panel.widget import PAGE_SIZE
-from cudadiag.store import IncidentStore
 
 ASSERT = "CUDA error: device-side assert triggered"
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"

@@ -11,8 +11,8 @@ import pytest
 
 from cudadiag import Panel, classify
 from cudadiag.incident import ErrorInfo, Frame, Incident, RunInfo
+from cudadiag.log.store import IncidentStore
 from cudadiag.repro.report import render_report
-from cudadiag.store import IncidentStore
 from scenarios import run
 
 HOME = str(Path.home())

@@ -1,16 +1,18 @@
-"""The incident log: atomic appends, rotation, corrupt lines, two writers at once."""
+"""The incident log: a row per incident, unreadable records, two writers at once."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 
 import pytest
 
 from cudadiag import Incident, classify, incidents
+from cudadiag.errors import IncidentNotFound
 from cudadiag.incident import ErrorInfo, RunInfo
-from cudadiag.store import IncidentNotFound, IncidentStore
+from cudadiag.log.store import IncidentStore
 
 
 def make_incident(message: str = "CUDA error: device-side assert triggered") -> Incident:
@@ -41,16 +43,22 @@ def test_an_updated_incident_replaces_its_earlier_record():
     assert only.error.message == "updated"
 
 
-def test_corrupt_lines_are_skipped_with_one_warning_and_newer_ones_listed():
+def _rows(store: IncidentStore) -> list[tuple]:
+    with sqlite3.connect(store.path) as db:
+        return db.execute("SELECT id, family, mode, cell, record FROM incidents").fetchall()
+
+
+def test_unreadable_records_are_skipped_with_one_warning_and_newer_ones_listed():
     store = IncidentStore()
     good = make_incident()
     store.append(good)
     newer = make_incident().to_dict()
     newer["schema"] = 99
-    with store.path.open("a") as f:
-        f.write('{"truncated": \n')
-        f.write("not json at all\n")
-        f.write(json.dumps(newer) + "\n")
+    with sqlite3.connect(store.path) as db:
+        for rid, record, schema in [("bad1", '{"truncated": ', 2), ("bad2", "not json", 2),
+                                    (newer["id"], json.dumps(newer), 99)]:
+            db.execute('INSERT INTO incidents (id, created_at, "schema", record) '
+                       "VALUES (?, ?, ?, ?)", (rid, newer["created_at"], schema, record))
     with pytest.warns(UserWarning, match="skipped 2 unreadable") as caught:
         contents = store.contents()
     assert [i.id for i in contents.incidents] == [good.id]
@@ -58,16 +66,18 @@ def test_corrupt_lines_are_skipped_with_one_warning_and_newer_ones_listed():
     assert len(caught) == 1
 
 
-def test_rotation_bounds_each_file_and_loses_no_incident(tmp_path):
-    store = IncidentStore(tmp_path, max_bytes=20_000)
+def test_one_database_holds_a_row_per_incident_with_its_record(tmp_path):
+    store = IncidentStore(tmp_path)
     written = [make_incident() for _ in range(60)]
     for incident in written:
         store.append(incident)
-    files = sorted(p.name for p in tmp_path.glob("incidents.jsonl*"))
-    assert len(files) > 3 and files[:2] == ["incidents.jsonl", "incidents.jsonl.1"]
-    assert all(p.stat().st_size <= 20_000 for p in tmp_path.glob("incidents.jsonl*"))
+    assert sorted(p.name for p in tmp_path.glob("incidents*")) == [
+        "incidents.sqlite3", "incidents.sqlite3-shm", "incidents.sqlite3-wal"]
+    rows = _rows(store)
+    assert [r[0] for r in rows] == [i.id for i in written]
+    assert {r[1:4] for r in rows} == {("device_assert", "kernel", 3)}
+    assert json.loads(rows[0][4])["id"] == written[0].id
     assert [i.id for i in store.load()] == [i.id for i in written]
-    assert [e.id for e in store.entries()] == [i.id for i in written]
     assert store.get(written[0].id[:8]).id == written[0].id
 
 
@@ -75,7 +85,7 @@ WRITER = """
 import sys
 from cudadiag import classify
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
-from cudadiag.store import IncidentStore
+from cudadiag.log.store import IncidentStore
 store = IncidentStore(sys.argv[1])
 for _ in range(int(sys.argv[2])):
     text = "CUDA error: device-side assert triggered"

@@ -1,21 +1,27 @@
-"""The incident log loses nothing: torn tails, short writes, a full disk, private modes."""
+"""The incident log loses nothing: a writer killed mid-write, a full disk, synced commits,
+private modes, records of a newer cudadiag."""
 
 from __future__ import annotations
 
 import errno
+import gc
 import json
 import os
+import sqlite3
 import stat
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
 from cudadiag import classify
-from cudadiag import store as store_module
+from cudadiag.errors import IncidentNotSaved
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
-from cudadiag.store import IncidentNotSaved, IncidentStore
+from cudadiag.log import database
+from cudadiag.log import store as store_module
+from cudadiag.log.store import IncidentStore
 from scenarios import MODEL, SETUP, run
 
 ASSERT = "CUDA error: device-side assert triggered"
@@ -33,129 +39,130 @@ def no_unsaved_records_between_tests():
     store_module._unsaved.clear()
 
 
-def _lines(store: IncidentStore) -> list[dict]:
-    return [json.loads(line) for line in store.path.read_bytes().splitlines()]
+def _ids(store: IncidentStore) -> list[str]:
+    """The ids of the rows on disk (not this process's unsaved records)."""
+    if not store.path.exists():
+        return []
+    with sqlite3.connect(store.path) as db:
+        tables = db.execute("SELECT name FROM sqlite_master WHERE name = 'incidents'")
+        if not tables.fetchall():
+            return []
+        return [r[0] for r in db.execute("SELECT id FROM incidents ORDER BY created_at, rowid")]
 
 
-def test_a_last_record_without_its_newline_does_not_swallow_the_next():
+def _close_connections() -> None:
+    for _pid, _inode, conn in database._connections.values():
+        conn.close()
+    database._connections.clear()
+
+
+def _database_full(monkeypatch) -> None:
+    """Connections opened from now on cannot grow the database (SQLite's max_page_count:
+    the same SQLITE_FULL a full disk gives); the cached ones are dropped first."""
+    real_connect = sqlite3.connect
+    _close_connections()
+
+    def connect(*args, **kwargs):
+        conn = real_connect(*args, **kwargs)
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {max(pages, 1)}")
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+
+
+def _big_incident() -> Incident:
+    """Larger than a page, so that its record needs new pages of the database."""
+    incident = make_incident()
+    incident.error.text = ASSERT + "\n" + "device line\n" * 800
+    return incident
+
+
+KILLED_MID_WRITE = """
+import os, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+db.execute("INSERT INTO incidents (id, created_at, record) VALUES ('half', 'x', '{')")
+os._exit(9)
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_the_log_whole():
     store = IncidentStore()
     first, second = make_incident(), make_incident()
     store.append(first)
-    store.path.write_bytes(store.path.read_bytes().rstrip(b"\n"))
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, str(store.path)])
+    assert killed.returncode == 9
     store.append(second)
-    assert [r["id"] for r in _lines(store)] == [first.id, second.id]
-
-
-def test_a_torn_fragment_is_set_aside_and_the_next_record_starts_on_its_own_line():
-    store = IncidentStore()
-    first, second = make_incident(), make_incident()
-    store.append(first)
-    fragment = json.dumps(make_incident().to_dict()).encode()[:150]
-    with store.path.open("ab") as f:
-        f.write(fragment)
-    with pytest.warns(UserWarning, match="ended in a torn record"):
-        store.append(second)
-    assert [r["id"] for r in _lines(store)] == [first.id, second.id]
-    assert (store.home / "incidents.torn").read_bytes() == fragment + b"\n"
+    assert _ids(store) == [first.id, second.id]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing unreadable is left in the log
         assert [i.id for i in store.load()] == [first.id, second.id]
 
 
-def test_short_writes_are_completed(monkeypatch):
-    real_write = os.write
-    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, bytes(data[:100])))
+def test_a_failed_write_is_kept_in_memory_and_written_with_the_next(monkeypatch):
     store = IncidentStore()
-    incidents = [make_incident() for _ in range(3)]
-    for incident in incidents:
-        store.append(incident)
-    assert [r["id"] for r in _lines(store)] == [i.id for i in incidents]
-
-
-def _disk_full_after(monkeypatch, allowed: int) -> None:
-    """os.write to a file of the incident log's folder writes `allowed` more bytes in all,
-    then fails with ENOSPC; other writes (the terminal, pipes) are untouched."""
-    real_write = os.write
-    home = str(IncidentStore().home)
-    budget = [allowed]
-
-    def write(fd, data):
-        if not os.readlink(f"/proc/self/fd/{fd}").startswith(home):
-            return real_write(fd, data)
-        if budget[0] <= 0:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        n = real_write(fd, bytes(data[:budget[0]]))
-        budget[0] -= n
-        return n
-
-    monkeypatch.setattr(os, "write", write)
-
-
-def test_a_failed_write_leaves_no_torn_line_and_is_written_with_the_next(monkeypatch):
-    store = IncidentStore()
-    saved, lost, later = make_incident(), make_incident(), make_incident()
+    saved, lost, later = make_incident(), _big_incident(), make_incident()
     store.append(saved)
     with monkeypatch.context() as patch:
-        _disk_full_after(patch, 200)  # half a record goes down, then the disk is full
+        _database_full(patch)
         with pytest.raises(IncidentNotSaved) as caught:
             store.append(lost)
+    _close_connections()
     message = str(caught.value)
     assert f"incident {lost.id} could not be saved to {store.path}" in message
     assert "No space left on device" in message and "kept in memory" in message
-    assert [r["id"] for r in _lines(store)] == [saved.id]  # cut back: no torn line
+    assert _ids(store) == [saved.id]
     assert not store.is_saved(lost.id)
     assert [i.id for i in IncidentStore().load()] == [saved.id, lost.id]  # this process
     store.append(later)
-    assert [r["id"] for r in _lines(store)] == [saved.id, lost.id, later.id]
+    assert _ids(store) == [saved.id, lost.id, later.id]
     assert store.is_saved(lost.id) and store.is_saved(later.id)
 
 
-def test_each_record_is_synced_to_disk(monkeypatch):
-    synced = []
-    real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_size),
-                                                 real_fsync(fd)))
+def test_each_commit_is_synced_and_the_journal_is_a_write_ahead_log_on_a_local_disk():
     store = IncidentStore()
     store.append(make_incident())
-    assert store.path.stat().st_size in synced
+    conn = database.connect(store.home, lambda _conn: None)
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
 
 
 def test_the_home_and_every_file_in_it_are_private(tmp_path):
     home = tmp_path / "private" / "cudadiag"
-    store = IncidentStore(home, max_bytes=5_000)
+    store = IncidentStore(home)
     for _ in range(6):
-        store.append(make_incident())
-    with store.path.open("ab") as f:
-        f.write(b'{"torn')
-    with pytest.warns(UserWarning, match="torn record"):
         store.append(make_incident())
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     names = sorted(p.name for p in home.iterdir())
-    assert names[:2] == [".lock", "incidents.index"]
-    assert names[2:5] == ["incidents.jsonl", "incidents.jsonl.1", "incidents.jsonl.2"]
-    assert names[-1] == "incidents.torn"
+    assert names == ["incidents.sqlite3", "incidents.sqlite3-shm", "incidents.sqlite3-wal",
+                     "lock-probe"]
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in home.iterdir()} == dict.fromkeys(
         names, 0o600)
 
 
-def test_a_log_readable_by_others_is_made_private_at_the_next_write():
+def test_a_log_readable_by_others_is_made_private_when_opened(cudadiag_home):
+    cudadiag_home.mkdir()
+    sqlite3.connect(cudadiag_home / "incidents.sqlite3").close()
+    (cudadiag_home / "incidents.sqlite3").chmod(0o644)
     store = IncidentStore()
-    store.append(make_incident())
-    store.path.chmod(0o644)
     store.append(make_incident())
     assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
 
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    """A 64 KiB tmpfs (needs mount rights: root in a container that allows it)."""
+    """A 1 MiB tmpfs (needs mount rights: root in a container that allows it)."""
     mount_point = tmp_path / "tiny"
     mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs",
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
                               str(mount_point)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     yield mount_point
+    _close_connections()
+    gc.collect()  # a failed statement held by a traceback keeps its connection open
     subprocess.run(["umount", str(mount_point)], check=True)
 
 
@@ -172,13 +179,6 @@ def _fill(disk: Path) -> Path:
     return filler
 
 
-def _big_incident() -> Incident:
-    """Larger than a page, so no record fits in the slack of the log's last page."""
-    incident = make_incident()
-    incident.error.text = ASSERT + "\n" + "device line\n" * 800
-    return incident
-
-
 def test_a_full_disk_loses_no_incident(tiny_disk):
     store = IncidentStore(tiny_disk / "home")
     before = _big_incident()
@@ -188,11 +188,11 @@ def test_a_full_disk_loses_no_incident(tiny_disk):
     for incident in during:
         with pytest.raises(IncidentNotSaved, match="No space left on device"):
             store.append(incident)
-    assert [r["id"] for r in _lines(store)] == [before.id]
+    assert _ids(store) == [before.id]
     filler.unlink()
     after = _big_incident()
     store.append(after)
-    assert [r["id"] for r in _lines(store)] == [before.id, *(i.id for i in during), after.id]
+    assert _ids(store) == [before.id, *(i.id for i in during), after.id]
 
 
 def test_an_unsaved_kernel_incident_says_so_and_gives_no_show_hint(shell, capsys, monkeypatch):
@@ -200,11 +200,12 @@ def test_an_unsaved_kernel_incident_says_so_and_gives_no_show_hint(shell, capsys
     run(shell, MODEL)
     capsys.readouterr()
     with monkeypatch.context() as patch:
-        _disk_full_after(patch, 0)
+        _database_full(patch)
         run(shell, "print('loss', loss.item())")
+    _close_connections()
     err = capsys.readouterr().err
     (incident,) = IncidentStore().load()  # kept in this process's memory
-    assert not IncidentStore().path.exists() or not IncidentStore().path.read_bytes()
+    assert _ids(IncidentStore()) == []
     (line,) = [x for x in err.splitlines() if "could not be saved" in x]
     assert line == (f"cudadiag: incident {incident.id} could not be saved to "
                     f"{IncidentStore().path} (No space left on device); kept in memory, it "
@@ -212,7 +213,7 @@ def test_an_unsaved_kernel_incident_says_so_and_gives_no_show_hint(shell, capsys
     assert f"cudadiag [{incident.id}]" in err  # the diagnosis itself is shown
     assert "show" not in err.replace(line, "")
     run(shell, "y = torch.ones(2) + 1")  # the next record: the disk has room again
-    assert [r["id"] for r in _lines(IncidentStore())] == [incident.id]
+    assert _ids(IncidentStore()) == [incident.id]
     capsys.readouterr()
     run(shell, f"%cudadiag show {incident.id}")
     assert f"Incident {incident.id}" in capsys.readouterr().out
@@ -230,11 +231,12 @@ def test_the_panel_text_gives_no_hint_for_an_unsaved_incident(monkeypatch):
     from cudadiag import Panel
 
     store = IncidentStore()
-    incident = make_incident()
+    incident = _big_incident()
     with monkeypatch.context() as patch:
-        _disk_full_after(patch, 0)
+        _database_full(patch)
         with pytest.raises(IncidentNotSaved):
             store.append(incident)
+    _close_connections()
     text = Panel(incident, store=store)._repr_mimebundle_()["text/plain"]
     assert f"cudadiag [{incident.id}]" in text and "show" not in text
     store.append(make_incident())
@@ -275,6 +277,15 @@ def _newer_record() -> dict:
     return record
 
 
+def _insert_raw(store: IncidentStore, record: dict) -> None:
+    """Write a row as a newer cudadiag would: its columns and its JSON."""
+    with sqlite3.connect(store.path) as db:
+        db.execute('INSERT INTO incidents (id, created_at, family, "schema", record) '
+                   "VALUES (?, ?, ?, ?, ?)", (record["id"], record["created_at"],
+                                              record["diagnosis"]["family"], record["schema"],
+                                              json.dumps(record)))
+
+
 def test_records_of_a_newer_cudadiag_are_listed_and_show_says_why(shell, capsys):
     from IPython.core.error import UsageError
 
@@ -282,8 +293,7 @@ def test_records_of_a_newer_cudadiag_are_listed_and_show_says_why(shell, capsys)
     older = make_incident()
     store.append(older)
     newer = _newer_record()
-    with store.path.open("a") as f:
-        f.write(json.dumps(newer) + "\n")
+    _insert_raw(store, newer)
     capsys.readouterr()
     run(shell, "%cudadiag incidents")
     out = capsys.readouterr().out
@@ -303,8 +313,7 @@ def test_the_shell_commands_list_and_explain_newer_records(capsys):
     store = IncidentStore()
     store.append(make_incident())
     newer = _newer_record()
-    with store.path.open("a") as f:
-        f.write(json.dumps(newer) + "\n")
+    _insert_raw(store, newer)
     assert cli.main(["incidents"]) == 0
     assert "recorded by a newer cudadiag (schema 99)" in capsys.readouterr().out
     assert cli.main(["show", newer["id"]]) == 1

@@ -10,8 +10,8 @@ from IPython.core.error import UsageError
 
 from cudadiag import classify, cli
 from cudadiag.incident import ErrorInfo, Frame, Incident, RunInfo
-from cudadiag.listing import ListingError, make_filters, parse_since
-from cudadiag.store import IncidentStore
+from cudadiag.log.query import ListingError, make_filters, parse_since
+from cudadiag.log.store import IncidentStore
 
 ASSERT = "CUDA error: device-side assert triggered"
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"

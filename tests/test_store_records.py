@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 from cudadiag import classify
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
-from cudadiag.store import IncidentStore, record_line
+from cudadiag.log.records import record_json
+from cudadiag.log.store import IncidentStore
 from cudadiag.trace import NEAR_FAILURE, RECENT_OPS, OpTracer
 
 
@@ -59,8 +60,8 @@ def test_the_recent_ops_keep_names_tensors_once_and_scalars_near_the_failure():
 
 def test_a_traced_record_is_small_and_reads_back_whole():
     incident = _incident(_traced_failure())
-    line = record_line(incident)
-    assert len(line) < 6_000
+    line = record_json(incident)
+    assert len(line.encode()) < 6_000
     written = json.loads(line)
     assert written["schema"] == incident.schema and written["id"] == incident.id
     assert "env" not in written and "reported_at" not in written["error"]  # defaults left out
@@ -77,7 +78,7 @@ def test_an_incident_with_every_default_reads_back_equal():
     store = IncidentStore()
     store.append(incident)
     assert store.get(incident.id).to_dict() == incident.to_dict()
-    assert json.loads(record_line(incident))["run"] == {"mode": "kernel", "exit_status": 0}
+    assert json.loads(record_json(incident))["run"] == {"mode": "kernel", "exit_status": 0}
 
 
 def test_reading_records_resolves_no_type_hints(monkeypatch):

@@ -78,7 +78,7 @@ __all__ = [  # the lazy names of _LAZY included, as literals for the linters
 
 def incidents() -> list[Incident]:
     """Return every incident of the on-disk log as Incident objects, oldest first."""
-    from cudadiag.store import IncidentStore
+    from cudadiag.log.store import IncidentStore
 
     return IncidentStore().load()
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from cudadiag.durable import unwritable, write_failure
 from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
-from cudadiag.listing_options import add_listing_options
+from cudadiag.log.options import add_listing_options
 from cudadiag.options.commands import add_command
 from cudadiag.options.option import add_options
 from cudadiag.options.runs import NO_BLOCKING, NO_PRECHECK, NPROC_PER_NODE, TIMEOUT
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from cudadiag.incident import EnvInfo
     from cudadiag.isolate.ranks import TorchrunJob
     from cudadiag.isolate.result import IsolatedResult
-    from cudadiag.store import IncidentStore
+    from cudadiag.log.store import IncidentStore
 
 DEMO_CELLS = (
     "%load_ext cudadiag",
@@ -196,7 +196,7 @@ def _multi_rank_run(words: list[str]) -> argparse.Namespace | None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from cudadiag.commands import incident_json
     from cudadiag.isolate.runner import run_script
-    from cudadiag.store import IncidentStore
+    from cudadiag.log.store import IncidentStore
     from cudadiag.ui.render import SHOW_IN_TERMINAL, render_short
 
     python, target, argv, module = _split_command(args.command)
@@ -419,7 +419,7 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def _cmd_incidents(args: argparse.Namespace) -> int:
-    from cudadiag.listing import run_listing
+    from cudadiag.log.listing import run_listing
 
     try:
         print(run_listing(args))
@@ -441,7 +441,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _store() -> IncidentStore:
-    from cudadiag.store import IncidentStore
+    from cudadiag.log.store import IncidentStore
 
     return IncidentStore()
 

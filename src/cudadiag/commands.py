@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from cudadiag.errors import ExplainError
 from cudadiag.explain.view import render_explanation
 from cudadiag.incident import Incident
+from cudadiag.log.store import IncidentStore
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS, DEFAULT_TIMEOUT_S, SUFFIXES
-from cudadiag.store import IncidentStore
 from cudadiag.ui.render import render_text
 
 if TYPE_CHECKING:

@@ -38,37 +38,6 @@ def unwritable(path: Path) -> str | None:
     return None
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """os.write until every byte is written (a write may be short on a nearly full disk).
-
-    Raises OSError when a write fails or writes nothing."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        if written <= 0:
-            raise OSError(f"write returned {written} with {len(view)} bytes left")
-        view = view[written:]
-
-
-def append_whole(path: Path, data: bytes, sync: bool) -> int:
-    """Append `data` to `path` (created 0600) in whole, synced when `sync`; return the offset
-    it starts at. On failure the file is cut back to where it was and OSError is raised."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
-    try:
-        start = os.fstat(fd).st_size
-        try:
-            write_all(fd, data)
-            if sync:
-                os.fsync(fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, start)
-            raise
-    finally:
-        os.close(fd)
-    return start
-
-
 def replace_atomically(target: Path, data: bytes, mode: int = PRIVATE_FILE) -> int:
     """Write `data` to a temporary file beside `target` (created with `mode`, less the
     umask), sync it, rename it over `target` and sync the folder: readers see the old file or
@@ -77,7 +46,7 @@ def replace_atomically(target: Path, data: bytes, mode: int = PRIVATE_FILE) -> i
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        write_all(fd, data)
+        _write_all(fd, data)
         os.fsync(fd)
         inode = os.fstat(fd).st_ino
     except BaseException:
@@ -94,12 +63,6 @@ def replace_atomically(target: Path, data: bytes, mode: int = PRIVATE_FILE) -> i
     return inode
 
 
-def make_private(fd: int) -> None:
-    """Files written by older versions may be readable by others: make them the user's."""
-    if os.fstat(fd).st_mode & 0o077:
-        os.fchmod(fd, PRIVATE_FILE)
-
-
 def sync_folder(folder: Path) -> None:
     """Make a new or renamed file's name durable (no-op where folders cannot be opened)."""
     with contextlib.suppress(OSError):
@@ -108,3 +71,15 @@ def sync_folder(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written (a write may be short on a nearly full disk).
+
+    Raises OSError when a write fails or writes nothing."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(f"write returned {written} with {len(view)} bytes left")
+        view = view[written:]

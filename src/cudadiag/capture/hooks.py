@@ -27,8 +27,8 @@ from cudadiag.diagnose import (
 )
 from cudadiag.errors import IncidentNotSaved
 from cudadiag.incident import ErrorInfo, Incident, RunInfo, qualified_type_name
+from cudadiag.log.store import IncidentStore
 from cudadiag.spawn_report import read_spawn_report
-from cudadiag.store import IncidentStore
 
 RNG_CELLS_KEPT = 256
 STATE_ATTRIBUTE = "_cudadiag_kernel_state"

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from cudadiag.capture.hooks import KernelCapture
+from cudadiag.log.store import IncidentStore
 from cudadiag.panel.announce import KernelAnnouncer
-from cudadiag.store import IncidentStore
 
 if TYPE_CHECKING:
     from cudadiag.isolate.plan import Plan

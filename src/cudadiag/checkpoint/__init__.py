@@ -524,7 +524,7 @@ def _error_ref(before: Incident | str | None) -> _ErrorRef | None:
         if incident is None:
             return None
     elif isinstance(before, str):
-        from cudadiag.store import IncidentStore
+        from cudadiag.log.store import IncidentStore
 
         incident = IncidentStore().get(before)
     else:

@@ -15,7 +15,7 @@ from cudadiag.fixcheck.run import FIX_CHECK_RUN, check_fix
 from cudadiag.fixcheck.view import FixCheckView, fixcheck_section
 from cudadiag.incident import Incident
 from cudadiag.isolate.plan import newest_version, recorded_plan
-from cudadiag.store import IncidentStore
+from cudadiag.log.store import IncidentStore
 from cudadiag.ui import results
 from cudadiag.ui.displayed import as_view
 

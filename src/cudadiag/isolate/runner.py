@@ -41,7 +41,7 @@ from cudadiag.isolate.procgroup import (
     wait_until_gone,
 )
 from cudadiag.isolate.result import IsolatedResult
-from cudadiag.store import IncidentStore
+from cudadiag.log.store import IncidentStore
 
 if TYPE_CHECKING:
     from cudadiag.isolate.ranks import RankJob

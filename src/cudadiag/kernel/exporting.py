@@ -19,8 +19,8 @@ from cudadiag import commands
 from cudadiag.commands import STOPPED_EARLY, Budget, ExportOptions, export_intro, progress_line
 from cudadiag.errors import ExportError, MinimizeError, MinimizeInterrupted
 from cudadiag.incident import Incident
+from cudadiag.log.store import IncidentStore
 from cudadiag.repro.view import render_export
-from cudadiag.store import IncidentStore
 
 if TYPE_CHECKING:
     from cudadiag.repro.export import ReproInputs

@@ -17,11 +17,11 @@ from cudadiag.errors import (
     IncidentNotFound,
     MinimizeError,
 )
-from cudadiag.listing_options import add_listing_options
+from cudadiag.log.options import add_listing_options
+from cudadiag.log.store import IncidentStore
 from cudadiag.options.commands import AS_JSON, HELP, INCIDENT_ID, add_command
 from cudadiag.options.parsing import MagicParser, split_line
 from cudadiag.repro.options import add_export_options
-from cudadiag.store import IncidentStore
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -92,7 +92,7 @@ class CudadiagMagics(Magics):
         store = capture_for(self.shell).store
         try:
             if args.command == "incidents":
-                from cudadiag.listing import run_listing
+                from cudadiag.log.listing import run_listing
 
                 print(run_listing(args, store))
             elif args.command == "show":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudadiag.incident import Incident
-from cudadiag.store import IncidentStore
+from cudadiag.log.store import IncidentStore
 from cudadiag.ui import render
 
 

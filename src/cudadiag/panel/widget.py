@@ -15,9 +15,9 @@ import ipywidgets as widgets
 
 from cudadiag.errors import IncidentNotFound
 from cudadiag.incident import Incident
-from cudadiag.incident_index import IndexEntry, by_id, entry_for_incident, failing_cell
+from cudadiag.log.entry import LogEntry, by_id, entry_for_incident, failing_cell
+from cudadiag.log.store import IncidentStore
 from cudadiag.repro.report import render_report
-from cudadiag.store import IncidentStore
 from cudadiag.ui import render, results
 
 PAGE_SIZE = 50
@@ -159,7 +159,7 @@ class Panel(widgets.VBox):
     def _families(self) -> list[str]:
         return [ALL_FAMILIES, *sorted(set(map(by_family, self.entries)) - {None})]
 
-    def _shown(self) -> list[IndexEntry]:
+    def _shown(self) -> list[LogEntry]:
         """The entries the family filter lets through, newest first."""
         family = self.family.value
         if family == ALL_FAMILIES:
@@ -246,6 +246,6 @@ class Panel(widgets.VBox):
                   "above: select it and copy (Ctrl+C).")
 
 
-def _option_label(entry: IndexEntry) -> str:
+def _option_label(entry: LogEntry) -> str:
     return (f"{entry.created_at[:19].replace('T', ' ')}  {entry.family}  {entry.where()}  "
             f"{entry.mode}  {entry.id}")

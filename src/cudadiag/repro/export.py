@@ -14,6 +14,7 @@ from cudadiag.errors import ExportError
 from cudadiag.incident import Incident, ReproInfo
 from cudadiag.isolate.cellfacts import analyse_cell
 from cudadiag.isolate.job import BATCH_FILE, RNG_FILE
+from cudadiag.log.store import IncidentStore
 from cudadiag.own_work import outside_user_modes
 from cudadiag.repro.bundle import plan_bundle
 from cudadiag.repro.document import Program, build_document
@@ -22,7 +23,6 @@ from cudadiag.repro.notebook import VERIFY_TIMEOUT_S, ExportResult, write_and_ve
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS, DEFAULT_TIMEOUT_S, SUFFIXES
 from cudadiag.repro.script import write_and_verify_script
 from cudadiag.repro.staging import check_target
-from cudadiag.store import IncidentStore
 
 SCRIPT_CELL = 1
 """The cell number a script's source gets in the minimizer and the repro."""

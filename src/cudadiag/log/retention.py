@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from cudadiag.errors import CudadiagError
-from cudadiag.incident_index import IndexEntry
+from cudadiag.log.entry import LogEntry
 from cudadiag.options.types import MAX_DAYS
 
 CONFIG_NAME = "config.json"
@@ -63,8 +63,8 @@ class Retention:
         2 %, so that a full log is not rewritten at every append)."""
         return count > self.incidents + self.incidents // 50
 
-    def fallen_out(self, entries: Sequence[IndexEntry],
-                   now: datetime | None = None) -> list[IndexEntry]:
+    def fallen_out(self, entries: Sequence[LogEntry],
+                   now: datetime | None = None) -> list[LogEntry]:
         """Return the entries (one per incident, oldest first) beyond the limits: older
         than the cutoff, or before the newest `incidents`."""
         cutoff = self.cutoff(now)
