@@ -111,3 +111,31 @@ def test_a_malformed_record_is_a_schema_error():
     record["schema"] = 0
     with pytest.raises(IncidentSchemaError, match="no such schema"):
         Incident.from_dict(record)
+
+
+def test_rotated_earlier_logs_are_imported_once_oldest_first_with_one_line(tmp_path, capsys):
+    records = (DATA / "incidents-main-27e6c3b.jsonl").read_text().splitlines()
+    first = json.loads(records[0])
+    updated = json.dumps({**first, "created_at": "2030-01-01T00:00:00+00:00"})
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "incidents.jsonl.2").write_text("\n".join([records[0], records[1]]) + "\n")
+    (home / "incidents.jsonl.1").write_text("\n".join(records[2:4]) + "\n")
+    (home / "incidents.jsonl").write_text("\n".join([*records[4:], updated]) + "\n"
+                                          + records[1][: len(records[1]) // 2])
+
+    listed = IncidentStore(home).entries()
+
+    said = capsys.readouterr().err
+    assert said.count("cudadiag: imported") == 1
+    ids = {json.loads(r)["id"] for r in records}
+    assert f"imported {len(ids)} incident(s)" in said
+    assert "incidents.jsonl.2, incidents.jsonl.1, incidents.jsonl, left in place" in said
+    assert "1 unreadable line(s) skipped" in said
+    assert sorted(e.id for e in listed) == sorted(ids)
+    assert IncidentStore(home).get(first["id"]).created_at == "2030-01-01T00:00:00+00:00"
+    assert (home / "incidents.jsonl.2").exists() and (home / "incidents.sqlite3").exists()
+
+    IncidentStore(home).append(IncidentStore(home).get(json.loads(records[2])["id"]))
+    assert len(IncidentStore(home).entries()) == len(ids)
+    assert "imported" not in capsys.readouterr().err
