@@ -109,6 +109,13 @@ def test_the_link_check_reports_a_missing_page_and_a_missing_anchor(tmp_path):
         "page.md: gone.md (no such file)", "page.md: method.md#point-14 (no such anchor)"]
 
 
+def test_every_page_of_docs_is_linked_from_the_readme():
+    linked = {(README.parent / target.partition("#")[0]).resolve()
+              for target in LINK.findall(README.read_text())}
+    orphans = [page.name for page in DOCS.glob("*.md") if page not in linked]
+    assert not orphans, f"one line per feature in the README: {orphans}"
+
+
 def test_the_pages_written_elsewhere_are_the_only_links_allowed_to_be_missing():
     linked = {(page.parent / target.partition("#")[0]).resolve()
               for page in pages() for target in LINK.findall(page.read_text())
