@@ -5,10 +5,11 @@ script through `cudadiag run`, the method's worked example in an IPython shell a
 `%cuda_isolate`), plus any log given with --records (e.g. the logs the end-to-end tests
 wrote). They are varied (new ids, times over the last 170 days, cell numbers, and the
 diagnosis of other families) and written straight into the log's SQLite database, under a
-temporary folder removed at the end. For each size it times, as a user meets them:
-append one incident (median), list all, filter by family, show one by id (the commands'
-own work, in-process), open the panel's selector; and `cudadiag incidents` / `cudadiag show`
-as whole commands (a fresh interpreter each). Then the growth from 1k to 100k and the
+temporary folder removed at the end. For each size it times, as a user meets them: append
+one incident (median), list all, filter by family (every match), show one by id (the
+commands' own work, in-process), open the panel's selector; and `cudadiag incidents` (the
+newest 50), `cudadiag incidents --all` and `cudadiag show` as whole commands (a fresh
+interpreter each). Then the growth from 1k to 100k and the
 targets: append <= 5 ms, list or filter 10,000 <= 300 ms, show <= 50 ms, nothing above 2 s
 at 100,000.
 
@@ -150,7 +151,7 @@ def measure(home: Path, ids: list[str], kinds: list[Incident]) -> dict[str, floa
 
     store = IncidentStore(home)
     options = dict(family=None, since=None, mode=None, cell=None, stats=False, prune=False,
-                   keep=None, keep_days=None)
+                   keep=None, keep_days=None, last=50, all=True)
     everything = argparse.Namespace(**options)
     family = argparse.Namespace(**{**options, "family": "oom"})
     picks = iter(random.Random(1).sample(ids, 7))
@@ -161,6 +162,7 @@ def measure(home: Path, ids: list[str], kinds: list[Incident]) -> dict[str, floa
         lambda: render_text(IncidentStore(home).get(next(picks)[:8])), 5)
     figures["open the panel's selector"] = timed(lambda: Panel(store=IncidentStore(home)), 3)
     figures["`cudadiag incidents` (command)"] = command_s(home, "incidents")
+    figures["`cudadiag incidents --all` (command)"] = command_s(home, "incidents", "--all")
     figures["`cudadiag show ID` (command)"] = command_s(home, "show", ids[len(ids) // 2][:8])
     made = [Incident.from_dict(kinds[n % len(kinds)].to_dict()) for n in range(30)]
     for incident in made:

@@ -11,7 +11,7 @@ import pytest
 from IPython.core.error import UsageError
 
 from cudadiag import incidents
-from cudadiag.log import store as store_module
+from cudadiag.log import runfiles as runfiles_module
 from cudadiag.log.store import IncidentStore
 from scenarios import run
 
@@ -120,7 +120,7 @@ def test_replayed_batch_of_watch(shell, capsys, tmp_path):
 
 def test_values_too_large_to_keep_are_refused_with_what_to_do(shell, capsys, tmp_path,
                                                               monkeypatch):
-    monkeypatch.setattr(store_module, "SHIPPED_KEPT_MAX_BYTES", 100)
+    monkeypatch.setattr(runfiles_module, "SHIPPED_KEPT_MAX_BYTES", 100)
     run(shell, IMPORTS)
     run(shell, "logits = torch.randn(3, 4)\ntarget = torch.tensor([0, 2, 4])")
     _, failing = run(shell, "loss = F.cross_entropy(logits, target)")
@@ -133,7 +133,7 @@ def test_values_too_large_to_keep_are_refused_with_what_to_do(shell, capsys, tmp
 
 
 def test_the_least_recently_used_values_make_room(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "SHIPPED_TOTAL_MAX_BYTES", 2500)
+    monkeypatch.setattr(runfiles_module, "SHIPPED_TOTAL_MAX_BYTES", 2500)
     store = IncidentStore(tmp_path / "home")
     for number in range(3):
         values = tmp_path / f"values{number}.pkl"

@@ -49,7 +49,8 @@ def log() -> dict[str, Incident]:
 def _listed(capsys, *options: str) -> list[str]:
     assert cli.main(["incidents", *options]) == 0
     out = capsys.readouterr().out
-    return [line.split()[0] for line in out.splitlines()[1:]] if out.startswith("id ") else []
+    rows = [line for line in out.splitlines()[1:] if not line.startswith("... ")]
+    return [line.split()[0] for line in rows] if out.startswith("id ") else []
 
 
 def test_each_filter_and_their_combination(log, capsys):
@@ -64,6 +65,33 @@ def test_each_filter_and_their_combination(log, capsys):
     assert _listed(capsys, "--cell", "pkg.train", "--family", "device_assert") == [
         ids["module_assert"]]
     assert _listed(capsys, "--family", "oom", "--mode", "isolated") == []
+
+
+def test_a_listing_shows_the_newest_matches_and_says_how_many_are_not_shown(log, capsys):
+    ids = [i.id for i in log.values()]
+    assert _listed(capsys, "--last", "2") == ids[-2:]
+    assert cli.main(["incidents", "--last", "2"]) == 0
+    assert "... 3 older incident(s) not shown (the newest 2 are): --all shows them" in (
+        capsys.readouterr().out)
+    assert _listed(capsys, "--last", "1", "--family", "oom") == [log["script_oom"].id]
+    assert cli.main(["incidents", "--last", "1", "--family", "oom"]) == 0
+    assert "... 1 older incident(s) not shown" in capsys.readouterr().out
+    assert _listed(capsys, "--all") == ids
+    assert cli.main(["incidents"]) == 0
+    assert "not shown" not in capsys.readouterr().out
+
+
+def test_a_listing_is_fifty_incidents_unless_told(capsys):
+    store = IncidentStore()
+    made = [make_incident(ASSERT, "kernel", 1 - n / 100, cells=[n]) for n in range(60)]
+    for incident in made:
+        store.append(incident)
+    assert _listed(capsys) == [i.id for i in made[10:]]
+    assert _listed(capsys, "--all") == [i.id for i in made]
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["incidents", "--all", "--last", "3"])
+    assert usage.value.code == 2
+    assert "argument --last: not allowed with argument --all" in capsys.readouterr().err
 
 
 def test_the_listing_names_cells_and_scripts(log, capsys):

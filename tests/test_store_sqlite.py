@@ -323,8 +323,9 @@ def test_where_file_locks_fail_three_writers_lose_nothing(tmp_path, failing_lock
     home = tmp_path / "home"
     made = _written(_writers(home, 20, env))
     assert len(made) == 60
-    listed = subprocess.run([sys.executable, "-m", "cudadiag.cli", "incidents"], env={
-        **env, "CUDADIAG_HOME": str(home)}, capture_output=True, text=True, timeout=120)
+    listed = subprocess.run([sys.executable, "-m", "cudadiag.cli", "incidents", "--all"],
+                            env={**env, "CUDADIAG_HOME": str(home)}, capture_output=True,
+                            text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr
     assert {line.split()[0] for line in listed.stdout.splitlines()[1:]} == {
         rid for _created, rid in made}

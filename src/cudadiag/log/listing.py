@@ -32,12 +32,28 @@ def run_listing(args: argparse.Namespace, store: IncidentStore | None = None) ->
         return render_stats(log_stats(store))
     if args.prune:
         return _prune(store, args.keep, args.keep_days)
-    entries = store.entries()
-    if not entries:
+    limit = None if args.all else args.last
+    if filters == Filters() and limit is not None:
+        shown, total = store.newest_entries(limit)
+        matching = total
+    else:
+        entries = store.entries()
+        total = len(entries)
+        chosen = select(entries, filters)
+        matching = len(chosen)
+        shown = chosen if limit is None else chosen[-limit:]
+    if not total:
         return "no incidents recorded"
-    return render_table(select(entries, filters),
-                        empty=f"no incident matches {filters.describe()} "
-                              f"({len(entries):,} in the log)")
+    table = render_table(shown, empty=f"no incident matches {filters.describe()} "
+                                      f"({total:,} in the log)")
+    return table + _not_shown(matching - len(shown), len(shown))
+
+
+def _not_shown(older: int, shown: int) -> str:
+    if older <= 0:
+        return ""
+    return (f"\n... {older:,} older incident(s) not shown (the newest {shown:,} are): "
+            "--all shows them, --last N the newest N, --since and --family narrow the list")
 
 
 def _prune(store: IncidentStore, keep: int | None, keep_days: float | None) -> str:

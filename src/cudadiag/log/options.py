@@ -10,11 +10,13 @@ import argparse
 from cudadiag.options.types import at_least_one, positive_days
 
 MODES = ("kernel", "isolated", "cli")
+LAST = 50
+"""How many incidents a listing shows unless told (--last N, --all): a screen's worth."""
 
 
 def add_listing_options(parser: argparse.ArgumentParser) -> None:
-    """Add the filters (--family, --since, --mode, --cell), --stats and --prune (with
-    --keep, --keep-days) to the parser of `incidents`."""
+    """Add the filters (--family, --since, --mode, --cell), how many to show (--last N,
+    --all), --stats and --prune (with --keep, --keep-days) to the parser of `incidents`."""
     parser.add_argument("--family", metavar="F",
                         help="only incidents of this family (device_assert, oom, ...)")
     parser.add_argument("--since", metavar="WHEN",
@@ -25,6 +27,11 @@ def add_listing_options(parser: argparse.ArgumentParser) -> None:
                              "`cudadiag run`")
     parser.add_argument("--cell", metavar="N|SCRIPT",
                         help="only incidents of cell N (In[N]) or of a script (train.py)")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--last", type=at_least_one, metavar="N", default=LAST,
+                       help=f"show the newest N incidents that match (default {LAST})")
+    shown.add_argument("--all", action="store_true",
+                       help="show every incident that matches")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--stats", action="store_true",
                       help="show the log's size, its incidents by family and mode, and the "

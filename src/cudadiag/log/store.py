@@ -169,6 +169,17 @@ class IncidentStore:
         rows = self._query(f"SELECT {COLUMNS} FROM incidents ORDER BY {_BY_TIME}")
         return self._with_pending(list(map(entry_of_row, rows)), lambda _id: True)
 
+    def newest_entries(self, limit: int) -> tuple[list[LogEntry], int]:
+        """Return the newest `limit` entries, oldest first (as `entries`, reading only
+        their rows), and how many incidents the log holds in all."""
+        rows = self._query(f"SELECT {COLUMNS} FROM incidents ORDER BY {_BY_TIME_DESC} "
+                           "LIMIT ?", (str(limit),))
+        newest = self._with_pending([entry_of_row(r) for r in reversed(rows)], lambda _id: True)
+        ((count,),) = self._query("SELECT count(*) FROM incidents") or [(0,)]
+        unsaved = [i for i in self._pending()
+                   if not self._query("SELECT 1 FROM incidents WHERE id = ?", (i,))]
+        return newest[-limit:], int(str(count)) + len(unsaved)
+
     def get(self, incident_id: str | None = None) -> Incident:
         """Return the incident whose id starts with `incident_id` (the newest when None).
 
@@ -336,8 +347,12 @@ class IncidentStore:
         """True when the log holds more incidents than `retention` keeps (with its margin)
         or its oldest is too old. Counts rows only when the span of row ids, an upper bound
         read from the table's ends, passes the limit."""
-        ((span, oldest),) = self._query(
-            "SELECT max(rowid) - min(rowid) + 1, min(created_at) FROM incidents")
+        # One aggregate per query: SQLite answers a lone min() or max() from an index or
+        # the table's ends, but scans the table for several in one SELECT.
+        ((oldest,),) = self._query("SELECT min(created_at) FROM incidents")
+        ((first,),) = self._query("SELECT min(rowid) FROM incidents")
+        ((last,),) = self._query("SELECT max(rowid) FROM incidents")
+        span = last - first + 1 if isinstance(first, int) and isinstance(last, int) else None
         if isinstance(oldest, str) and is_older(oldest, retention.cutoff()):
             return True
         if not isinstance(span, int) or not retention.due(span):
@@ -352,6 +367,7 @@ class IncidentStore:
 
 
 _BY_TIME = "created_at, rowid"
+_BY_TIME_DESC = "created_at DESC, rowid DESC"
 
 
 def _retry_at_exit() -> None:

@@ -8,6 +8,7 @@ the log never holds it.
 from __future__ import annotations
 
 import fnmatch
+import functools
 
 SECRET_ENV_NAMES = (
     "*TOKEN*", "*SECRET*", "*KEY*", "*PASSWORD*", "*PASSWD*", "*PASSPHRASE*", "*CREDENTIAL*",
@@ -18,6 +19,7 @@ SECRET_ENV_NAMES = (
 shell patterns)."""
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every variable of the environment per record
 def looks_secret(name: str) -> bool:
     """Return True when the variable `name` matches SECRET_ENV_NAMES."""
     return any(fnmatch.fnmatchcase(name.upper(), p) for p in SECRET_ENV_NAMES)
