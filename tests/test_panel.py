@@ -61,8 +61,26 @@ def test_report_button_shows_the_markdown_report():
     store, made = _store_with("CUDA error: device-side assert triggered")
     panel = Panel(made[0], store=store)
     panel.copy.click()
-    assert panel.report.value.startswith("## device_assert: Device-side assertion")
+    first, _, report = panel.report.value.partition("\n\n")
+    assert first == f"**cudadiag incident** `{made[0].id}` (2026-12-02 10:00, In[1])"
+    assert report.startswith("## device_assert: Device-side assertion")
     assert panel.report.layout.display == "block"
+
+
+def test_choosing_another_incident_closes_the_report_of_the_one_shown_before():
+    store, made = _store_with("CUDA error: device-side assert triggered",
+                              "CUDA out of memory. Tried to allocate 2.00 GiB")
+    panel = Panel(store=store)
+    panel.copy.click()
+    assert made[1].id in panel.report.value
+
+    panel.selector.value = made[0].id
+
+    assert panel.incident.id == made[0].id
+    assert panel.report.value == "" and panel.report.layout.display == "none"
+    panel.copy.click()
+    assert panel.report.value.startswith(f"**cudadiag incident** `{made[0].id}`")
+    assert "device_assert" in panel.report.value and "oom" not in panel.report.value
 
 
 def test_rerun_and_export_need_a_kernel():

@@ -69,6 +69,8 @@ class Panel(widgets.VBox):
         # A kernel cannot write to the browser's clipboard: the report is shown ready to copy.
         self.copy = widgets.Button(description="Report to copy", icon="copy",
                                    tooltip="show the Markdown report, ready to copy")
+        self._output_of: str | None = None
+        """The incident whose report or action output the panel shows, if any."""
         self.family.observe(self._on_family, names="value")
         self.selector.observe(self._on_select, names="value")
         self.newer.on_click(lambda _button: self._turn(-1))
@@ -93,7 +95,11 @@ class Panel(widgets.VBox):
         self.show(self.incident)
 
     def show(self, incident: Incident | None) -> None:
-        """Show `incident` in the header, the banner and the tabs."""
+        """Show `incident` in the header, the banner and the tabs; the report box and the
+        actions' output of another incident are closed, so that nothing on the panel
+        belongs to an incident it no longer shows."""
+        if incident is None or self._output_of != incident.id:
+            self._close_outputs()
         self.incident = incident
         if incident is None:
             self.header.value = "<b>cudadiag: no incident recorded yet</b>"
@@ -123,6 +129,12 @@ class Panel(widgets.VBox):
                               else "no cell to re-run")
         self.copy.disabled = False
         self.export.disabled = self.shell is None
+
+    def _close_outputs(self) -> None:
+        self.report.value = ""
+        self.report.layout.display = "none"
+        self.output.clear_output()
+        self._output_of = None
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         bundle = super()._repr_mimebundle_(**kwargs) or {}
@@ -215,6 +227,7 @@ class Panel(widgets.VBox):
         cell = failing_cell(incident)
         self.rerun.disabled = True
         self.output.clear_output()
+        self._output_of = incident.id
         with self.output:
             print(f"re-running In[{cell}] isolated with blocking launches...")
             self.shell.run_line_magic("cuda_isolate", str(cell))
@@ -224,6 +237,7 @@ class Panel(widgets.VBox):
         newest = self.entries[0] if self.entries else None
         if newest is not None and newest.mode == "isolated":
             self.incident = self.store.read(newest)
+            self._output_of = newest.id  # the re-run's output is the new incident's
         self._fill_selector()
         self.show(self.incident)
 
@@ -232,6 +246,7 @@ class Panel(widgets.VBox):
             return
         self.export.disabled = True
         self.output.clear_output()
+        self._output_of = self.incident.id
         with self.output:
             self.shell.run_line_magic("cudadiag", f"export {self.incident.id}")
         self.export.disabled = False
@@ -239,11 +254,22 @@ class Panel(widgets.VBox):
     def _on_copy(self, _button: Any) -> None:
         if self.incident is None:
             return
-        self.report.value = render_report(self.incident)
+        self.output.clear_output()
+        self.report.value = report_for_the_box(self.incident)
         self.report.layout.display = "block"
+        self._output_of = self.incident.id
         with self.output:
             print("The Markdown report (personal data and secrets removed) is in the box "
                   "above: select it and copy (Ctrl+C).")
+
+
+def report_for_the_box(incident: Incident) -> str:
+    """The Markdown report of `incident` as the report box holds it: a first line naming
+    the incident (its id, time and cell or script), then the report."""
+    entry = entry_for_incident(incident)
+    when = incident.created_at[:16].replace("T", " ")
+    return (f"**cudadiag incident** `{incident.id}` ({when}, {entry.where()})\n\n"
+            + render_report(incident))
 
 
 def _option_label(entry: LogEntry) -> str:
