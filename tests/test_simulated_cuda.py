@@ -212,3 +212,24 @@ def test_one_hot_takes_cudas_path_and_asserts_in_scatter(capfd):
             out.sum().item()
     assert raised.value.violation.op == "scatter_" and raised.value.violation.values == [4]
     assert "ScatterGatherKernel.cu:367: operator()" in capfd.readouterr().err
+
+
+def test_code_written_for_a_gpu_runs_unchanged_and_fails_as_on_one():
+    with simulated_cuda():
+        assert torch.cuda.is_available() and torch.cuda.device_count() == 1
+        assert torch.cuda.current_device() == 0
+        assert "simulated" in torch.cuda.get_device_name(0)
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = torch.nn.Linear(8, 4).to(device).cuda()
+        x = torch.randn(3, 8, device=device)
+        target = torch.tensor([0, 2, 4]).cuda()
+        halves = torch.ones(2, device="cuda:0").to("cuda", torch.float64, non_blocking=True)
+        assert halves.dtype == torch.float64 and x.device.type == "cpu"
+        loss = F.cross_entropy(model(x), target)
+        with pytest.raises(RuntimeError) as raised:
+            torch.cuda.synchronize()
+    assert str(raised.value).startswith("CUDA error: device-side assert triggered")
+    assert loss.device.type == "cpu"
+    assert torch.cuda.is_available() is torch.backends.cuda.is_built()  # restored at exit
+    with pytest.raises((AssertionError, RuntimeError)):
+        torch.zeros(1).cuda()

@@ -17,7 +17,11 @@
   without the suffix;
 - after the error surfaces every operator raises it again (sticky) until the process ends;
 - opt-in, a memory budget: an allocation beyond it raises `torch.OutOfMemoryError` with the
-  caching allocator's real message.
+  caching allocator's real message;
+- code written for a GPU runs as it is: `.cuda()`, `.to("cuda")`, `device="cuda"` in a factory
+  function, `model.cuda()` keep the tensors on the CPU, and `torch.cuda.is_available()`,
+  `device_count()`, `current_device()`, `get_device_name()` answer as a one-GPU machine does
+  (`torch.cuda.synchronize()` waits for the simulated device).
 
 Everything it raises carries `simulated = True`; incidents record it.
 """
@@ -167,6 +171,49 @@ def skipped_entries() -> int:
 probes.register_simulator(is_active, in_use, is_poisoned, skipped_entries)
 
 
+SIMULATED_DEVICE_NAME = "cudadiag simulated CUDA device (CPU tensors)"
+
+
+def _synchronize(device: Any = None) -> None:
+    """`torch.cuda.synchronize()` on the simulated device: a pending fault surfaces."""
+    __tracebackhide__ = True
+    if _simulator_on_stack():
+        _STATE.surface()
+
+
+_ONE_GPU_MACHINE: dict[str, Callable[..., Any]] = {
+    "is_available": lambda: True,
+    "device_count": lambda: 1,
+    "current_device": lambda: 0,
+    "get_device_name": lambda device=None: SIMULATED_DEVICE_NAME,
+    "synchronize": _synchronize,
+}
+"""What `torch.cuda` answers under the simulator: a machine with one GPU."""
+
+
+def _is_cuda(device: Any) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device.split(":")[0].strip() == "cuda"
+    return False
+
+
+def _on_the_cpu(device: Any) -> Any:
+    """`device` with a CUDA device read as the CPU (an int is a CUDA device index)."""
+    return "cpu" if _is_cuda(device) or (isinstance(device, int) and
+                                         not isinstance(device, bool)) else device
+
+
+def _stays_on_the_cpu(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
+                      memory_format: Any = None) -> torch.Tensor:
+    """`Tensor.cuda()` on the simulated device: the tensor itself, on the CPU."""
+    return self
+
+
+_stays_on_the_cpu._cudadiag_sim = True  # type: ignore[attr-defined]
+
+
 def blocking_from_env() -> bool:
     """Return True when CUDA_LAUNCH_BLOCKING asks for synchronous launches."""
     return os.environ.get("CUDA_LAUNCH_BLOCKING", "").strip() not in ("", "0")
@@ -181,6 +228,7 @@ class SimulatedCuda(TorchDispatchMode):
         self.memory_budget = memory_budget
         self.device_index = device_index
         self._patched: dict[str, Any] = {}
+        self._cuda_answers: dict[str, Any] = {}
         self._off = False
 
     def start(self) -> SimulatedCuda:
@@ -270,14 +318,22 @@ class SimulatedCuda(TorchDispatchMode):
         return value
 
     def _patch_host_reads(self) -> None:
-        for name in (*_HOST_READS, "to"):
+        for name in (*_HOST_READS, "to", "cuda"):
             original = getattr(torch.Tensor, name, None)
             if original is None or getattr(original, "_cudadiag_sim", False):
                 continue
             # None marks a method inherited from the C base class: restored by deleting.
             self._patched[name] = torch.Tensor.__dict__.get(name)
-            wrap = _synchronising_to if name == "to" else _synchronising
+            wrap = {"to": _synchronising_to, "cuda": lambda _original: _stays_on_the_cpu
+                    }.get(name, _synchronising)
             setattr(torch.Tensor, name, wrap(original))
+        if self._cuda_answers or getattr(torch.cuda.is_available, "_cudadiag_sim", False):
+            return
+        for name, answer in _ONE_GPU_MACHINE.items():
+            self._cuda_answers[name] = getattr(torch.cuda, name)
+            functools.update_wrapper(answer, self._cuda_answers[name])
+            answer._cudadiag_sim = True  # type: ignore[attr-defined]
+            setattr(torch.cuda, name, answer)
 
     def _restore_host_reads(self) -> None:
         for name, original in self._patched.items():
@@ -286,6 +342,9 @@ class SimulatedCuda(TorchDispatchMode):
             else:
                 setattr(torch.Tensor, name, original)
         self._patched.clear()
+        for name, original in self._cuda_answers.items():
+            setattr(torch.cuda, name, original)
+        self._cuda_answers.clear()
 
 
 class _CudaFunctionPaths(TorchFunctionMode):
@@ -297,6 +356,8 @@ class _CudaFunctionPaths(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is torch.nn.functional.one_hot:
             return _one_hot_as_on_cuda(*args, **kwargs)
+        if "device" in kwargs:  # a factory function asked for a CUDA tensor
+            kwargs["device"] = _on_the_cpu(kwargs["device"])
         return func(*args, **kwargs)
 
 
@@ -371,10 +432,18 @@ def _synchronising_to(method: Callable[..., Any]) -> Callable[..., Any]:
         to_host = any(str(t) == "cpu" for t in targets if isinstance(t, (str, torch.device)))
         if to_host and _simulator_on_stack():
             _STATE.surface()
+        if any(map(_is_cuda, targets)):  # .to("cuda"): the simulated device's tensors stay
+            args = tuple(map(_on_the_cpu_unless_dtype, args))
+            if "device" in kwargs:
+                kwargs["device"] = _on_the_cpu(kwargs["device"])
         return method(self, *args, **kwargs)
 
     wrapper._cudadiag_sim = True  # type: ignore[attr-defined]
     return wrapper
+
+
+def _on_the_cpu_unless_dtype(arg: Any) -> Any:
+    return "cpu" if _is_cuda(arg) else arg
 
 
 def _simulator_on_stack() -> bool:
