@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -78,7 +79,9 @@ def test_the_variables_a_script_read_are_set_at_the_top_of_its_repro(tmp_path, c
     # recorded with the incident: the token read, never its value
     assert incident.run.environ == {"GPT_SMALL": "1", "FAULT": "token",
                                     "HF_TOKEN": "[REDACTED:HF_TOKEN]"}
-    assert HUB_TOKEN not in (cudadiag_home / "incidents.jsonl").read_text()
+    with sqlite3.connect(cudadiag_home / "incidents.sqlite3") as db:
+        assert all(HUB_TOKEN not in record for (record,) in db.execute(
+            "SELECT record FROM incidents"))
 
 
 def test_a_script_exported_from_another_shell_is_minimized_under_the_variables_it_read(

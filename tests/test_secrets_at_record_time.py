@@ -5,6 +5,7 @@ know the secret, cannot show it (the `cudadiag run` parent, the kernel)."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -37,7 +38,11 @@ def _elsewhere(*args: str) -> str:
 def _every_later_output(cudadiag_home) -> dict[str, str]:
     outputs = {" ".join(words): _elsewhere(*words) for words in (
         ["report"], ["show"], ["show", "--json"], ["incidents"])}
-    outputs["the log"] = "".join(p.read_text() for p in cudadiag_home.glob("incidents.*"))
+    with sqlite3.connect(cudadiag_home / "incidents.sqlite3") as db:
+        outputs["the log"] = "\n".join(row for (row,) in db.execute(
+            "SELECT summary || coalesce(script, '') || record FROM incidents"))
+    outputs["the log's files"] = "".join(p.read_bytes().decode("utf-8", "replace")
+                                         for p in cudadiag_home.glob("incidents.*"))
     return outputs
 
 

@@ -98,7 +98,7 @@ class Panel(widgets.VBox):
         """Show `incident` in the header, the banner and the tabs; the report box and the
         actions' output of another incident are closed, so that nothing on the panel
         belongs to an incident it no longer shows."""
-        if incident is None or self._output_of != incident.id:
+        if self._output_of is not None and (incident is None or self._output_of != incident.id):
             self._close_outputs()
         self.incident = incident
         if incident is None:
