@@ -4,7 +4,6 @@ private modes, records of a newer cudadiag."""
 from __future__ import annotations
 
 import errno
-import gc
 import json
 import os
 import sqlite3
@@ -22,6 +21,7 @@ from cudadiag.incident import ErrorInfo, Incident, RunInfo
 from cudadiag.log import database
 from cudadiag.log import store as store_module
 from cudadiag.log.store import IncidentStore
+from log_helpers import close_connections, mounted_tmpfs
 from scenarios import MODEL, SETUP, run
 
 ASSERT = "CUDA error: device-side assert triggered"
@@ -50,17 +50,11 @@ def _ids(store: IncidentStore) -> list[str]:
         return [r[0] for r in db.execute("SELECT id FROM incidents ORDER BY created_at, rowid")]
 
 
-def _close_connections() -> None:
-    for _pid, _inode, conn in database._connections.values():
-        conn.close()
-    database._connections.clear()
-
-
 def _database_full(monkeypatch) -> None:
     """Connections opened from now on cannot grow the database (SQLite's max_page_count:
     the same SQLITE_FULL a full disk gives); the cached ones are dropped first."""
     real_connect = sqlite3.connect
-    _close_connections()
+    close_connections()
 
     def connect(*args, **kwargs):
         conn = real_connect(*args, **kwargs)
@@ -108,7 +102,7 @@ def test_a_failed_write_is_kept_in_memory_and_written_with_the_next(monkeypatch)
         _database_full(patch)
         with pytest.raises(IncidentNotSaved) as caught:
             store.append(lost)
-    _close_connections()
+    close_connections()
     message = str(caught.value)
     assert f"incident {lost.id} could not be saved to {store.path}" in message
     assert "No space left on device" in message and "kept in memory" in message
@@ -154,16 +148,8 @@ def test_a_log_readable_by_others_is_made_private_when_opened(cudadiag_home):
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 1 MiB tmpfs (needs mount rights: root in a container that allows it)."""
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
-                              str(mount_point)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    yield mount_point
-    _close_connections()
-    gc.collect()  # a failed statement held by a traceback keeps its connection open
-    subprocess.run(["umount", str(mount_point)], check=True)
+    with mounted_tmpfs(tmp_path / "tiny", "1m") as mount_point:
+        yield mount_point
 
 
 def _fill(disk: Path) -> Path:
@@ -202,7 +188,7 @@ def test_an_unsaved_kernel_incident_says_so_and_gives_no_show_hint(shell, capsys
     with monkeypatch.context() as patch:
         _database_full(patch)
         run(shell, "print('loss', loss.item())")
-    _close_connections()
+    close_connections()
     err = capsys.readouterr().err
     (incident,) = IncidentStore().load()  # kept in this process's memory
     assert _ids(IncidentStore()) == []
@@ -236,7 +222,7 @@ def test_the_panel_text_gives_no_hint_for_an_unsaved_incident(monkeypatch):
         _database_full(patch)
         with pytest.raises(IncidentNotSaved):
             store.append(incident)
-    _close_connections()
+    close_connections()
     text = Panel(incident, store=store)._repr_mimebundle_()["text/plain"]
     assert f"cudadiag [{incident.id}]" in text and "show" not in text
     store.append(make_incident())

@@ -4,7 +4,6 @@ filesystem, and one whose locks fail."""
 
 from __future__ import annotations
 
-import gc
 import shutil
 import sqlite3
 import subprocess
@@ -21,6 +20,7 @@ from cudadiag.log import database
 from cudadiag.log import store as store_module
 from cudadiag.log.retention import Retention
 from cudadiag.log.store import IncidentStore
+from log_helpers import close_connections, mounted_tmpfs
 
 ASSERT = "CUDA error: device-side assert triggered"
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
@@ -104,12 +104,6 @@ def test_an_updated_incident_is_listed_once_with_its_latest_record():
 
 
 
-def _close_connections() -> None:
-    for _pid, _inode, conn in database._connections.values():
-        conn.close()
-    database._connections.clear()
-
-
 WRITER = """
 import sys
 from cudadiag import classify
@@ -171,7 +165,7 @@ def test_three_writers_and_a_prune_at_once_lose_nothing_the_retention_keeps(tmp_
 def test_a_locked_database_keeps_the_incident_in_memory_and_writes_it_later(monkeypatch):
     store, made = _filled(1)
     monkeypatch.setattr(database, "BUSY_TIMEOUT_S", 0.2)
-    _close_connections()
+    close_connections()
     holder = sqlite3.connect(store.path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # another process writing for longer than the timeout
     waiting = make_incident(OOM)
@@ -191,7 +185,7 @@ def test_a_locked_database_keeps_the_incident_in_memory_and_writes_it_later(monk
 
 def test_a_damaged_database_is_moved_aside_in_one_line_and_a_new_one_started(capsys):
     store, _made = _filled(2)
-    _close_connections()
+    close_connections()
     for side in store.home.glob("incidents.sqlite3-*"):
         side.unlink()
     store.path.write_bytes(b"this is not a database, a disk error left it so" * 100)
@@ -208,20 +202,12 @@ def test_a_damaged_database_is_moved_aside_in_one_line_and_a_new_one_started(cap
 @pytest.fixture
 def small_disk(tmp_path):
     """A tmpfs that can be made read-only (needs mount rights)."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs",
-                              str(mount_point)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    yield mount_point
-    _close_connections()
-    gc.collect()  # a failed statement held by a traceback keeps its connection open
-    subprocess.run(["umount", str(mount_point)], check=True)
+    with mounted_tmpfs(tmp_path / "disk", "4m") as mount_point:
+        yield mount_point
 
 
 def _read_only(mount_point: Path) -> None:
-    _close_connections()
+    close_connections()
     subprocess.run(["mount", "-o", "remount,ro", str(mount_point)], check=True)
 
 
