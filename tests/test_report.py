@@ -52,11 +52,14 @@ def _assert_scrubbed(report: str) -> None:
     ast.parse(code)
 
 
-def test_the_panels_report_to_copy_is_the_scrubbed_report(stored):
+def test_the_panels_report_to_copy_is_the_scrubbed_report_under_a_line_naming_it(stored):
     panel = Panel(stored.id, store=IncidentStore())
     panel.copy.click()
-    _assert_scrubbed(panel.report.value)
-    assert panel.report.value == render_report(stored)
+    first, blank, report = panel.report.value.split("\n", 2)
+    assert first.startswith(f"**cudadiag incident** `{stored.id}` (")
+    assert "In[3]" in first and blank == ""
+    _assert_scrubbed(report)
+    assert report == render_report(stored)
 
 
 def test_the_report_magic_prints_the_scrubbed_report(shell, stored, capsys):
