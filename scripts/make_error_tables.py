@@ -28,6 +28,7 @@ PACKAGE = ROOT / "src" / "cudadiag" / "error_codes"
 NVIDIA_OUT = PACKAGE / "nvidia_codes.py"
 EXCEPTIONS_OUT = PACKAGE / "python_exceptions.py"
 ROCM_OUT = PACKAGE / "rocm_codes.py"
+ROCM_OPTIONS = ("hip", "hsa", "hsa_ext_amd", "hip_error_cpp")
 ROCM_ENUMS = (
     # (library, header option, enum, source): the headers come from the repositories named,
     # at the commits named (ROCm 6.2: ROCm/HIP's last tag before it moved to rocm-systems)
@@ -245,14 +246,38 @@ def exception_rows(pythons: list[str]) -> list[tuple[str, tuple[str, ...], str]]
             for name, (bases, versions) in sorted(seen.items())]
 
 
+HIP_STRINGS_SOURCE = ("text: ihipGetErrorString, ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d "
+                      "hipamd/src/hip_error.cpp")
+
+
+def hip_strings(source_text: str) -> dict[str, str]:
+    """hipGetErrorString's text per name, from clr's hip_error.cpp (`ihipGetErrorString`: a
+    run of `case hipErrorX:` lines shares the `return "..."` that follows them)."""
+    body = source_text[source_text.index("ihipGetErrorString(hipError_t"):]
+    strings: dict[str, str] = {}
+    pending: list[str] = []
+    for m in re.finditer(r'case (hip\w+):|return "([^"]*)";', body):
+        if m.group(1):
+            pending.append(m.group(1))
+        else:
+            strings.update({name: m.group(2) for name in pending if name not in strings})
+            pending = []
+            if "default:" in body[:m.start()][-200:]:
+                break
+    return strings
+
+
 def rocm_rows(headers: dict[str, Path]) -> list[tuple[str, int, str, str, bool, str]]:
     """(library, code, name, text, sticky, source) of the HIP and HSA enums, read from the
-    headers given (text: the doc comment; sticky: False, the table takes it from the CUDA
-    twin)."""
+    headers given (text: hipGetErrorString's for HIP, the doc comment for HSA; sticky: False,
+    the table takes it from the CUDA twin)."""
+    strings = hip_strings(headers["hip_error_cpp"].read_text())
     rows = []
     for library, option, type_name, source in ROCM_ENUMS:
         for name, value, doc in enum_entries(headers[option].read_text(), type_name):
-            rows.append((library, value, name, doc.rstrip("."), False, source))
+            text = strings.get(name, "") if library == "hip" else ""
+            full_source = f"{source}; {HIP_STRINGS_SOURCE}" if text else source
+            rows.append((library, value, name, text or doc.rstrip("."), False, full_source))
     return rows
 
 
@@ -332,13 +357,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     parser.add_argument("--python", action="append", help="interpreter to list exceptions in")
-    for option in ("hip", "hsa", "hsa_ext_amd"):
+    for option in ROCM_OPTIONS:
         parser.add_argument(f"--{option.replace('_', '-')}-header", type=Path,
                             help="ROCm header to read (rewrites rocm_codes.py; see ROCM_ENUMS)")
     args = parser.parse_args(argv)
     outputs = {NVIDIA_OUT: render_nvidia(nvidia_rows()),
                EXCEPTIONS_OUT: render_exceptions(exception_rows(args.python or default_pythons()))}
-    rocm = {o: getattr(args, f"{o}_header") for o in ("hip", "hsa", "hsa_ext_amd")}
+    rocm = {o: getattr(args, f"{o}_header") for o in ROCM_OPTIONS}
     if all(rocm.values()):
         outputs[ROCM_OUT] = render_rocm(rocm_rows(rocm))
     stale = [path for path, text in outputs.items()

@@ -13,29 +13,31 @@ ROCM_CODES: tuple[tuple[str, int, str, str, bool, str], ...] = (
         'hip',
         0,
         'hipSuccess',
-        'Successful completion',
+        'no error',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         1,
         'hipErrorInvalidValue',
-        'One or more of the parameters passed to the API call is NULL or not in an acceptable '
-        'range',
+        'invalid argument',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         2,
         'hipErrorOutOfMemory',
-        'out of memory range',
+        'out of memory',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
@@ -50,10 +52,11 @@ ROCM_CODES: tuple[tuple[str, int, str, str, bool, str], ...] = (
         'hip',
         3,
         'hipErrorNotInitialized',
-        'Invalid not initialized',
+        'initialization error',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
@@ -68,181 +71,201 @@ ROCM_CODES: tuple[tuple[str, int, str, str, bool, str], ...] = (
         'hip',
         4,
         'hipErrorDeinitialized',
-        'Deinitialized',
+        'driver shutting down',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         5,
         'hipErrorProfilerDisabled',
-        '',
+        'profiler disabled while using external profiling tool',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         6,
         'hipErrorProfilerNotInitialized',
-        '',
+        'profiler is not initialized',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         7,
         'hipErrorProfilerAlreadyStarted',
-        '',
+        'profiler already started',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         8,
         'hipErrorProfilerAlreadyStopped',
-        '',
+        'profiler already stopped',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         9,
         'hipErrorInvalidConfiguration',
-        'Invalide configuration',
+        'invalid configuration argument',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         12,
         'hipErrorInvalidPitchValue',
-        'Invalid pitch value',
+        'invalid pitch argument',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         13,
         'hipErrorInvalidSymbol',
-        'Invalid symbol',
+        'invalid device symbol',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         17,
         'hipErrorInvalidDevicePointer',
-        'Invalid Device Pointer',
+        'invalid device pointer',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         21,
         'hipErrorInvalidMemcpyDirection',
-        'Invalid memory copy direction',
+        'invalid copy direction for memcpy',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         35,
         'hipErrorInsufficientDriver',
-        '',
+        'driver version is insufficient for runtime version',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         52,
         'hipErrorMissingConfiguration',
-        '',
+        '__global__ function call is not configured',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         53,
         'hipErrorPriorLaunchFailure',
-        '',
+        'unspecified launch failure in prior launch',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         98,
         'hipErrorInvalidDeviceFunction',
-        'Invalid device function',
+        'invalid device function',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         100,
         'hipErrorNoDevice',
-        'Call to hipGetDeviceCount returned 0 devices',
+        'no ROCm-capable device is detected',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         101,
         'hipErrorInvalidDevice',
-        'DeviceID must be in range from 0 to compute-devices',
+        'invalid device ordinal',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         200,
         'hipErrorInvalidImage',
-        'Invalid image',
+        'device kernel image is invalid',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         201,
         'hipErrorInvalidContext',
-        'Produced when input context is invalid',
+        'invalid device context',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         202,
         'hipErrorContextAlreadyCurrent',
-        '',
+        'context is already current context',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         205,
         'hipErrorMapFailed',
-        '',
+        'mapping of buffer object failed',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
@@ -257,181 +280,201 @@ ROCM_CODES: tuple[tuple[str, int, str, str, bool, str], ...] = (
         'hip',
         206,
         'hipErrorUnmapFailed',
-        '',
+        'unmapping of buffer object failed',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         207,
         'hipErrorArrayIsMapped',
-        '',
+        'array is mapped',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         208,
         'hipErrorAlreadyMapped',
-        '',
+        'resource already mapped',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         209,
         'hipErrorNoBinaryForGpu',
-        '',
+        'no kernel image is available for execution on the device',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         210,
         'hipErrorAlreadyAcquired',
-        '',
+        'resource already acquired',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         211,
         'hipErrorNotMapped',
-        '',
+        'resource not mapped',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         212,
         'hipErrorNotMappedAsArray',
-        '',
+        'resource not mapped as array',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         213,
         'hipErrorNotMappedAsPointer',
-        '',
+        'resource not mapped as pointer',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         214,
         'hipErrorECCNotCorrectable',
-        '',
+        'uncorrectable ECC error encountered',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         215,
         'hipErrorUnsupportedLimit',
-        'Unsupported limit',
+        'limit is not supported on this architecture',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         216,
         'hipErrorContextAlreadyInUse',
-        'The context is already in use',
+        'exclusive-thread device already in use by a different thread',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         217,
         'hipErrorPeerAccessUnsupported',
-        '',
+        'peer access is not supported between these two devices',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         218,
         'hipErrorInvalidKernelFile',
-        'In CUDA DRV, it is CUDA_ERROR_INVALID_PTX',
+        'invalid kernel file',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         219,
         'hipErrorInvalidGraphicsContext',
-        '',
+        'invalid OpenGL or DirectX context',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         300,
         'hipErrorInvalidSource',
-        'Invalid source',
+        'device kernel image is invalid',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         301,
         'hipErrorFileNotFound',
-        'the file is not found',
+        'file not found',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         302,
         'hipErrorSharedObjectSymbolNotFound',
-        '',
+        'shared object symbol not found',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         303,
         'hipErrorSharedObjectInitFailed',
-        'Failed to initialize shared object',
+        'shared object initialization failed',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         304,
         'hipErrorOperatingSystem',
-        'Not the correct operating system',
+        'OS call failed or operation not supported on this OS',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         400,
         'hipErrorInvalidHandle',
-        'Invalide handle',
+        'invalid resource handle',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
@@ -446,243 +489,262 @@ ROCM_CODES: tuple[tuple[str, int, str, str, bool, str], ...] = (
         'hip',
         401,
         'hipErrorIllegalState',
-        'Resource required is not in a valid state to perform operation',
+        'the operation cannot be performed in the present state',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         500,
         'hipErrorNotFound',
-        'Not found',
+        'named symbol not found',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         600,
         'hipErrorNotReady',
-        'Indicates that asynchronous operations enqueued earlier are not ready. This is not '
-        'actually an error, but is used to distinguish from hipSuccess (which indicates '
-        'completion). APIs that return this error include hipEventQuery and hipStreamQuery',
+        'device not ready',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         700,
         'hipErrorIllegalAddress',
-        '',
+        'an illegal memory access was encountered',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         701,
         'hipErrorLaunchOutOfResources',
-        'Out of resources error',
+        'too many resources requested for launch',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         702,
         'hipErrorLaunchTimeOut',
-        'Timeout for the launch',
+        'the launch timed out and was terminated',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         704,
         'hipErrorPeerAccessAlreadyEnabled',
-        'Peer access was already enabled from the current device',
+        'peer access is already enabled',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         705,
         'hipErrorPeerAccessNotEnabled',
-        'Peer access was never enabled from the current device',
+        'peer access has not been enabled',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         708,
         'hipErrorSetOnActiveProcess',
-        'The process is active',
+        'cannot set while device is active in this process',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         709,
         'hipErrorContextIsDestroyed',
-        'The context is already destroyed',
+        'context is destroyed',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         710,
         'hipErrorAssert',
-        'Produced when the kernel calls assert',
+        'device-side assert triggered',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         712,
         'hipErrorHostMemoryAlreadyRegistered',
-        'Produced when trying to lock a page-locked memory',
+        'part or all of the requested memory range is already mapped',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         713,
         'hipErrorHostMemoryNotRegistered',
-        'Produced when trying to unlock a non-page-locked memory',
+        'pointer does not correspond to a registered memory region',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         719,
         'hipErrorLaunchFailure',
-        'An exception occurred on the device while executing a kernel',
+        'unspecified launch failure',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         720,
         'hipErrorCooperativeLaunchTooLarge',
-        'This error indicates that the number of blocks launched per grid for a kernel that was '
-        'launched via cooperative launch APIs exceeds the maximum number of allowed blocks for '
-        'the current device',
+        'too many blocks in cooperative launch',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         801,
         'hipErrorNotSupported',
-        'Produced when the hip API is not supported/implemented',
+        'operation not supported',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         900,
         'hipErrorStreamCaptureUnsupported',
-        'The operation is not permitted when the stream is capturing',
+        'operation not permitted when stream is capturing',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         901,
         'hipErrorStreamCaptureInvalidated',
-        'The current capture sequence on the stream has been invalidated due to a previous error',
+        'operation failed due to a previous error during capture',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         902,
         'hipErrorStreamCaptureMerge',
-        'The operation would have resulted in a merge of two independent capture sequences',
+        'operation would result in a merge of separate capture sequences',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         903,
         'hipErrorStreamCaptureUnmatched',
-        'The capture was not initiated in this stream',
+        'capture was not ended in the same stream as it began',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         904,
         'hipErrorStreamCaptureUnjoined',
-        'The capture sequence contains a fork that was not joined to the primary stream',
+        'capturing stream has unjoined work',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         905,
         'hipErrorStreamCaptureIsolation',
-        'A dependency would have been created which crosses the capture sequence boundary. Only '
-        'implicit in-stream ordering dependencies are allowed to cross the boundary',
+        'dependency created on uncaptured work in another stream',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         906,
         'hipErrorStreamCaptureImplicit',
-        'The operation would have resulted in a disallowed implicit dependency on a current '
-        'capture sequence from hipStreamLegacy',
+        'operation would make the legacy stream depend on a capturing blocking stream',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         907,
         'hipErrorCapturedEvent',
-        'The operation is not permitted on an event which was last recorded in a capturing stream',
+        'operation not permitted on an event last recorded in a capturing stream',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         908,
         'hipErrorStreamCaptureWrongThread',
-        'A stream capture sequence not initiated with the hipStreamCaptureModeRelaxed argument to '
-        'hipStreamBeginCapture was passed to hipStreamEndCapture in a different thread',
+        'attempt to terminate a thread-local capture sequence from another thread',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         910,
         'hipErrorGraphExecUpdateFailure',
-        'This error indicates that the graph update not performed because it included changes '
-        'which violated constraintsspecific to instantiated graph update',
+        'the graph update was not performed because it included changes which violated '
+        'constraints specific to instantiated graph update',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
@@ -706,29 +768,31 @@ ROCM_CODES: tuple[tuple[str, int, str, str, bool, str], ...] = (
         'hip',
         999,
         'hipErrorUnknown',
-        'Unknown error',
+        'unknown error',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         1052,
         'hipErrorRuntimeMemory',
-        'HSA runtime memory call returned error. Typically not seen in production systems',
+        'runtime memory call returned error',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hip',
         1053,
         'hipErrorRuntimeOther',
-        'HSA runtime call other than memory returned error. Typically not seen in production '
-        'systems. Marker that more error codes are needed',
+        'runtime call other than memory returned error',
         False,
         'ROCm/HIP@c5e11fcac8249ce4f7e70157588ff9661a870b59 include/hip/hip_runtime_api.h '
-        '(hipError_t, ROCm 6.2)',
+        '(hipError_t, ROCm 6.2); text: ihipGetErrorString, '
+        'ROCm/clr@f9f995c6d0aecec28debd3db0f41df0c15ec003d hipamd/src/hip_error.cpp',
     ),
     (
         'hsa',
