@@ -10,7 +10,8 @@ _RUNTIMES = ("cuda_runtime", "cuda_driver", "hip")
 
 CODE_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (
     # (libraries, name pattern, family); a name matches when the pattern is found in it
-    (_RUNTIMES, r"Success$|SUCCESS$|NotReady$|NOT_READY$", "unknown"),
+    (_RUNTIMES, r"^(?:cuda|hip)(?:Success|ErrorNotReady)$|^CUDA_(?:SUCCESS|ERROR_NOT_READY)$",
+     "unknown"),
     (_RUNTIMES, r"Assert|ASSERT", "device_assert"),
     (_RUNTIMES, r"StreamCapture|CapturedEvent|GraphExecUpdate|STREAM_CAPTURE|CAPTURED_EVENT"
                 r"|GRAPH_EXEC_UPDATE", "cuda_graph"),
