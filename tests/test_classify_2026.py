@@ -8,10 +8,10 @@ import re
 from collections import defaultdict
 
 import pytest
-from test_classify_corpus import HOME, records_2026
 
 from cudadiag import classify
 from cudadiag.knowledge import FAMILY_NAMES
+from test_classify_corpus import HOME, records_2026
 
 TOPICS = ("cuda_graph", "rocm_accelerator", "extension_binary")
 MIN_HELD_OUT_ACCURACY = 0.9

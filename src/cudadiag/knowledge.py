@@ -1016,7 +1016,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("cuda_graph", r"Cannot call CUDAGeneratorImpl::\w+ during CUDA graph capture"),
     _sig("cuda_graph", r"CUDA graphs must be captured on a non-default stream"),
     # --- ROCm libraries without kernels for the GPU (rocBLAS's Tensile library)
-    _sig("op_unavailable", r"rocBLAS error: Cannot read\s+(?P<library>[^\n]*?TensileLibrary\w*\.dat)"
+    _sig("op_unavailable", r"rocBLAS error: Cannot read\s+"
+                           r"(?P<library>[^\n]*?TensileLibrary\w*\.dat)"
                            r"(?:[^\n]*? for GPU arch : (?P<gpu_arch>gfx\w+))?", api="HIP"),
     _sig("op_unavailable", r"rocBLAS error: Could not initialize Tensile host", api="HIP"),
     # --- extension binaries built for another torch, CUDA or Python
