@@ -128,18 +128,21 @@ SURFACES: dict[str, dict[str, str]] = {
         "rerun": "re-run the cell isolated with blocking launches (%cuda_isolate)",
         "restarting": "Restarting the kernel",
         "env": "`!cudadiag env` in a cell",
+        "report": "`%cudadiag report` (a scrubbed Markdown report of the incident)",
     },
     "script": {
         "rerun": "run the script with `cudadiag run -- python {script}` (blocking launches, "
                  "the op tracer and prechecks)",
         "restarting": "Restarting the process",
         "env": "`cudadiag env`",
+        "report": "`cudadiag report` (a scrubbed Markdown report of the incident)",
     },
     "log": {
         "rerun": "re-run the program with `cudadiag run -- python {script}` (blocking "
                  "launches, the op tracer and prechecks; %cuda_isolate in a notebook)",
         "restarting": "Restarting the process (or the notebook's kernel)",
         "env": "`cudadiag env`",
+        "report": "`cudadiag report` (a scrubbed Markdown report of the incident)",
     },
 }
 """The words of commands and actions as the user can act on them where the advice is read: a
@@ -504,6 +507,10 @@ FAMILIES: dict[str, Family] = {
                 _check("Name the operator that failed: {rerun}.", "method 4",
                        answered_by=("isolated",)),
                 _check("Record versions and backend: {env}.", "method 2"),
+                _check("cudadiag does not know this message yet: report it so it can be added. "
+                       "{report} holds what to paste in cudadiag's issue tracker: the whole "
+                       "message from its first error line, the exception type, the error code "
+                       "and the versions.", "method 1", "method 2"),
             ),
             avoid=(_avoid("Concluding from the last message printed.", "method 1",
                           forbids=r"\bfrom the last (?:message|error|line)\b"),),
@@ -712,15 +719,15 @@ def _status_name_signatures() -> list[Signature]:
             if row.library not in ("cuda_runtime", "hip") and row.family != "unknown"]
 
 
-def named_code(text: str) -> error_codes.ErrorCode | None:
+def named_code(text: str) -> tuple[error_codes.ErrorCode, int] | None:
     """The first status code that `text` names (by name, or a runtime error by its `CUDA error:`
-    text), whatever its family: what an unrecognised error can still say it saw."""
-    best: tuple[int, error_codes.ErrorCode] | None = None
+    text), whatever its family, and where: what an unrecognised error can still say it saw."""
+    best: tuple[error_codes.ErrorCode, int] | None = None
     for pattern, row in _CODE_MENTIONS:
         m = pattern.search(text)
-        if m and (best is None or m.start() < best[0]):
-            best = (m.start(), row)
-    return best[1] if best else None
+        if m and (best is None or m.start() < best[1]):
+            best = (row, m.start())
+    return best
 
 
 _CODE_MENTIONS: tuple[tuple[re.Pattern[str], error_codes.ErrorCode], ...] = tuple(
@@ -1089,6 +1096,11 @@ DETAIL_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
 # Lines printed on their own that never reach the exception: a device's (kernel printf, ROCm
 # runtime), and a child process's that could not load its function (the parent only learns
 # "process 0 terminated with exit code 1").
+ERROR_LINE = re.compile(r"^[ \t]*(?P<exception_type>[A-Za-z_][\w.]*(?:Error|Exception|Failure"
+                        r"|Interrupt|Exit))(?::[ \t]*(?P<message>[^\n]*))?$", re.MULTILINE)
+"""A line that states an error (Python's last traceback line, `ImportError: ...`): what an
+unrecognised error shows as its evidence."""
+
 DEVICE_MESSAGE = re.compile(
     r"Assertion `|Device-side assertion|Memory access fault by GPU|HSA_STATUS_ERROR"
     r"|Can't get attribute '[^']+' on <module '__main__'"
