@@ -20,8 +20,8 @@ from cudadiag.advice import Case, fitted
 from cudadiag.explain import explain_text
 from cudadiag.knowledge import Advice, IndexValues
 
-MESSAGES = [json.loads(line) for line in
-            (Path(__file__).parent / "data" / "messages.jsonl").read_text().splitlines()]
+MESSAGES = [json.loads(line) for name in ("messages.jsonl", "messages-2026.jsonl")
+            for line in (Path(__file__).parent / "data" / name).read_text().splitlines()]
 PRIMARY_HOSTS = ("pytorch.org", "docs.nvidia.com", "docs.python.org", "huggingface.co")
 
 # one case per value pattern: the kind of index and values that match it

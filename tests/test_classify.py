@@ -120,6 +120,13 @@ SAMPLES = [
      "implemented for the MPS device.", "op_unavailable", False),
     ("ImportError: /usr/lib/python3/site-packages/flash_attn_2_cuda.cpython-311-x86_64-linux-"
      "gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi", "op_unavailable", False),
+    # CUDA graphs: the runtime's capture errors (cudaErrorStreamCapture*), cudagraph trees'
+    ("torch.AcceleratorError: CUDA error: operation not permitted when stream is capturing\n"
+     "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+     "stacktrace below might be incorrect.", "cuda_graph", False),
+    ("RuntimeError: CUDA error: capturing stream has unjoined work", "cuda_graph", False),
+    ("RuntimeError: Error: accessing tensor output of CUDAGraphs that has been overwritten by "
+     "a subsequent run.", "cuda_graph", False),
     # device mismatch, old and new wording
     ("RuntimeError: Expected all tensors to be on the same device, but found at least two "
      "devices, cuda:0 and cpu! (when checking argument for argument index in method "

@@ -15,6 +15,9 @@ from cudadiag import classify
 from cudadiag.knowledge import FAMILY_NAMES, LOG_KEYS
 
 CORPUS = Path(__file__).parent / "data" / "messages.jsonl"
+CORPUS_2026 = Path(__file__).parent / "data" / "messages-2026.jsonl"
+"""The 2026 classes (CUDA graphs, ROCm/AcceleratorError, extension binaries), split by thread:
+tests/test_classify_2026.py."""
 NEVER_STICKY = {"oom", "device_mismatch", "dtype_mismatch", "shape_mismatch"}
 CLASSES = {"assert_line_only", "other_layer", "legacy", "translated", "truncated", "cascade"}
 MIN_FAMILY_ACCURACY = 0.98
@@ -25,6 +28,10 @@ HOME = re.compile(
 
 def records() -> list[dict]:
     return [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+
+
+def records_2026() -> list[dict]:
+    return [json.loads(line) for line in CORPUS_2026.read_text().splitlines() if line.strip()]
 
 
 def in_test_split(record: dict) -> bool:
@@ -51,7 +58,7 @@ def test_corpus_is_real_varied_and_sourced():
     assert len(corpus) >= 250
     assert len({r["id"] for r in corpus}) == len(corpus)
     assert len({r["text"] for r in corpus}) == len(corpus)
-    families = Counter(r["family"] for r in corpus)
+    families = Counter(r["family"] for r in corpus + records_2026())
     assert set(families) == set(FAMILY_NAMES)
     assert min(families.values()) >= 12, families
     classes = Counter(c for r in corpus for c in r["classes"])

@@ -64,7 +64,47 @@ def classify(
     whole = "\n".join(text for text, _ in events)
     if decided == (None, None):
         decided = (None, _error_named_in(whole))
-    return _diagnosis(decided[0], decided[1], whole, env)
+    diagnosis = _diagnosis(decided[0], decided[1], whole, env)
+    if diagnosis.family == "unknown" and "pitfall" not in diagnosis.details:
+        _say_what_was_seen(diagnosis, events, whole)
+    return diagnosis
+
+
+def _say_what_was_seen(diagnosis: Diagnosis, events: list[tuple[str, Any]], whole: str) -> None:
+    """An unrecognised error still names what it saw: the exception type, the status code the
+    text names (any library's, knowledge.named_code), the line that states the error."""
+    details = diagnosis.details
+    exc = next((e for _, e in events if e is not None), None)
+    line = diagnosis.evidence
+    named = knowledge.named_code(whole) if "cuda_error" not in details else None
+    if named is not None:
+        row, start = named
+        details.setdefault("status", row.name)
+        details.setdefault("status_library", row.library)
+        details.setdefault("status_source", row.source)
+        line = line or _line_at(whole, start)
+    stated = knowledge.ERROR_LINE.search(whole)
+    if not line and stated:
+        line = stated.group(0).strip()
+    if exc is not None:
+        details.setdefault("exception_type", qualified_type_name(exc))
+    elif stated:
+        details.setdefault("exception_type", stated.group("exception_type"))
+    diagnosis.evidence = line
+    diagnosis.summary = _unknown_summary(diagnosis)
+
+
+def _unknown_summary(diagnosis: Diagnosis) -> str:
+    details = diagnosis.details
+    code = details.get("cuda_error") or details.get("status")
+    number = f" {details['error_code']}" if "error_code" in details else ""
+    seen = [str(details["exception_type"])] if details.get("exception_type") else []
+    if code:
+        seen.append(f"{code}{number}")
+    head = _shorten(diagnosis.evidence) or "no error line found in the text"
+    what = f" ({', '.join(seen)})" if seen else ""
+    tail = STICKY_TAIL if diagnosis.sticky else ""
+    return f"{knowledge.FAMILIES['unknown'].title}: {head}{what}{tail}"
 
 
 def _error_named_in(text: str) -> knowledge.CudaError | None:

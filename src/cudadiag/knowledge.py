@@ -25,6 +25,8 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from cudadiag.error_codes import table as error_codes
+
 if sys.version_info >= (3, 11):  # the pattern parser behind `re` (anchors come from it)
     from re import _constants as _sre_constants
     from re import _parser as _sre_parser
@@ -44,6 +46,7 @@ FAMILY_NAMES = (
     "library_status",
     "distributed",
     "driver",
+    "cuda_graph",
     "unknown",
 )
 
@@ -79,6 +82,8 @@ DOCS: dict[str, str] = {
     "hip": "https://pytorch.org/docs/stable/notes/hip.html",
     "distributed": "https://pytorch.org/docs/stable/distributed.html",
     "multiprocessing": "https://pytorch.org/docs/stable/notes/multiprocessing.html",
+    "cuda-graphs": "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",
+    "cudagraph-trees": "https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html",
     # Python
     "start-methods":
         "https://docs.python.org/3/library/multiprocessing.html#contexts-and-start-methods",
@@ -88,6 +93,8 @@ DOCS: dict[str, str] = {
     "cuda-env-vars":
         "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars",
     "cuda-compatibility": "https://docs.nvidia.com/deploy/cuda-compatibility/",
+    "cuda-stream-capture": "https://docs.nvidia.com/cuda/cuda-c-programming-guide/"
+                           "index.html#prohibited-and-unhandled-operations",
     "nvidia-smi": "https://docs.nvidia.com/deploy/nvidia-smi/index.html",
     "compute-sanitizer":
         "https://docs.nvidia.com/compute-sanitizer/ComputeSanitizer/index.html",
@@ -121,18 +128,21 @@ SURFACES: dict[str, dict[str, str]] = {
         "rerun": "re-run the cell isolated with blocking launches (%cuda_isolate)",
         "restarting": "Restarting the kernel",
         "env": "`!cudadiag env` in a cell",
+        "report": "`%cudadiag report` (a scrubbed Markdown report of the incident)",
     },
     "script": {
         "rerun": "run the script with `cudadiag run -- python {script}` (blocking launches, "
                  "the op tracer and prechecks)",
         "restarting": "Restarting the process",
         "env": "`cudadiag env`",
+        "report": "`cudadiag report` (a scrubbed Markdown report of the incident)",
     },
     "log": {
         "rerun": "re-run the program with `cudadiag run -- python {script}` (blocking "
                  "launches, the op tracer and prechecks; %cuda_isolate in a notebook)",
         "restarting": "Restarting the process (or the notebook's kernel)",
         "env": "`cudadiag env`",
+        "report": "`cudadiag report` (a scrubbed Markdown report of the incident)",
     },
 }
 """The words of commands and actions as the user can act on them where the advice is read: a
@@ -462,6 +472,34 @@ FAMILIES: dict[str, Family] = {
             ),
         ),
         Family(
+            "cuda_graph",
+            "CUDA graph capture or replay",
+            first_checks=(
+                _check("Find what synchronises or allocates inside the captured region: "
+                       ".item(), .cpu(), print of a tensor, torch.cuda.synchronize(), a "
+                       "data-dependent shape (nonzero, masked indexing), a new tensor on "
+                       "another device; none of them is allowed while a stream captures.",
+                       "cuda-graphs", "cuda-stream-capture", topics=("capture",)),
+                _check("Warm the code up on a side stream before capturing (a few iterations "
+                       "outside the graph: lazy initialisation of cuBLAS, cuDNN and the "
+                       "allocator must happen before capture).", "cuda-graphs"),
+                _check("With torch.compile(mode=\"reduce-overhead\"): clone an output you "
+                       "keep past the next call, or call torch.compiler.cudagraph_mark_step_"
+                       "begin() before each step; mode=\"default\" runs the same code without "
+                       "graphs.", "cudagraph-trees"),
+                _check("Re-run without graphs to see the code's own error, if any: {rerun}.",
+                       "method 4", answered_by=("isolated",)),
+            ),
+            avoid=(
+                _avoid("The GPU or the driver is broken.", "cuda-stream-capture",
+                       forbids=BROKEN_HARDWARE),
+                _avoid("The captured operator's arguments are wrong: the capture failed "
+                       "before the operator ran.", "cuda-stream-capture",
+                       forbids=r"\b(?:fix|change|check)\b[^.]*\b(?:arguments?|indices)\b"
+                               r"[^.]*\bcaptur"),
+            ),
+        ),
+        Family(
             "unknown",
             "Unrecognised error",
             first_checks=(
@@ -469,6 +507,10 @@ FAMILIES: dict[str, Family] = {
                 _check("Name the operator that failed: {rerun}.", "method 4",
                        answered_by=("isolated",)),
                 _check("Record versions and backend: {env}.", "method 2"),
+                _check("cudadiag does not know this message yet: report it so it can be added. "
+                       "{report} holds what to paste in cudadiag's issue tracker: the whole "
+                       "message from its first error line, the exception type, the error code "
+                       "and the versions.", "method 1", "method 2"),
             ),
             avoid=(_avoid("Concluding from the last message printed.", "method 1",
                           forbids=r"\bfrom the last (?:message|error|line)\b"),),
@@ -494,61 +536,61 @@ class CudaError:
     """Other wordings of the same text across CUDA versions."""
 
 
-CUDA_ERRORS: tuple[CudaError, ...] = (
-    CudaError(710, "cudaErrorAssert", "device-side assert triggered", "device_assert",
-              sticky=True, distinctive=True),
-    CudaError(700, "cudaErrorIllegalAddress", "an illegal memory access was encountered",
-              "illegal_memory", sticky=True, distinctive=True),
-    CudaError(702, "cudaErrorLaunchTimeout", "the launch timed out and was terminated",
-              "driver", sticky=True, distinctive=True),
-    CudaError(714, "cudaErrorHardwareStackError", "hardware stack error", "illegal_memory",
-              sticky=True),
-    CudaError(715, "cudaErrorIllegalInstruction", "an illegal instruction was encountered",
-              "illegal_memory", sticky=True, distinctive=True),
-    CudaError(716, "cudaErrorMisalignedAddress", "misaligned address", "illegal_memory",
-              sticky=True, distinctive=True),
-    CudaError(717, "cudaErrorInvalidAddressSpace",
-              "operation not supported on global/shared address space", "illegal_memory",
-              sticky=True, distinctive=True),
-    CudaError(718, "cudaErrorInvalidPc", "invalid program counter", "illegal_memory",
-              sticky=True),
-    CudaError(719, "cudaErrorLaunchFailure", "unspecified launch failure", "illegal_memory",
-              sticky=True, distinctive=True),
-    CudaError(2, "cudaErrorMemoryAllocation", "out of memory", "oom"),
-    CudaError(209, "cudaErrorNoKernelImageForDevice",
-              "no kernel image is available for execution on the device", "op_unavailable",
-              distinctive=True),
-    CudaError(98, "cudaErrorInvalidDeviceFunction", "invalid device function",
-              "op_unavailable", distinctive=True),
-    CudaError(222, "cudaErrorUnsupportedPtxVersion",
-              "the provided PTX was compiled with an unsupported toolchain", "op_unavailable",
-              distinctive=True),
-    CudaError(801, "cudaErrorNotSupported", "operation not supported", "op_unavailable"),
-    CudaError(35, "cudaErrorInsufficientDriver",
-              "CUDA driver version is insufficient for CUDA runtime version", "driver",
-              distinctive=True),
-    CudaError(100, "cudaErrorNoDevice", "no CUDA-capable device is detected", "driver",
-              distinctive=True, hip_text="no ROCm-capable device is detected"),
-    CudaError(101, "cudaErrorInvalidDevice", "invalid device ordinal", "driver"),
-    CudaError(3, "cudaErrorInitializationError", "initialization error", "driver"),
-    CudaError(46, "cudaErrorDevicesUnavailable",
-              "CUDA-capable device(s) is/are busy or unavailable", "driver", distinctive=True,
-              wordings=("all CUDA-capable devices are busy or unavailable",)),
-    CudaError(804, "cudaErrorCompatNotSupportedOnDevice",
-              "forward compatibility was attempted on non supported HW", "driver",
-              distinctive=True),
-    CudaError(999, "cudaErrorUnknown", "unknown error", "driver"),
-    CudaError(802, "cudaErrorSystemNotReady", "system not yet initialized", "driver",
-              distinctive=True),
-)
+@dataclass(frozen=True)
+class MessageForm:
+    """How a runtime error is worded in messages beyond `CUDA error: <text>`."""
+
+    distinctive: bool = False
+    wordings: tuple[str, ...] = ()
+    hip_text: str | None = None
+
+
+MESSAGE_FORMS: dict[str, MessageForm] = {
+    # distinctive: the text alone names the error (1.x's `cuda runtime error (59) : ...`,
+    # TensorRT's `Cuda Runtime (<text>)`, ONNX Runtime's and Warp's `CUDA failure 900: <text>`)
+    **{name: MessageForm(distinctive=True) for name in (
+        "cudaErrorAssert", "cudaErrorIllegalAddress", "cudaErrorLaunchTimeout",
+        "cudaErrorIllegalInstruction", "cudaErrorMisalignedAddress",
+        "cudaErrorInvalidAddressSpace", "cudaErrorLaunchFailure",
+        "cudaErrorNoKernelImageForDevice", "cudaErrorInvalidDeviceFunction",
+        "cudaErrorUnsupportedPtxVersion", "cudaErrorInsufficientDriver",
+        "cudaErrorCompatNotSupportedOnDevice", "cudaErrorSystemNotReady",
+        "cudaErrorStreamCaptureUnsupported", "cudaErrorStreamCaptureInvalidated",
+        "cudaErrorStreamCaptureMerge", "cudaErrorStreamCaptureUnmatched",
+        "cudaErrorStreamCaptureUnjoined", "cudaErrorStreamCaptureIsolation",
+        "cudaErrorStreamCaptureImplicit", "cudaErrorStreamCaptureWrongThread")},
+    "cudaErrorNoDevice": MessageForm(distinctive=True,
+                                     hip_text="no ROCm-capable device is detected"),
+    "cudaErrorDevicesUnavailable": MessageForm(
+        distinctive=True, wordings=("all CUDA-capable devices are busy or unavailable",)),
+    "cudaErrorInvalidPtx": MessageForm(hip_text="invalid kernel file"),
+}
+"""Per cudaError name; the texts themselves come from error_codes (cudaGetErrorString, and
+clr's hipGetErrorString for `hip_text`)."""
+
+
+def _cuda_error(row: error_codes.ErrorCode) -> CudaError:
+    form = MESSAGE_FORMS.get(row.name, MessageForm())
+    # CUDA 13 ends some texts with a period that earlier versions did not print
+    return CudaError(row.code, row.name, row.text.rstrip("."), row.family, row.sticky,
+                     form.distinctive, form.hip_text, form.wordings)
+
+
+CUDA_ERRORS: tuple[CudaError, ...] = tuple(
+    _cuda_error(row) for row in error_codes.ERROR_CODES
+    if row.library == "cuda_runtime" and row.code != 0)
+"""Every cudaError_t of the CUDA runtime but cudaSuccess (error_codes.table)."""
 
 CUDA_ERRORS_BY_CODE = {e.code: e for e in CUDA_ERRORS}
 CUDA_ERRORS_BY_NAME = {e.name: e for e in CUDA_ERRORS}
 CUDA_ERRORS_BY_NAME.update({"hip" + e.name[len("cuda"):]: e for e in CUDA_ERRORS})
-HIP_ERROR_ALIASES = {"hipErrorNoBinaryForGpu": 209}
-"""HIP error names that differ from their CUDA twin's."""
-CUDA_ERRORS_BY_NAME.update({alias: CUDA_ERRORS_BY_CODE[code]
-                            for alias, code in HIP_ERROR_ALIASES.items()})
+CUDA_ERRORS_BY_NAME.update({row.name: CUDA_ERRORS_BY_CODE[row.code]
+                            for row in error_codes.ERROR_CODES
+                            if row.library == "hip" and row.code in CUDA_ERRORS_BY_CODE
+                            and row.name not in CUDA_ERRORS_BY_NAME
+                            and CUDA_ERRORS_BY_CODE[row.code].family == row.family})
+"""HIP names too: `hipErrorX` is `cudaErrorX`'s twin, and a HIP name of its own
+(`hipErrorNoBinaryForGpu`) is the CUDA error with its number and family."""
 
 
 @dataclass(frozen=True)
@@ -632,9 +674,13 @@ def _literal_runs(items: list[tuple[object, object]]) -> list[str | tuple[str, .
 
 
 def _runtime_error_signatures() -> list[Signature]:
-    """`CUDA error: <text>` / `HIP error: <text>` for every known runtime error code."""
+    """`CUDA error: <text>` / `HIP error: <text>` for every runtime error code with a family
+    (the others are named by an unknown diagnosis: `named_code`)."""
     signatures = []
-    for err in CUDA_ERRORS:
+    # the longest text first: `operation not permitted` must not take `... when stream is
+    # capturing`, which starts at the same place
+    for err in sorted((e for e in CUDA_ERRORS if e.family != "unknown"),
+                      key=lambda e: -len(e.text)):
         texts = [err.text, *err.wordings] + ([err.hip_text] if err.hip_text else [])
         for text in texts:
             phrase = re.escape(text)
@@ -657,9 +703,39 @@ def _error_name_signatures() -> list[Signature]:
     runtimes outside PyTorch print the name rather than the text)."""
     signatures = []
     for name, err in CUDA_ERRORS_BY_NAME.items():
+        if err.family == "unknown":
+            continue
         fixed: dict[str, object] = {"error_code": err.code, "cuda_error": err.name}
         signatures.append(_sig(err.family, rf"\b{name}\b", sticky=err.sticky, known=fixed))
     return signatures
+
+
+def _status_name_signatures() -> list[Signature]:
+    """The status names of the other libraries (`CUDA_ERROR_OUT_OF_MEMORY`, `ncclSystemError`,
+    `CUSOLVER_STATUS_INVALID_VALUE`, `HSA_STATUS_ERROR_MEMORY_FAULT`...), each with its
+    table family; listed after the message rows, which say more about the same name."""
+    return [_sig(row.family, rf"\b{row.name}\b", sticky=row.sticky, status=row.name)
+            for row in error_codes.ERROR_CODES
+            if row.library not in ("cuda_runtime", "hip") and row.family != "unknown"]
+
+
+def named_code(text: str) -> tuple[error_codes.ErrorCode, int] | None:
+    """The first status code that `text` names (by name, or a runtime error by its `CUDA error:`
+    text), whatever its family, and where: what an unrecognised error can still say it saw."""
+    best: tuple[error_codes.ErrorCode, int] | None = None
+    for pattern, row in _CODE_MENTIONS:
+        m = pattern.search(text)
+        if m and (best is None or m.start() < best[1]):
+            best = (row, m.start())
+    return best
+
+
+_CODE_MENTIONS: tuple[tuple[re.Pattern[str], error_codes.ErrorCode], ...] = tuple(
+    [(re.compile(rf"\b{re.escape(row.name)}\b"), row) for row in error_codes.ERROR_CODES
+     if not row.name.endswith(("Success", "SUCCESS"))]
+    + [(re.compile(rf"(?:CUDA|HIP) error: {re.escape(row.text)}(?=$|[\n.])"), row)
+       for row in error_codes.ERROR_CODES
+       if row.library in ("cuda_runtime", "hip") and row.code != 0])
 
 
 _ASSERT_LINE = (
@@ -782,7 +858,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"PyTorch installation"),
     _sig("op_unavailable", r"Unable to find code object for all current devices", api="HIP"),
     _sig("op_unavailable", r"(?P<status>CUBLAS_STATUS_ARCH_MISMATCH|CUDNN_STATUS_ARCH_MISMATCH)"),
-    _sig("op_unavailable", r"undefined symbol: (?P<symbol>\S+)"),
+    _sig("op_unavailable", r"undefined symbol: (?P<symbol>\S+)", pitfall="extension_binary"),
     _sig("op_unavailable",
          r"(?P<library>lib[\w.\-]{1,200}\.so[.\d]*): cannot open shared object file"),
     _sig("op_unavailable", r"Could not load library (?P<library>\S+)"),
@@ -939,8 +1015,36 @@ SIGNATURES: tuple[Signature, ...] = (
                    r"torch\.cuda\.device_count\(\) is \d+"),
     _sig("driver", r"CUDA initialization: (?P<reason>[^\n]+)"),
     _sig("driver", r"NVIDIA-SMI has failed"),
+    # --- CUDA graphs: PyTorch's own messages (the runtime's 900-908 come from the table)
+    _sig("cuda_graph", r"accessing tensor output of CUDAGraphs that has been overwritten by a "
+                       r"subsequent run"),
+    _sig("cuda_graph", r"Attempting CUDA graph capture of step\(\) for an instance of "
+                       r"(?P<optimizer>\w+)"),
+    _sig("cuda_graph", r"Cannot call CUDAGeneratorImpl::\w+ during CUDA graph capture"),
+    _sig("cuda_graph", r"CUDA graphs must be captured on a non-default stream"),
+    # --- ROCm libraries without kernels for the GPU (rocBLAS's Tensile library)
+    _sig("op_unavailable", r"rocBLAS error: Cannot read\s+"
+                           r"(?P<library>[^\n]*?TensileLibrary\w*\.dat)"
+                           r"(?:[^\n]*? for GPU arch : (?P<gpu_arch>gfx\w+))?", api="HIP"),
+    _sig("op_unavailable", r"rocBLAS error: Could not initialize Tensile host", api="HIP"),
+    # --- extension binaries built for another torch, CUDA or Python
+    _sig("op_unavailable", r"xFormers can't load C\+\+/CUDA extensions\. xFormers was built "
+                           r"for:\s+PyTorch (?P<built_for>[^\n(]+?) \(you have "
+                           r"(?P<installed>[^)\n]+)\)", pitfall="extension_binary"),
+    _sig("op_unavailable", r"xFormers can't load C\+\+/CUDA extensions",
+         pitfall="extension_binary"),
+    _sig("op_unavailable", r"The detected CUDA version \((?P<toolkit>[\d.]+)\) mismatches the "
+                           r"version that was used to compile\s+PyTorch "
+                           r"\((?P<torch_cuda>[\d.]+)\)", pitfall="extension_binary"),
+    _sig("op_unavailable", r"Cuda extensions are being compiled with a version of Cuda that "
+                           r"does not match", pitfall="extension_binary"),
+    _sig("op_unavailable", r"Couldn't load custom C\+\+ ops", pitfall="extension_binary"),
+    _sig("op_unavailable", r"The installed version of bitsandbytes was compiled without GPU "
+                           r"support", pitfall="extension_binary"),
+    _sig("op_unavailable", r"DLL load failed while importing (?P<module>\w+)"),
     *_runtime_error_signatures(),
     *_error_name_signatures(),
+    *_status_name_signatures(),
     # --- last resort: wordings users type or tools outside PyTorch print
     _sig("oom", r"\bout of (?:the )?(?:GPU |device )?memory\b", oom_kind="unknown",
          catch_all=True),
@@ -992,6 +1096,11 @@ DETAIL_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
 # Lines printed on their own that never reach the exception: a device's (kernel printf, ROCm
 # runtime), and a child process's that could not load its function (the parent only learns
 # "process 0 terminated with exit code 1").
+ERROR_LINE = re.compile(r"^[ \t]*(?P<exception_type>[A-Za-z_][\w.]*(?:Error|Exception|Failure"
+                        r"|Interrupt|Exit))(?::[ \t]*(?P<message>[^\n]*))?$", re.MULTILINE)
+"""A line that states an error (Python's last traceback line, `ImportError: ...`): what an
+unrecognised error shows as its evidence."""
+
 DEVICE_MESSAGE = re.compile(
     r"Assertion `|Device-side assertion|Memory access fault by GPU|HSA_STATUS_ERROR"
     r"|Can't get attribute '[^']+' on <module '__main__'"
@@ -1067,6 +1176,31 @@ PITFALLS: dict[str, Pitfall] = {
             isolated="the original failure was the spawn start method's (its processes could "
                      "not load the notebook's function); here each rank was forked with it, so "
                      "this is what the ranks themselves do",
+        ),
+        Pitfall(
+            "extension_binary",
+            "An extension binary built for another torch, CUDA or Python",
+            checks=(
+                _check("A compiled extension (flash-attn, xformers, bitsandbytes, apex, a custom "
+                       "op) links against the torch, CUDA and Python it was built with: compare "
+                       "them with this environment's, `python -c \"import torch, sys; "
+                       "print(torch.__version__, torch.version.cuda, sys.version)\"` ({env} "
+                       "shows them too).", "cpp-extension", "install"),
+                _check("Install the extension's build for exactly this torch (its wheel names "
+                       "torch, CUDA, the C++ ABI and Python), or build it from source against "
+                       "the installed torch (`pip install --no-build-isolation ...`); an "
+                       "upgrade of torch needs the extension rebuilt.", "cpp-extension"),
+                _check("Building it: the nvcc on PATH must be the CUDA version torch was built "
+                       "with (torch.version.cuda).", "cpp-extension", "cuda-compatibility"),
+            ),
+            isolated="the original failure was the extension's binary (built for another "
+                     "torch, CUDA or Python); the isolated run loads the same one",
+            avoid=(
+                _avoid("The model code is wrong: the extension never ran.", "cpp-extension",
+                       forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
+                _avoid("The GPU or the driver is broken.", "cpp-extension",
+                       forbids=BROKEN_HARDWARE),
+            ),
         ),
         Pitfall(
             "cpu_only_build",
