@@ -873,6 +873,29 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("shape_mismatch", r"only batches of spatial targets supported"),
     _sig("shape_mismatch", r"Expected target size (?P<shape>\[[^\]]*\]), got"),
     _sig("shape_mismatch", r"Dimension out of range \(expected to be in range of"),
+    # --- begin: compiled code (torch.compile, Inductor, Triton; issue 24 item 2) ---------------
+    # Inductor's C++ kernels check their indices on the CPU with TORCH_CHECK
+    # (torch/_inductor/codegen/cpp.py, `index out of bounds: {lower} <= {var} < {upper}`)
+    _sig("index_out_of_bounds",
+         r"kernel, (?P<generated_file>[^\s,]{1,400}\.cpp):(?P<line>\d+), index out of bounds: "
+         r"(?P<bounds>-?\w+ <= \w+ < \w+)", compiled="inductor_cpp"),
+    # Inductor's Triton kernels assert the same condition on the device (tl.device_assert);
+    # the assertion line itself is read by the device_assert signatures above
+    _sig("device_assert", r"Assertion `index out of bounds: (?P<bounds>-?\w+ <= \w+ < \w+)` "
+                          r"failed", sticky=True, compiled="triton"),
+    # the compiler's wrappers carry the error of the generated code, or of the compiler
+    _sig("unknown", r"torch\._inductor\.exc\.InductorError|\bInductorError: ",
+         wrapper=True, compiled="inductor"),
+    _sig("unknown", r"torch\._dynamo\.exc\.BackendCompilerFailed|backend='inductor' raised:",
+         wrapper=True, compiled="inductor"),
+    # Triton's resource limits (triton/runtime/errors.py: "out of resource: {name}, Required:
+    # {required}, Hardware limit: {limit}") and the device targets ptxas does not know
+    _sig("op_unavailable", r"OutOfResources: out of resource: (?P<resource>[\w ]+), Required: "
+                           r"(?P<required>\d+), Hardware limit: (?P<limit>\d+)",
+         compiled="triton"),
+    _sig("op_unavailable", r"ptxas(?: fatal)? *: Value '(?P<capability>sm_\w+)' is not defined "
+                           r"for option 'gpu-name'", compiled="triton"),
+    # --- end: compiled code -------------------------------------------------------------------
     # --- index out of bounds (CPU twins of device asserts)
     _sig("index_out_of_bounds", r"Target (?P<value>-?\d+) (?:is )?out of bounds"),
     _sig("index_out_of_bounds", r"index out of range in self"),
