@@ -264,7 +264,7 @@ def _kinds_named(texts: Iterable[str]) -> tuple[str, ...]:
 
 def _operator_names(incident: Incident, violation: Any) -> list[str]:
     names = [getattr(violation, "op", None), incident.op.name if incident.op else None,
-             incident.diagnosis.details.get("op")]
+             incident.diagnosis.details.get("op"), incident.diagnosis.details.get("fused_op")]
     return [str(n) for n in names if n]
 
 
