@@ -36,10 +36,10 @@ def generated_code_details(exc: BaseException | None, text: str,
                            details: dict[str, Any]) -> dict[str, Any]:
     """Return what the generated code tells of an error (empty when it did not come from
     code torch.compile generated): `generated_file` (the file the message names),
-    `generated_module` (the generated Python module the traceback ran), `generated_kernel`, `bounds` (the
-    condition the kernel checked), `source_nodes` and `fused_aten` (the graph's nodes and
-    aten operators the kernel fused, when the module says), and `fused_op` (the aten
-    operator among them whose contract the checks are about). `exc` is the exception (its
+    `generated_module` (the generated Python module the traceback ran), `generated_kernel`,
+    `bounds` (the condition the kernel checked), `source_nodes` and `fused_aten` (the
+    graph's nodes and aten operators the kernel fused, when the module says), and
+    `fused_op` (the aten operator among them whose contract the checks are about). `exc` is the exception (its
     traceback leads to the generated module), `text` the error's text, `details` the
     diagnosis's. Raises nothing: an unreadable file only means fewer details."""
     frame = _generated_frame(exc)
