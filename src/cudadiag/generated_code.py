@@ -39,9 +39,9 @@ def generated_code_details(exc: BaseException | None, text: str,
     `generated_module` (the generated Python module the traceback ran), `generated_kernel`,
     `bounds` (the condition the kernel checked), `source_nodes` and `fused_aten` (the
     graph's nodes and aten operators the kernel fused, when the module says), and
-    `fused_op` (the aten operator among them whose contract the checks are about). `exc` is the exception (its
-    traceback leads to the generated module), `text` the error's text, `details` the
-    diagnosis's. Raises nothing: an unreadable file only means fewer details."""
+    `fused_op` (the aten operator among them whose contract the checks are about). `exc`
+    is the exception (its traceback leads to the generated module), `text` the error's
+    text, `details` the diagnosis's. Raises nothing: an unreadable file only means fewer details."""
     frame = _generated_frame(exc)
     files = [str(details[k]) for k in ("generated_file", "file") if details.get(k)]
     if frame is None and not any(GENERATED_DIR.search(f) for f in files):
