@@ -92,7 +92,8 @@ def advise(incident: Incident, violation: Any = None) -> None:
 def advise_log(diagnosis: Diagnosis, text: str) -> None:
     """Set the advice of a log's first error (`cudadiag explain`), whose lines are `text`:
     the checks of the operator its evidence names, worded for a log."""
-    texts = [" ".join(str(diagnosis.details.get(k, "")) for k in ("kernel", "assertion")),
+    texts = [str(diagnosis.details.get("fused_op", "")),
+             " ".join(str(diagnosis.details.get(k, "")) for k in ("kernel", "assertion")),
              diagnosis.evidence, text]
     diagnosis.first_checks, diagnosis.avoid = fitted(
         diagnosis.family, diagnosis.details, kinds=_kinds_named(texts), case=Case("log"))
