@@ -21,8 +21,8 @@ from typing import Any, Protocol
 from cudadiag import knowledge
 from cudadiag.advice import advise_log
 from cudadiag.classify import classify, first_error_line, mentions_sticky_error
-from cudadiag.generated_code import describe_generated_code
 from cudadiag.errors import ExplainError
+from cudadiag.generated_code import describe_generated_code
 from cudadiag.incident import Diagnosis
 
 BLOCK_BYTES = 4 * 2**20
