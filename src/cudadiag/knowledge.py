@@ -44,6 +44,7 @@ FAMILY_NAMES = (
     "library_status",
     "distributed",
     "driver",
+    "cuda_graph",
     "unknown",
 )
 
@@ -60,6 +61,10 @@ METHOD_POINTS = 13
 DOCS: dict[str, str] = {
     # PyTorch
     "cuda-semantics": "https://pytorch.org/docs/stable/notes/cuda.html",
+    "cuda-graphs": "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",
+    "torch-compile-modes": "https://pytorch.org/docs/stable/generated/torch.compile.html",
+    "cuda-stream-capture": "https://docs.nvidia.com/cuda/cuda-c-programming-guide/"
+                           "index.html#cuda-graphs",
     "cuda-memory": "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
     "faq-memory": "https://pytorch.org/docs/stable/notes/faq.html",
     "cross-entropy": "https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html",
@@ -459,6 +464,33 @@ FAMILIES: dict[str, Family] = {
                        forbids=r"\breinstall\w*\b[^.]*\b(?:PyTorch|torch)\b"),
                 _avoid("The model code is wrong.", "method 5",
                        forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
+            ),
+        ),
+        Family(
+            "cuda_graph",
+            "CUDA graph capture",
+            first_checks=(
+                _check("Nothing inside the captured region may wait for the host: .item(), "
+                       ".cpu(), printing a tensor, torch.cuda.synchronize(), a Python `if` on "
+                       "a tensor's value, or an operator with a data-dependent output size "
+                       "(nonzero, masked_select, boolean indexing). Move them out of the "
+                       "captured step or keep the value on the device.", "cuda-graphs",
+                       "cuda-stream-capture"),
+                _check("Warm up before capturing: run the step a few iterations on a side "
+                       "stream first, so that lazy initialisation (cuBLAS/cuDNN handles, "
+                       "autotuning, optimizer state) does not happen during capture.",
+                       "cuda-graphs"),
+                _check("Capture allocates from the graph's private memory pool and replays "
+                       "fixed addresses: inputs must be static tensors refilled with .copy_(), "
+                       "not new tensors made each step (torch.tensor(...) from Python data, "
+                       "host copies).", "cuda-graphs"),
+                _check("torch.compile(mode=\"reduce-overhead\") captures CUDA graphs itself: "
+                       "compile with mode=\"default\" (or re-run the cell with %cuda_isolate, "
+                       "which disables compilation) to see whether the error is the capture's "
+                       "or the step's.", "torch-compile-modes", "method 4"),
+            ),
+            avoid=(
+                _avoid("The GPU or the driver is broken.", "method 5", forbids=BROKEN_HARDWARE),
             ),
         ),
         Family(
@@ -873,7 +905,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("shape_mismatch", r"only batches of spatial targets supported"),
     _sig("shape_mismatch", r"Expected target size (?P<shape>\[[^\]]*\]), got"),
     _sig("shape_mismatch", r"Dimension out of range \(expected to be in range of"),
-    # --- begin: compiled code (torch.compile, Inductor, Triton; issue 24 item 2) ---------------
+    # --- begin: compiled code and CUDA graphs (issue 24 items 2, 3) ----------------------------
     # Inductor's C++ kernels check their indices on the CPU with TORCH_CHECK
     # (torch/_inductor/codegen/cpp.py, `index out of bounds: {lower} <= {var} < {upper}`)
     _sig("index_out_of_bounds",
@@ -895,6 +927,16 @@ SIGNATURES: tuple[Signature, ...] = (
          compiled="triton"),
     _sig("op_unavailable", r"ptxas(?: fatal)? *: Value '(?P<capability>sm_\w+)' is not defined "
                            r"for option 'gpu-name'", compiled="triton"),
+    # CUDA graphs: the runtime's stream-capture errors (cudaErrorStreamCapture*, 900-907 in
+    # driver_types.h) and PyTorch's own refusals during capture
+    _sig("cuda_graph", r"operation not permitted when stream is capturing"),
+    _sig("cuda_graph", r"operation (?:failed|would make the legacy stream depend on a "
+                       r"capturing blocking stream) due to a previous error during capture"),
+    _sig("cuda_graph", r"\b(?:stream )?capture (?:was invalidated|sequence was invalidated)"),
+    _sig("cuda_graph", r"\b(?P<cuda_error_name>cudaErrorStreamCapture\w+|"
+                       r"cudaErrorCapturedEvent)\b"),
+    _sig("cuda_graph", r"(?:during|in) (?:a )?CUDA graph capture"),
+    _sig("cuda_graph", r"CUDA graphs? (?:capture|replay) (?:failed|is not supported)"),
     # --- end: compiled code -------------------------------------------------------------------
     # --- index out of bounds (CPU twins of device asserts)
     _sig("index_out_of_bounds", r"Target (?P<value>-?\d+) (?:is )?out of bounds"),
