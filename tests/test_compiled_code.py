@@ -101,3 +101,26 @@ def test_an_eager_rerun_without_error_puts_the_fault_in_the_compiled_path():
     line = verdict_line(original, None, eager=True)
     assert line.startswith("cudadiag: the fault is in the compiled path")
     assert "%cuda_compare --variants eager" in line
+
+
+@pytest.mark.parametrize("message", [
+    "RuntimeError: CUDA error: operation not permitted when stream is capturing\nCUDA kernel "
+    "errors might be asynchronously reported at some other API call, so the stacktrace below "
+    "might be incorrect.",
+    "RuntimeError: Cannot call CUDAGeneratorImpl::current_seed during CUDA graph capture.",
+    "torch.AcceleratorError: CUDA error: operation failed due to a previous error during "
+    "capture",
+])
+def test_a_cuda_graph_capture_error_gets_the_capture_checks_and_an_eager_isolated_rerun(
+        message):
+    from cudadiag.isolate.eager import should_run_eagerly
+
+    original = incident_from_recorded_error(message.split(":")[0], message, message,
+                                            RunInfo(mode="kernel"))
+    diagnosis = original.diagnosis
+    assert diagnosis.summary.startswith("An operation CUDA graph capture does not allow")
+    assert "Warm up before capturing" in diagnosis.first_checks[1]
+    assert any('mode="reduce-overhead"' in check for check in diagnosis.first_checks)
+    assert should_run_eagerly(original, ["train_step(batch)"], {})
+    assert verdict_line(original, None, eager=True).startswith(
+        "cudadiag: the original failure was a CUDA graph capture's")

@@ -44,7 +44,6 @@ FAMILY_NAMES = (
     "library_status",
     "distributed",
     "driver",
-    "cuda_graph",
     "unknown",
 )
 
@@ -464,33 +463,6 @@ FAMILIES: dict[str, Family] = {
                        forbids=r"\breinstall\w*\b[^.]*\b(?:PyTorch|torch)\b"),
                 _avoid("The model code is wrong.", "method 5",
                        forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
-            ),
-        ),
-        Family(
-            "cuda_graph",
-            "CUDA graph capture",
-            first_checks=(
-                _check("Nothing inside the captured region may wait for the host: .item(), "
-                       ".cpu(), printing a tensor, torch.cuda.synchronize(), a Python `if` on "
-                       "a tensor's value, or an operator with a data-dependent output size "
-                       "(nonzero, masked_select, boolean indexing). Move them out of the "
-                       "captured step or keep the value on the device.", "cuda-graphs",
-                       "cuda-stream-capture"),
-                _check("Warm up before capturing: run the step a few iterations on a side "
-                       "stream first, so that lazy initialisation (cuBLAS/cuDNN handles, "
-                       "autotuning, optimizer state) does not happen during capture.",
-                       "cuda-graphs"),
-                _check("Capture allocates from the graph's private memory pool and replays "
-                       "fixed addresses: inputs must be static tensors refilled with .copy_(), "
-                       "not new tensors made each step (torch.tensor(...) from Python data, "
-                       "host copies).", "cuda-graphs"),
-                _check("torch.compile(mode=\"reduce-overhead\") captures CUDA graphs itself: "
-                       "compile with mode=\"default\" (or re-run the cell with %cuda_isolate, "
-                       "which disables compilation) to see whether the error is the capture's "
-                       "or the step's.", "torch-compile-modes", "method 4"),
-            ),
-            avoid=(
-                _avoid("The GPU or the driver is broken.", "method 5", forbids=BROKEN_HARDWARE),
             ),
         ),
         Family(
@@ -928,15 +900,17 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("op_unavailable", r"ptxas(?: fatal)? *: Value '(?P<capability>sm_\w+)' is not defined "
                            r"for option 'gpu-name'", compiled="triton"),
     # CUDA graphs: the runtime's stream-capture errors (cudaErrorStreamCapture*, 900-907 in
-    # driver_types.h) and PyTorch's own refusals during capture
-    _sig("cuda_graph", r"operation not permitted when stream is capturing"),
-    _sig("cuda_graph", r"operation (?:failed|would make the legacy stream depend on a "
-                       r"capturing blocking stream) due to a previous error during capture"),
-    _sig("cuda_graph", r"\b(?:stream )?capture (?:was invalidated|sequence was invalidated)"),
-    _sig("cuda_graph", r"\b(?P<cuda_error_name>cudaErrorStreamCapture\w+|"
-                       r"cudaErrorCapturedEvent)\b"),
-    _sig("cuda_graph", r"(?:during|in) (?:a )?CUDA graph capture"),
-    _sig("cuda_graph", r"CUDA graphs? (?:capture|replay) (?:failed|is not supported)"),
+    # driver_types.h) and PyTorch's own refusals during capture; the operation is unavailable
+    # while a stream captures
+    *(_sig("op_unavailable", pattern, pitfall="cuda_graph_capture") for pattern in (
+        r"operation not permitted when stream is capturing",
+        r"operation (?:failed|would make the legacy stream depend on a capturing blocking "
+        r"stream) due to a previous error during capture",
+        r"\b(?:stream )?capture (?:sequence )?was invalidated",
+        r"\bcudaErrorStreamCapture\w+|\bcudaErrorCapturedEvent\b",
+        r"(?:during|in) (?:a )?CUDA graph capture",
+        r"CUDA graphs? (?:capture|replay) (?:failed|is not supported)",
+    )),
     # --- end: compiled code -------------------------------------------------------------------
     # --- index out of bounds (CPU twins of device asserts)
     _sig("index_out_of_bounds", r"Target (?P<value>-?\d+) (?:is )?out of bounds"),
@@ -1156,6 +1130,38 @@ PITFALLS: dict[str, Pitfall] = {
                        "install", forbids=BROKEN_HARDWARE),
                 _avoid("The model code is wrong.", "method 5",
                        forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
+            ),
+            family_checks=False,
+        ),
+        Pitfall(
+            "cuda_graph_capture",
+            "An operation CUDA graph capture does not allow",
+            checks=(
+                _check("Nothing inside the captured region may wait for the host: .item(), "
+                       ".cpu(), printing a tensor, torch.cuda.synchronize(), a Python `if` on "
+                       "a tensor's value, or an operator with a data-dependent output size "
+                       "(nonzero, masked_select, boolean indexing). Move them out of the "
+                       "captured step or keep the value on the device.", "cuda-graphs",
+                       "cuda-stream-capture"),
+                _check("Warm up before capturing: run the step a few iterations on a side "
+                       "stream first, so that lazy initialisation (cuBLAS/cuDNN handles, "
+                       "autotuning, optimizer state) does not happen during capture.",
+                       "cuda-graphs"),
+                _check("Capture allocates from the graph's private memory pool and replays "
+                       "fixed addresses: inputs must be static tensors refilled with .copy_(), "
+                       "not new tensors made each step (torch.tensor(...) from Python data, "
+                       "host copies).", "cuda-graphs"),
+                _check("torch.compile(mode=\"reduce-overhead\") captures CUDA graphs itself: "
+                       "compile with mode=\"default\" (or re-run the cell with %cuda_isolate, "
+                       "which disables compilation) to see whether the error is the capture's "
+                       "or the step's.", "torch-compile-modes", "method 4"),
+            ),
+            isolated="the original failure was a CUDA graph capture's; the isolated re-run "
+                     "ran with compilation disabled, so torch.compile's graphs "
+                     "(mode=\"reduce-overhead\") were not captured (torch.cuda.graph() in "
+                     "the cells still captures)",
+            avoid=(
+                _avoid("The GPU or the driver is broken.", "method 5", forbids=BROKEN_HARDWARE),
             ),
             family_checks=False,
         ),

@@ -18,6 +18,7 @@ from typing import Any
 from cudadiag.incident import Incident
 
 DISABLE_VARIABLE = "TORCH_COMPILE_DISABLE"
+GRAPH_CAPTURE_PITFALL = "cuda_graph_capture"
 EAGER_ENV = {DISABLE_VARIABLE: "1"}
 EAGER_LINE = ("cudadiag: compilation disabled in the re-run (TORCH_COMPILE_DISABLE=1): the "
               "torch.compile'd code runs eagerly, so the tracer names the aten operator and "
@@ -32,12 +33,15 @@ _COMPILES = re.compile(r"\btorch\.compile\b|\btorch\._dynamo\b|\bdynamo\.optimiz
 def should_run_eagerly(original: Incident | None, sources: Iterable[str],
                        env: dict[str, str]) -> bool:
     """Return True when an isolated re-run should disable compilation: the original failure
-    came from code torch.compile generated, or a replayed cell compiles, and the user did
-    not set TORCH_COMPILE_DISABLE (`env`: the run's --env variables) themselves."""
+    came from code torch.compile generated or from a CUDA graph capture (torch.compile's
+    reduce-overhead mode captures graphs: eagerly, none are), or a replayed cell compiles,
+    and the user did not set TORCH_COMPILE_DISABLE (`env`: the run's --env variables)."""
     if DISABLE_VARIABLE in env:
         return False
-    compiled = original is not None and bool(original.diagnosis.details.get("compiled"))
-    return compiled or any(_COMPILES.search(source) for source in sources)
+    details = original.diagnosis.details if original is not None else {}
+    if details.get("compiled") or details.get("pitfall") == GRAPH_CAPTURE_PITFALL:
+        return True
+    return any(_COMPILES.search(source) for source in sources)
 
 
 def disable_compilation_if_asked(torch: Any) -> bool:
