@@ -92,7 +92,8 @@ def advise(incident: Incident, violation: Any = None) -> None:
 def advise_log(diagnosis: Diagnosis, text: str) -> None:
     """Set the advice of a log's first error (`cudadiag explain`), whose lines are `text`:
     the checks of the operator its evidence names, worded for a log."""
-    texts = [" ".join(str(diagnosis.details.get(k, "")) for k in ("kernel", "assertion")),
+    texts = [str(diagnosis.details.get("fused_op", "")),
+             " ".join(str(diagnosis.details.get(k, "")) for k in ("kernel", "assertion")),
              diagnosis.evidence, text]
     diagnosis.first_checks, diagnosis.avoid = fitted(
         diagnosis.family, diagnosis.details, kinds=_kinds_named(texts), case=Case("log"))
@@ -264,7 +265,7 @@ def _kinds_named(texts: Iterable[str]) -> tuple[str, ...]:
 
 def _operator_names(incident: Incident, violation: Any) -> list[str]:
     names = [getattr(violation, "op", None), incident.op.name if incident.op else None,
-             incident.diagnosis.details.get("op")]
+             incident.diagnosis.details.get("op"), incident.diagnosis.details.get("fused_op")]
     return [str(n) for n in names if n]
 
 

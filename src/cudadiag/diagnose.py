@@ -20,6 +20,7 @@ from cudadiag.advice import advise
 from cudadiag.classify import classify, first_error_line
 from cudadiag.contracts import Violation
 from cudadiag.env import collect_env
+from cudadiag.generated_code import describe_generated_code
 from cudadiag.incident import (
     Diagnosis,
     ErrorInfo,
@@ -73,6 +74,7 @@ def incident_from_exception(exc: BaseException, run: RunInfo, *,
     """
     diagnosis = diagnosis or classify(exc, context=device_lines or None)
     error = ErrorInfo.from_exception(exc, locate_cell, cell_source)
+    describe_generated_code(diagnosis, exc, f"{device_lines}\n{error.text}")
     if device_lines:
         error.text = f"{device_lines}\n{error.text}"
     run.simulated = raised_on_simulator(exc)

@@ -608,8 +608,13 @@ _LIBRARY_MARKERS = (
 )
 
 
+_GENERATED_MARKER = "torchinductor_"
+"""In the path of every module torch.compile generated (Inductor's cache folder): not the
+user's code, though it lies outside the installed packages."""
+
+
 def _is_user_file(filename: str) -> bool:
-    if filename.startswith("<frozen"):
+    if filename.startswith("<frozen") or _GENERATED_MARKER in filename:
         return False
     return not any(marker in filename for marker in _LIBRARY_MARKERS)
 

@@ -63,6 +63,8 @@ METHOD_POINTS = 13
 DOCS: dict[str, str] = {
     # PyTorch
     "cuda-semantics": "https://pytorch.org/docs/stable/notes/cuda.html",
+    "cuda-graphs": "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",
+    "torch-compile-modes": "https://pytorch.org/docs/stable/generated/torch.compile.html",
     "cuda-memory": "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
     "faq-memory": "https://pytorch.org/docs/stable/notes/faq.html",
     "cross-entropy": "https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html",
@@ -82,7 +84,6 @@ DOCS: dict[str, str] = {
     "hip": "https://pytorch.org/docs/stable/notes/hip.html",
     "distributed": "https://pytorch.org/docs/stable/distributed.html",
     "multiprocessing": "https://pytorch.org/docs/stable/notes/multiprocessing.html",
-    "cuda-graphs": "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",
     "cudagraph-trees": "https://pytorch.org/docs/stable/torch.compiler_cudagraph_trees.html",
     # Python
     "start-methods":
@@ -215,6 +216,8 @@ class Family:
     asynchronous: bool = False
     """True when the error is reported after the fact, so the traceback line is only where it
     was noticed (method point 3)."""
+    isolated: str | None = None
+    """What an isolated re-run of the cell does instead, when it cannot fail this way."""
 
 
 FAMILIES: dict[str, Family] = {
@@ -487,9 +490,17 @@ FAMILIES: dict[str, Family] = {
                        "keep past the next call, or call torch.compiler.cudagraph_mark_step_"
                        "begin() before each step; mode=\"default\" runs the same code without "
                        "graphs.", "cudagraph-trees"),
+                _check("Capture replays fixed addresses from the graph's private memory pool: "
+                       "inputs must be static tensors refilled with .copy_(), not new tensors "
+                       "made each step (torch.tensor(...) from Python data, host copies).",
+                       "cuda-graphs"),
                 _check("Re-run without graphs to see the code's own error, if any: {rerun}.",
                        "method 4", answered_by=("isolated",)),
             ),
+            isolated="the original failure was a CUDA graph capture's; the isolated re-run "
+                     "ran with compilation disabled, so torch.compile's graphs "
+                     "(mode=\"reduce-overhead\") were not captured (torch.cuda.graph() in "
+                     "the cells still captures)",
             avoid=(
                 _avoid("The GPU or the driver is broken.", "cuda-stream-capture",
                        forbids=BROKEN_HARDWARE),
@@ -949,6 +960,40 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("shape_mismatch", r"only batches of spatial targets supported"),
     _sig("shape_mismatch", r"Expected target size (?P<shape>\[[^\]]*\]), got"),
     _sig("shape_mismatch", r"Dimension out of range \(expected to be in range of"),
+    # --- begin: compiled code and CUDA graphs (issue 24 items 2, 3) ----------------------------
+    # Inductor's C++ kernels check their indices on the CPU with TORCH_CHECK
+    # (torch/_inductor/codegen/cpp.py, `index out of bounds: {lower} <= {var} < {upper}`)
+    _sig("index_out_of_bounds",
+         r"kernel, (?P<generated_file>[^\s,]{1,400}\.cpp):(?P<line>\d+), index out of bounds: "
+         r"(?P<bounds>-?\w+ <= \w+ < \w+)", compiled="inductor_cpp"),
+    # Inductor's Triton kernels assert the same condition on the device (tl.device_assert);
+    # the assertion line itself is read by the device_assert signatures above
+    _sig("device_assert", r"Assertion `index out of bounds: (?P<bounds>-?\w+ <= \w+ < \w+)` "
+                          r"failed", sticky=True, compiled="triton"),
+    # the compiler's wrappers carry the error of the generated code, or of the compiler
+    _sig("unknown", r"torch\._inductor\.exc\.InductorError|\bInductorError: ",
+         wrapper=True, compiled="inductor"),
+    _sig("unknown", r"torch\._dynamo\.exc\.BackendCompilerFailed|backend='inductor' raised:",
+         wrapper=True, compiled="inductor"),
+    # Triton's resource limits (triton/runtime/errors.py: "out of resource: {name}, Required:
+    # {required}, Hardware limit: {limit}") and the device targets ptxas does not know
+    _sig("op_unavailable", r"OutOfResources: out of resource: (?P<resource>[\w ]+), Required: "
+                           r"(?P<required>\d+), Hardware limit: (?P<limit>\d+)",
+         compiled="triton"),
+    _sig("op_unavailable", r"ptxas(?: fatal)? *: Value '(?P<capability>sm_\w+)' is not defined "
+                           r"for option 'gpu-name'", compiled="triton"),
+    # CUDA graphs: the runtime's stream-capture errors (cudaErrorStreamCapture*, 900-907 in
+    # driver_types.h) as libraries reword them, and PyTorch's own refusals during capture
+    *(_sig("cuda_graph", pattern) for pattern in (
+        r"operation not permitted when stream is capturing",
+        r"operation (?:failed|would make the legacy stream depend on a capturing blocking "
+        r"stream) due to a previous error during capture",
+        r"\b(?:stream )?capture (?:sequence )?was invalidated",
+        r"\bcudaErrorStreamCapture\w+|\bcudaErrorCapturedEvent\b",
+        r"(?:during|in) (?:a )?CUDA graph capture",
+        r"CUDA graphs? (?:capture|replay) (?:failed|is not supported)",
+    )),
+    # --- end: compiled code -------------------------------------------------------------------
     # --- index out of bounds (CPU twins of device asserts)
     _sig("index_out_of_bounds", r"Target (?P<value>-?\d+) (?:is )?out of bounds"),
     _sig("index_out_of_bounds", r"index out of range in self"),

@@ -22,6 +22,7 @@ from cudadiag import knowledge
 from cudadiag.advice import advise_log
 from cudadiag.classify import classify, first_error_line, mentions_sticky_error
 from cudadiag.errors import ExplainError
+from cudadiag.generated_code import describe_generated_code
 from cudadiag.incident import Diagnosis
 
 BLOCK_BYTES = 4 * 2**20
@@ -401,6 +402,7 @@ class _Scanner:
         multi = bool(self.ranks)
         if first is not None and multi:
             diagnosis.rank = first.rank
+        describe_generated_code(diagnosis, None, first.text if first is not None else "")
         advise_log(diagnosis, first.text if first is not None else "")
         only_collective = multi and bool(errors) and all(
             is_consequence(e.diagnosis) for e in errors)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from cudadiag.errors import CudadiagError
+from cudadiag.isolate.eager import DISABLE_VARIABLE
 from cudadiag.isolate.job import Launch
 from cudadiag.isolate.procgroup import kill_group
 
@@ -217,6 +218,8 @@ SERVER_ONLY = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "PYTHONUNBUFFERED": "1"}
 """The fork server's own settings: NVML answers `torch.cuda.is_available()` without
 initialising the CUDA driver (a library may ask while it is imported), which would break every
 child forked after; unbuffered output as in every run."""
+SET_AFTER_FORK = {DISABLE_VARIABLE}
+"""Variables read at start-up that a forked run applies itself (isolate/eager.py)."""
 START_TIMEOUT_S = 300.0
 """How long a fork may take, warm imports included."""
 
@@ -236,7 +239,7 @@ def server_environment(env: dict[str, str]) -> dict[str, str]:
 def startup_difference(server_env: dict[str, str], env: dict[str, str]) -> str | None:
     """Return the first variable read at start-up (STARTUP_VARIABLES) whose value differs
     between a fork server's environment and a run's, or None when none does."""
-    names = sorted({*server_env, *env} - set(SERVER_ONLY))
+    names = sorted({*server_env, *env} - set(SERVER_ONLY) - SET_AFTER_FORK)
     return next((n for n in names if n.startswith(STARTUP_VARIABLES)
                  and server_env.get(n) != env.get(n)), None)
 

@@ -10,40 +10,54 @@ precheck the family alone decides.
 from __future__ import annotations
 
 from cudadiag.incident import Incident
-from cudadiag.knowledge import PITFALLS
+from cudadiag.isolate.eager import COMPILED_PATH_LINE
+from cudadiag.knowledge import FAMILIES, PITFALLS
 
 SUGGESTION = ("check the plan with --dry-run, or choose the cells to replay with "
               "--cells N,M,...")
 
 
-def same_failure(original: Incident, isolated: Incident) -> bool:
+def same_failure(original: Incident, isolated: Incident, eager: bool = False) -> bool:
     """Return True when `isolated` fails the way `original` did (family, exception type
-    unless a precheck stood in for it, operator when both know it)."""
+    unless a precheck stood in for it or the run was `eager`, running compiled code as
+    eager operators that raise their own exceptions, operator when both know it)."""
     if isolated.diagnosis.family != original.diagnosis.family:
         return False
     prechecked = isolated.op is not None and isolated.op.precheck is not None
-    if not prechecked and isolated.error.type != original.error.type:
+    if not (prechecked or eager) and isolated.error.type != original.error.type:
         return False
     ops = (original.op.name if original.op else None, isolated.op.name if isolated.op else None)
     return None in ops or ops[0] == ops[1]
 
 
-def verdict_line(original: Incident, isolated: Incident | None) -> str:
+def verdict_line(original: Incident, isolated: Incident | None, eager: bool = False) -> str:
     """Return the first line shown after an isolated run of the cell that failed as
     `original`: reproduced, failed differently, or did not fail at all — or, when the
-    original fell into a pitfall an isolated run avoids, what the run did instead."""
-    pitfall = PITFALLS.get(str(original.diagnosis.details.get("pitfall")))
-    if pitfall is not None:
+    original fell into a pitfall or a family an isolated run avoids, what the run did
+    instead. `eager`: the run had compilation disabled, so a run without error puts the
+    fault in the compiled path."""
+    instead = _what_the_isolated_run_does_instead(original)
+    if instead is not None:
         outcome = failure_text(isolated) if isolated else "they finished without error"
-        return f"cudadiag: {pitfall.isolated}: {outcome}"
+        return f"cudadiag: {instead}: {outcome}"
+    if isolated is None and eager:
+        return COMPILED_PATH_LINE.format(original=failure_text(original))
     if isolated is None:
         return (f"cudadiag: the error did not reproduce: the isolated run finished without "
                 f"error (original: {failure_text(original)}) — {SUGGESTION}")
-    if same_failure(original, isolated):
+    if same_failure(original, isolated, eager):
         return (f"cudadiag: reproduced: same failure ({original.diagnosis.family}) as "
                 f"{_where(original)}")
     return (f"cudadiag: the isolated run failed differently: {failure_text(isolated)}; "
             f"original: {failure_text(original)} — {SUGGESTION}")
+
+
+def _what_the_isolated_run_does_instead(original: Incident) -> str | None:
+    pitfall = PITFALLS.get(str(original.diagnosis.details.get("pitfall")))
+    if pitfall is not None:
+        return pitfall.isolated
+    family = FAMILIES.get(original.diagnosis.family)
+    return family.isolated if family is not None else None
 
 
 def failure_text(incident: Incident) -> str:

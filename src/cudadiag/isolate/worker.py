@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from cudadiag.incident import Incident, LoopContext, RunInfo, exception_chain
 from cudadiag.isolate import program_files, rankfiles, spawn
+from cudadiag.isolate.eager import disable_compilation_if_asked
 from cudadiag.isolate.envreads import describes_the_machine, environ_reads
 from cudadiag.isolate.job import Job, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
@@ -99,6 +100,7 @@ def run_job(job: Job) -> JobResult:
     when nothing failed) and the exit code."""
     import torch  # only now: the environment is already final
 
+    disable_compilation_if_asked(torch)
     from cudadiag.batch import new_cell
     from cudadiag.loopvars import loop_context
     from cudadiag.trace import OpTracer

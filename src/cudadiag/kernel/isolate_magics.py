@@ -148,6 +148,7 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
     """Plan and run cell `target` isolated, print the outcome; return the result (None for
     --dry-run). Raises UsageError for a bad option or plan."""
     from cudadiag.errors import PlanError
+    from cudadiag.isolate.eager import EAGER_ENV, EAGER_LINE, should_run_eagerly
     from cudadiag.isolate.spawn import calls_spawn
     from cudadiag.isolate.verdict import verdict_line
     from cudadiag.isolate.view import render_isolated
@@ -178,12 +179,17 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
         raise UsageError(plan.refusal)
     recorded = recorded_batch(args.batch) if args.batch else None
     original = _original_incident(shell, target, history[target])
+    eager = should_run_eagerly(original, [plan.sources[n] for n in {*plan.replay, target}],
+                               env)
+    if eager:
+        env = {**env, **EAGER_ENV}
+        print(EAGER_LINE, flush=True)
     try:
         result = _isolated_run(shell, plan, target, args, env, recorded, restore_cell)
     except (OSError, ValueError) as exc:  # Windows, no interpreter
         raise UsageError(f"cannot run isolated: {exc}") from None
     ended = not (result.timed_out or result.interrupted)
-    verdict = verdict_line(original, result.incident) if original and ended else None
+    verdict = verdict_line(original, result.incident, eager) if original and ended else None
     print(render_isolated(result, plan.describe(), verdict))
     return result
 
