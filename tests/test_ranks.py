@@ -97,6 +97,22 @@ if dist.get_rank() == 1:
     dist.all_reduce(grads)  # rank 0 never comes: it ended
 """
 
+RANK1_KILLED = """\
+import os
+import signal
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+grads = torch.ones(3)
+for step in range(5):
+    if rank == 1 and step == 3:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the host's out-of-memory killer does
+    dist.all_reduce(grads)
+"""
+
 
 def cudadiag_ranks(script: str, tmp_path: Path, *args: str,
                    options: tuple[str, ...] = ("--standalone",)
@@ -197,6 +213,23 @@ def test_a_rank_that_ended_while_the_other_waits_is_named(tmp_path):
     assert "rank 0 had already ended (exit status 0)" in incident.diagnosis.summary
 
 
+@pytest.mark.slow
+def test_a_rank_killed_by_sigkill_before_its_record_is_the_first_failure_not_its_peer(
+        tmp_path):
+    ran, incident = failed_job(RANK1_KILLED, tmp_path)
+    assert incident.diagnosis.rank == 1
+    summary = incident.diagnosis.summary
+    assert summary.startswith("rank 1 failed first (killed by signal 9 (SIGKILL) — often the "
+                              "host's out-of-memory killer; check `dmesg`)"), summary
+    assert summary in ran.stderr
+    killed = next(r for r in incident.run.ranks if r.rank == 1)
+    assert (killed.outcome, killed.signal) == ("died", "SIGKILL")
+    peer = next(r for r in incident.run.ranks if r.rank == 0)
+    # the peer's "Connection reset by peer" (or torchrun's SIGTERM first) is a consequence
+    assert peer.outcome == "stopped" or (peer.outcome == "raised" and peer.consequence)
+    assert all(later.probable_consequence for later in incident.error.later)
+
+
 NOTEBOOK_CELLS = (
     "%load_ext cudadiag",
     "import os\n"
@@ -251,6 +284,9 @@ def test_cuda_isolate_runs_a_notebooks_cells_as_two_ranks(tmp_path):
     "RuntimeError: NCCL communicator was aborted on rank 0.",
     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed "
     "by peer [127.0.0.1]:29500",
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] "
+    "Read error [127.0.0.1]:64235: Connection reset by peer. This is typically caused by a "
+    "remote worker hanging or bugs in the application.",
     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out "
     "waiting 3000ms for recv operation to complete",
 ])
@@ -360,3 +396,22 @@ def test_a_ranks_record_keeps_its_incident_typed(tmp_path):
     job = _rank_folder(tmp_path, [_state(0, outcome="finished", exit_code=0), state],
                        LauncherReport())
     assert job.collect(stopped=False).incident == incident
+
+
+def test_a_rank_sigkilled_without_a_stack_is_the_first_failure_whatever_torchrun_ranks_first(
+        tmp_path):
+    # torchrun's timestamps are whole seconds: the peer's error file may tie and come first
+    job = _rank_folder(tmp_path, [
+        _state(0, outcome="raised", error_type="RuntimeError",
+               message="[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:64235: "
+                       "Connection reset by peer",
+               text="[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:64235: "
+                    "Connection reset by peer", where="all_reduce"),
+        _state(1)], LauncherReport(0, [LauncherFailure(0, 0, 2**31 - 1, 1, 1.7e9),
+                                       LauncherFailure(1, 1, 2**31 - 2, -9, 1.7e9)]))
+    incident = job.collect(stopped=False).incident
+    job.complete(incident)
+    assert incident.diagnosis.rank == 1 and incident.run.signal == "SIGKILL"
+    assert incident.diagnosis.summary == (
+        "rank 1 failed first (killed by signal 9 (SIGKILL) — often the host's out-of-memory "
+        "killer; check `dmesg`); rank 0 failed afterwards in all_reduce — consequences")

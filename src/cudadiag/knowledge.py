@@ -827,7 +827,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("distributed", r"The connection to the C10d store has failed"),
     _sig("distributed", r"RuntimeError: Socket Timeout"),
     _sig("distributed", r"Timed out waiting \d+ms for (?:send|recv) operation to complete"),
-    _sig("distributed", r"gloo[^\n]{0,200}Connection closed by peer"),
+    _sig("distributed", r"gloo[^\n]{0,200}Connection (?:closed|reset) by peer"),
     # torchrun's report of a child that died: the child's own error, if shown, decides
     _sig("unknown", r"ChildFailedError", wrapper=True),
     # a process started with the spawn start method (torch.multiprocessing.spawn's only one)
@@ -1548,6 +1548,47 @@ GUARD_ADVICE: dict[str, Advice] = {
     "same_device": _check("Move the stray ones where they are created rather than adding "
                           "copies at the call", "method 5"),
 }
+
+
+@dataclass(frozen=True)
+class ProcessEnd:
+    """How a process ended without a Python exception of its own: an exit code (negative: the
+    signal that killed it, as Python and torchrun write it; 128+N as a shell writes it)."""
+
+    codes: tuple[int, ...]
+    words: str
+    """What it means, in the user's words (`killed by signal 9 — ...`)."""
+
+
+PROCESS_ENDS: tuple[ProcessEnd, ...] = (
+    # the kernel's OOM killer sends SIGKILL (man 5 proc: oom_score; dmesg: "Out of memory:
+    # Killed process"); so do a scheduler over its memory limit and `kill -9`
+    ProcessEnd((-9, 137), "killed by signal 9 (SIGKILL) — often the host's out-of-memory "
+                          "killer; check `dmesg`"),
+    # abort(): a C++ exception no one caught (`terminate called after throwing`), an assert
+    # in a library, NCCL's async error handling tearing the process down
+    ProcessEnd((-6, 134), "aborted (signal 6, SIGABRT) — an uncaught C++ exception or a "
+                          "library's assert; the lines just before it say which"),
+    ProcessEnd((-11, 139), "crashed with a segmentation fault (signal 11, SIGSEGV) — native "
+                           "code (an extension, a driver, a data loader worker) read bad "
+                           "memory"),
+    ProcessEnd((-7, 135), "crashed with a bus error (signal 7, SIGBUS) — often a full "
+                          "/dev/shm (a container's shared memory)"),
+    ProcessEnd((-15, 143), "stopped by signal 15 (SIGTERM) — the launcher stopping it after "
+                           "another process failed, or the scheduler"),
+    ProcessEnd((1,), "exited with status 1 without a traceback in this log — its error was "
+                     "printed elsewhere (its own log, stderr not captured)"),
+)
+PROCESS_ENDS_BY_CODE = {code: end for end in PROCESS_ENDS for code in end.codes}
+
+
+def process_end_words(code: int) -> str:
+    """What an exit code means (PROCESS_ENDS), else `exited with status N` or `killed by
+    signal N`."""
+    end = PROCESS_ENDS_BY_CODE.get(code)
+    if end is not None:
+        return end.words
+    return f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
 
 
 # Lines a log scanner (`cudadiag explain`) looks at: those holding a signature's anchor, an

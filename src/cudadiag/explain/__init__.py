@@ -14,7 +14,7 @@ from __future__ import annotations
 import gzip
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +22,14 @@ from cudadiag import knowledge
 from cudadiag.advice import advise_log
 from cudadiag.classify import classify, first_error_line, mentions_sticky_error
 from cudadiag.errors import ExplainError
+from cudadiag.explain.launchers import (
+    LAUNCHER_ANCHORS,
+    LINE_PREFIX,
+    MESSAGE_RANK,
+    RANKS_IN_BLOCK,
+    ProcessReport,
+    launcher_report,
+)
 from cudadiag.generated_code import describe_generated_code
 from cudadiag.incident import Diagnosis
 
@@ -50,12 +58,13 @@ SHORT_TEXT_BYTES = 2**20
 """A log whose first block is smaller than this (a pasted text) has every line read."""
 _NEWLINE = re.compile(rb"\n")
 
-_RANK_PREFIX = re.compile(
-    rb"^\s*(?:\[(?:rank|default)(?P<bracketed>\d{1,5})\]:|(?P<label>\d{1,5}): )")
-_RANKS_IN_BLOCK = re.compile(
-    rb"^\s*(?:\[(?:rank|default)(\d{1,5})\]:|(\d{1,5}): )", re.MULTILINE)
 _ROOT_CAUSE = b"root cause (first observed failure)"
-_ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_ROOT_CAUSE_FIELDS = re.compile(
+    r"^\s*(?:(?P<field>rank|exitcode|host)\s*:\s*(?P<value>-?[\w.-]+)|(?P<end>={8,}))")
+"""The lines of torchrun's Root Cause block cudadiag reads (`rank : 1 (local_rank: 1)`,
+`exitcode : -9 (pid: 22)`, `host : node7`), and the rule that ends it."""
+MAX_REPORTS = 1000
+"""Launchers' lines about processes kept (the first ones)."""
 _ISO_TIME = re.compile(rb"(?P<date>\d{4}-\d{2}-\d{2})[ T_](?P<time>\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)")
 _GLOG_TIME = re.compile(
     rb"\b[EWIF](?P<month>[01]\d)(?P<day>[0-3]\d) (?P<time>\d{2}:\d{2}:\d{2}(?:\.\d+)?)")
@@ -84,6 +93,13 @@ class RankError:
     text: str
     """The window around the error: a few lines before it, the error, the lines after."""
     diagnosis: Diagnosis | None = None
+    node: str | None = None
+    """The host its lines name (NCCL's `host:pid:tid [N]`, pdsh's `host: `, torchrun's
+    Root Cause block), if any."""
+    exit_code: int | None = None
+    """How the process ended, when a launcher reported it (`-9`: killed by SIGKILL)."""
+    local: bool = False
+    """`rank` is the process's local rank on its node (torchelastic's `local_rank: 5`)."""
 
     @property
     def family(self) -> str:
@@ -104,6 +120,12 @@ class Explanation:
     ranks_seen: list[int] = field(default_factory=list)
     root_cause_rank: int | None = None
     """The rank torchrun's error summary names as the first observed failure, if any."""
+    stopped_by_launcher: int = 0
+    """Processes the launcher said it stopped (`Sending process N closing signal SIGTERM`):
+    consequences of the first failure."""
+    first_dump_rank: int | None = None
+    """The rank whose watchdog fired first (Flight Recorder's "First PG on this rank to
+    signal dumping"): the first to notice a stuck collective, not the one that stuck it."""
     only_collective_failures: bool = False
     """Every rank that failed failed in a collective (timeouts, aborts): none raised first."""
     silent_ranks: list[int] = field(default_factory=list)
@@ -142,6 +164,10 @@ class Explanation:
             "only_collective_failures": self.only_collective_failures,
             "silent_ranks": self.silent_ranks,
             "root_cause_rank": self.root_cause_rank,
+            "node": self.first.node if self.first else None,
+            "exit_code": self.first.exit_code if self.first else None,
+            "stopped_by_launcher": self.stopped_by_launcher,
+            "first_dump_rank": self.first_dump_rank,
             "lines": self.lines,
             "bytes": self.bytes,
         }
@@ -228,6 +254,13 @@ class _Scanner:
         self.summary: _Window | None = None
         self.sticky_evidence = ""
         self.root_cause_rank: int | None = None
+        self.root_cause: dict[str, str] = {}
+        """The fields of torchrun's Root Cause block (rank, exitcode, host)."""
+        self.root_cause_at: tuple[int, str] | None = None
+        self.reports: list[tuple[int, str, ProcessReport]] = []
+        """Launchers' lines about processes: (line, the line, what it says)."""
+        self.nodes: dict[int | None, str] = {}
+        """The node each rank's lines named first."""
         self.fallback: RankError | None = None
         """The first exception line, kept in case no known signature ever matches."""
         self.ranks: set[int] = set()
@@ -273,7 +306,7 @@ class _Scanner:
         """Note the ranks that print in this block. Ranks interleave all along a log, so the
         block's first and last lines show them without a pass over every line."""
         for sample in (block[:RANK_SAMPLE_BYTES], block[-RANK_SAMPLE_BYTES:]):
-            self.ranks.update(int(a or b) for a, b in _RANKS_IN_BLOCK.findall(sample))
+            self.ranks.update(int(a or b) for a, b in RANKS_IN_BLOCK.findall(sample))
 
     def _visit(self, block: bytes, lowered: bytes, start: int, end: int, line: int,
                is_candidate: bool) -> None:
@@ -282,16 +315,18 @@ class _Scanner:
         them); a frame without a rank prefix has its line's rank."""
         line_rank = None
         for at, stop in _frames(block, start, end):
-            rank, text = _split_rank(block[at:min(stop, at + MAX_LINE_BYTES)])
+            rank, node, text = _split_rank(block[at:min(stop, at + MAX_LINE_BYTES)])
             if at == start:
                 line_rank = rank
             rank = line_rank if rank is None else rank
             self._follow(rank, text, line)
             if is_candidate:
+                if node is not None and rank not in self.nodes:
+                    self.nodes[rank] = node
                 at, stop = _error_view(lowered, at, stop)
                 raw = block[at:stop]
                 self._consider(block, lowered, start, at, stop, line, rank, raw,
-                               _split_rank(raw)[1] if at != start else text)
+                               _split_rank(raw)[2] if at != start else text)
 
     def _consider(self, block: bytes, lowered: bytes, start: int, at: int, stop: int,
                   line: int, rank: int | None, raw: bytes, text: str) -> None:
@@ -302,6 +337,14 @@ class _Scanner:
         low = lowered[at:stop]
         if _ROOT_CAUSE in low:
             self.summary = _Window(None, None, ROOT_CAUSE_LINES)
+            self.root_cause_at = (line, text.strip())
+        report = launcher_report(low, text)
+        if report is not None:
+            if report.rank is None and not report.local and rank is not None:
+                report = replace(report, rank=rank)
+            if len(self.reports) < MAX_REPORTS:
+                self.reports.append((line, text.strip(), report))
+            return
         if not (self.every_line or any(a in low for a in knowledge.LOG_ANCHORS)
                 or _EXCEPTION_LINE.match(text)):
             return
@@ -357,11 +400,13 @@ class _Scanner:
     def _follow(self, rank: int | None, text: str, line: int) -> None:
         """Give a line to the windows still collecting lines of its rank."""
         if self.summary is not None:
-            m = _ROOT_CAUSE_RANK.match(text)
+            m = _ROOT_CAUSE_FIELDS.match(text)
             self.summary.wanted -= 1
-            if m:
-                self.root_cause_rank = int(m.group(1))
-            if m or self.summary.wanted <= 0:
+            if m and m["field"]:
+                self.root_cause.setdefault(m["field"], m["value"])
+                if m["field"] == "rank":
+                    self.root_cause_rank = int(m["value"])
+            if (m and m["end"]) or self.summary.wanted <= 0:
                 self.summary = None
         for window in list(self.windows):
             if window.rank == rank and window.error is not None:
@@ -376,7 +421,7 @@ class _Scanner:
             start - BEFORE_SCAN_BYTES:start]
         kept: list[str] = []
         for raw in reversed(window.split(b"\n")[1:-1]):
-            line_rank, text = _split_rank(raw[:MAX_LINE_BYTES])
+            line_rank, _, text = _split_rank(raw[:MAX_LINE_BYTES])
             if line_rank == rank:
                 kept.append(text)
                 if len(kept) == LINES_BEFORE:
@@ -387,11 +432,16 @@ class _Scanner:
         errors = list(self.first.values())
         for error in [*errors, *self.later]:
             error.diagnosis = classify(error.text)
-        first = _first_failure(errors, self.root_cause_rank)
+            error.node = error.node or self.nodes.get(error.rank)
+        deaths = self._deaths()
+        named = self._named_first(deaths)
+        first = _first_failure(errors, self.root_cause_rank, named, deaths)
         if first is not None and first.diagnosis is not None:
             diagnosis = first.diagnosis
         elif self.fallback is not None:
             first = self.fallback
+            if named is not None and first.rank is None:
+                first.rank, first.local, first.node = named.rank, named.local, named.node
             diagnosis = classify(first.text)
             diagnosis.evidence = diagnosis.evidence or first.evidence
         else:
@@ -399,23 +449,57 @@ class _Scanner:
         if self.sticky_evidence and not diagnosis.sticky:
             diagnosis.sticky = True
             diagnosis.details["sticky_evidence"] = self.sticky_evidence
-        multi = bool(self.ranks)
-        if first is not None and multi:
+        ranks = self.ranks | {d.rank for d in deaths if d.rank is not None and not d.local}
+        if first is not None and (ranks or first.rank is not None):
             diagnosis.rank = first.rank
         describe_generated_code(diagnosis, None, first.text if first is not None else "")
         advise_log(diagnosis, first.text if first is not None else "")
-        only_collective = multi and bool(errors) and all(
+        if first is not None and first.diagnosis is not None and first.exit_code is not None:
+            diagnosis.details["exit_code"] = first.exit_code
+        only_collective = bool(ranks) and bool(errors) and not deaths and all(
             is_consequence(e.diagnosis) for e in errors)
         failed = {e.rank for e in errors}
+        others = [e for e in [*errors, *deaths, *self.later] if e is not first
+                  and not (e.rank == getattr(first, "rank", None) and e in deaths)]
         return Explanation(
             diagnosis=diagnosis, first=first,
-            consequences=sorted([*(e for e in errors if e is not first), *self.later],
-                                key=lambda e: e.line),
-            ranks_seen=sorted(self.ranks), root_cause_rank=self.root_cause_rank,
+            consequences=sorted(others, key=lambda e: e.line),
+            ranks_seen=sorted(ranks), root_cause_rank=self.root_cause_rank,
+            stopped_by_launcher=sum(1 for _, _, r in self.reports if r.kind == "stopped"),
+            first_dump_rank=next((r.rank for _, _, r in self.reports
+                                  if r.kind == "first_dump"), None),
             only_collective_failures=only_collective,
-            silent_ranks=sorted(r for r in self.ranks if r not in failed),
+            silent_ranks=sorted(r for r in ranks if r not in failed),
             lines=self.lines, sticky_evidence=self.sticky_evidence,
         )
+
+    def _deaths(self) -> list[RankError]:
+        """The processes launchers said ended and took the job down: their lines, and
+        torchrun's Root Cause block, each as a RankError diagnosed by its exit code."""
+        deaths = [_death(rank=report.rank, line=line, evidence=evidence,
+                         exit_code=report.exit_code, local=report.local, node=report.node)
+                  for line, evidence, report in self.reports if report.kind == "died"]
+        code = self.root_cause.get("exitcode")
+        if self.root_cause_at is not None and self.root_cause_rank is not None and code:
+            line, _ = self.root_cause_at
+            fields = ", ".join(f"{k} {v}" for k, v in self.root_cause.items())
+            deaths.append(_death(
+                rank=self.root_cause_rank, line=line,
+                evidence=f"torchrun's Root Cause (first observed failure): {fields}",
+                exit_code=int(code) if code.lstrip("-").isdigit() else None, local=False,
+                node=self.root_cause.get("host")))
+        return deaths
+
+    def _named_first(self, deaths: list[RankError]) -> RankError | None:
+        """The process a launcher names as the first to fail: torchrun's Root Cause, else
+        the earliest launcher line that names one (torchelastic's `failed (exitcode: -9)
+        local_rank: 5`, spawn's `process 1 terminated with ...`)."""
+        if self.root_cause_rank is not None:
+            return next((d for d in deaths if d.rank == self.root_cause_rank and not d.local),
+                        _death(rank=self.root_cause_rank, line=0, evidence="", exit_code=None,
+                               local=False, node=self.root_cause.get("host")))
+        named = [d for d in deaths if d.rank is not None]
+        return min(named, key=lambda d: d.line) if named else None
 
 
 def _frames(block: bytes, start: int, end: int) -> Iterator[tuple[int, int]]:
@@ -450,7 +534,7 @@ def _error_view(lowered: bytes, at: int, stop: int) -> tuple[int, int]:
 def _key_line_starts(lowered: bytes) -> set[int]:
     """Return the start offsets of the lines of `lowered` that hold one of LOG_KEYS."""
     starts: set[int] = set()
-    for key in knowledge.LOG_KEYS:
+    for key in (*knowledge.LOG_KEYS, *LAUNCHER_ANCHORS):
         at = lowered.find(key)
         while at >= 0:
             starts.add(lowered.rfind(b"\n", 0, at) + 1)
@@ -458,15 +542,25 @@ def _key_line_starts(lowered: bytes) -> set[int]:
     return starts
 
 
-def _split_rank(raw: bytes) -> tuple[int | None, str]:
-    """Return (the rank of a `[rank3]:` / `[default3]:` / `3: ` prefix or None, the line
-    without the prefix, decoded)."""
-    m = _RANK_PREFIX.match(raw)
-    rank = None
-    if m:
-        rank = int(m.group("bracketed") or m.group("label"))
+def _split_rank(raw: bytes) -> tuple[int | None, str | None, str]:
+    """Return (the rank of the line's prefixes (launchers.LINE_PREFIXES: `[rank3]:`,
+    `[default3]:`, `3: `, NCCL's `host:pid:tid [3] `) or, without one, the rank the message
+    names (`[Rank 3] Watchdog ...`), else None; the node they name or None; the line
+    without the prefixes, decoded)."""
+    m = LINE_PREFIX.match(raw)
+    rank: int | None = None
+    node: str | None = None
+    if m is not None and m.end():
+        number = m["bracketed"] or m["label"] or m["nccl_rank"]
+        rank = int(number) if number is not None else None
+        host = m["host"] or m["nccl_host"]
+        node = host.decode("utf-8", errors="replace") if host else None
         raw = raw[m.end():]
-    return rank, raw.decode("utf-8", errors="replace").rstrip("\r\n")
+    text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+    if rank is None and b"Rank " in raw[:200]:
+        named = MESSAGE_RANK.search(text, 0, 200)
+        rank = int(named["rank"]) if named else None
+    return rank, node, text
 
 
 def _timestamp(raw: bytes) -> tuple[str, ...] | None:
@@ -490,21 +584,76 @@ def is_consequence(diagnosis: Diagnosis | None) -> bool:
         diagnosis.details.get("carrier_only"))
 
 
-def _first_failure(errors: list[RankError], named: int | None) -> RankError | None:
-    """The error that came first. Collective failures and bare wrappers are consequences:
-    among the other errors, the earliest by timestamp when each has one of the same kind,
-    else the first to appear. When only consequences exist, torchrun's root-cause rank, else
-    the first."""
+def _death(*, rank: int | None, line: int, evidence: str, exit_code: int | None,
+           local: bool, node: str | None) -> RankError:
+    """A process a launcher reported dead, diagnosed by how it ended
+    (knowledge.PROCESS_ENDS: `killed by signal 9 (SIGKILL) — often the host's out-of-memory
+    killer; check `dmesg``)."""
+    diagnosis = classify("")
+    who = ("local rank " if local else "rank ") + str(rank) if rank is not None else "a process"
+    if exit_code is not None:
+        diagnosis.summary = f"{who} {knowledge.process_end_words(exit_code)}"
+        diagnosis.details["exit_code"] = exit_code
+    else:
+        diagnosis.summary = f"{who} raised an exception (its traceback follows line {line:,})"
+    diagnosis.evidence = evidence
+    return RankError(rank=rank, line=line, timestamp=None, evidence=evidence, text=evidence,
+                     diagnosis=diagnosis, node=node, exit_code=exit_code, local=local)
+
+
+KILLED_CODES = frozenset({-9, 137})
+"""Exit codes of a process something outside killed (the host's out-of-memory killer): that
+is its story even when its peers printed errors."""
+
+
+def _first_failure(errors: list[RankError], root_cause: int | None, named: RankError | None,
+                   deaths: list[RankError]) -> RankError | None:
+    """The error that came first. A process the launcher names first decides with its own
+    error (or, when it printed none or was killed, its death); the errors of a log without
+    rank prefixes are that process's. Else: collective failures and bare wrappers are
+    consequences; among the other errors, the earliest by timestamp when each has one of
+    the same kind, else the first to appear. When only consequences exist, the rank whose
+    collective is behind (lowest SeqNum), torchrun's root-cause rank, else the first."""
+    causes = [e for e in errors if not is_consequence(e.diagnosis)]
+    if named is not None:
+        own = next((e for e in causes if e.rank == named.rank), None) or next(
+            (e for e in errors if e.rank == named.rank and not causes), None)
+        if own is not None and named.exit_code not in KILLED_CODES:
+            own.exit_code, own.node = named.exit_code, own.node or named.node
+            return own
+        unranked = [e for e in causes if e.rank is None]
+        if unranked and len(unranked) == len(causes) and named.exit_code not in KILLED_CODES:
+            chosen = min(unranked, key=lambda e: e.line)
+            chosen.rank, chosen.local = named.rank, named.local
+            chosen.node, chosen.exit_code = chosen.node or named.node, named.exit_code
+            return chosen
+        if named.line or named.exit_code is not None:
+            if named.exit_code in KILLED_CODES or not causes:
+                return named
+    if causes:
+        stamps = {e.timestamp[0] for e in causes if e.timestamp is not None}
+        if len(stamps) == 1 and all(e.timestamp is not None for e in causes):
+            return min(causes, key=lambda e: (e.timestamp, e.line))
+        return min(causes, key=lambda e: e.line)
+    if deaths:
+        return min(deaths, key=lambda e: e.line)
     if not errors:
         return None
-    causes = [e for e in errors if not is_consequence(e.diagnosis)]
-    if not causes:
-        named_error = next((e for e in errors if e.rank == named), None)
-        return named_error or min(errors, key=lambda e: e.line)
-    stamps = {e.timestamp[0] for e in causes if e.timestamp is not None}
-    if len(stamps) == 1 and all(e.timestamp is not None for e in causes):
-        return min(causes, key=lambda e: (e.timestamp, e.line))
-    return min(causes, key=lambda e: e.line)
+    behind = _behind(errors)
+    if behind is not None:
+        return behind
+    named_error = next((e for e in errors if e.rank == root_cause), None)
+    return named_error or min(errors, key=lambda e: e.line)
+
+
+def _behind(errors: list[RankError]) -> RankError | None:
+    """The error of the rank whose collective sequence number is lowest, when the ranks'
+    numbers differ."""
+    seqs = {e.rank: int(m.group(1)) for e in errors if (m := _SEQ_NUM.search(e.text))}
+    if len(set(seqs.values())) < 2:
+        return None
+    rank = min(seqs, key=lambda r: seqs[r])
+    return next(e for e in errors if e.rank == rank)
 
 
 def seq_numbers(explanation: Explanation) -> dict[int | None, int]:

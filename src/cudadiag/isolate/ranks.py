@@ -43,15 +43,18 @@ from cudadiag.isolate.rankfiles import (
     read_rank_files,
 )
 from cudadiag.isolate.spawn import EXITS_FILE, START_METHOD
-from cudadiag.knowledge import FAMILIES
+from cudadiag.knowledge import FAMILIES, process_end_words
 
 if TYPE_CHECKING:
     from cudadiag.isolate.result import IsolatedResult
 
 STOP_GRACE_S = 5.0
 """How long ranks left running get, after SIGTERM, to dump their stacks and exit."""
-STOPPED_BY = ("SIGTERM", "SIGKILL", "SIGINT")
-"""Signals torchrun (or cudadiag's timeout) stops the other ranks with."""
+STOPPED_BY = ("SIGTERM", "SIGINT")
+"""Signals torchrun (or cudadiag's timeout) stops the other ranks with. SIGKILL too, but only
+after SIGTERM, which leaves the rank's stack file: a rank killed by SIGKILL without one was
+stopped only when cudadiag's timeout stopped the job; else something outside killed it (the
+host's out-of-memory killer) and it failed on its own."""
 OUTCOME_WORDS = {
     "raised": "failed afterwards {place}",
     "stopped": "was stopped {place}",
@@ -345,13 +348,19 @@ def _record(rank: int, files: RankFiles | None, failure: LauncherFailure | None,
         out.outcome, out.at = "finished", state.at
     elif files is not None and files.stack:
         out.outcome, out.at, out.where = "stopped", files.stack_at, files.stopped_in()
-    elif signal_name in STOPPED_BY or (stopped and not failure):
+    elif _stopped_by_the_job(signal_name, stopped) or (stopped and not failure):
         out.outcome = "stopped"
     elif failure:
         out.outcome = "died"
         out.at = datetime.fromtimestamp(failure.timestamp, timezone.utc).isoformat(
             timespec="milliseconds")
     return out
+
+
+def _stopped_by_the_job(signal_name: str | None, stopped: bool) -> bool:
+    """True when the signal that ended a rank (one that left no stack file) is the job
+    stopping it (STOPPED_BY)."""
+    return signal_name in STOPPED_BY or (signal_name == "SIGKILL" and stopped)
 
 
 def _signal_name(exit_code: int | None) -> str | None:
@@ -404,7 +413,8 @@ def _first_failure_summary(incident: Incident, first: RankRecord,
                            others: list[RankRecord]) -> str:
     """`rank 1 failed first at step 3 (nll_loss, target 4); rank 0 failed afterwards in
     all_reduce — consequences`."""
-    head = f"rank {first.rank} failed first{_step_words(incident)} ({_what_failed(incident)})"
+    what = _how_it_ended(first) if first.outcome == "died" else _what_failed(incident)
+    head = f"rank {first.rank} failed first{_step_words(incident)} ({what})"
     described = [f"rank {r.rank} " + OUTCOME_WORDS[r.outcome].format(
         place=_place(r.where), status=r.signal or r.exit_status)
         for r in others if r.outcome != "finished" or r.exit_status or r.signal]
@@ -434,6 +444,14 @@ def _step_words(incident: Incident) -> str:
     frames = [f for f in (incident.loop.frames if incident.loop else []) if f.loops]
     values = frames[-1].loops[-1].values if frames else {}
     return " at " + ", ".join(f"{k} {v}" for k, v in values.items()) if values else ""
+
+
+def _how_it_ended(record: RankRecord) -> str:
+    """`killed by signal 9 (SIGKILL) — often the host's out-of-memory killer; check
+    `dmesg``: a rank that ended without a Python exception (knowledge.PROCESS_ENDS)."""
+    if record.signal and record.signal.startswith("SIG"):
+        return process_end_words(-signal.Signals[record.signal].value)
+    return process_end_words(record.exit_status or 0)
 
 
 def _what_failed(incident: Incident) -> str:
