@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ import torch
 
 from cudadiag import probes
 from cudadiag.batch.summary import map_tensors, summarize, tensors_of
-from cudadiag.incident import BatchInfo, StepInfo
+from cudadiag.incident import BatchInfo, ModelFacts, StepInfo
 from cudadiag.own_work import outside_user_modes
 from cudadiag.step_hooks import SKIP, STOP, step_hooks
 
@@ -95,6 +95,14 @@ class WatchRecord:
         self.replayed_step: int | None = None
         self.by_reference = True
         """Batches are kept by reference until one is seen changed in place."""
+        self.framework: str | None = None
+        """Set for a record a library's callback keeps (cudadiag.integrations): it counts
+        in the cell where it last recorded a step, since a failing loop calls it no more."""
+        self.epoch: int | None = None
+        self.global_step: int | None = None
+        self.micro_step: int | None = None
+        self.accumulation: int | None = None
+        self.model: ModelFacts | None = None
 
     def record(self, item: Any, indices: list[int] | None) -> None:
         """Note the next item (called once per step, before it is yielded)."""
@@ -106,6 +114,8 @@ class WatchRecord:
         tensors = self.current_tensors = tensors_of(item)
         size = next((int(t.shape[0]) for t in tensors if t.dim() > 0), None)
         self.current_size = size
+        if self.framework is not None:
+            self.closed_in_cell = _cell
         if self.first_batch_size is None:
             self.first_batch_size = size
         self._keep(item, tensors, size, indices)
@@ -118,7 +128,9 @@ class WatchRecord:
         return StepInfo(
             iteration=self.step, last_completed=self.last_completed, batch_index=self.step,
             last_incomplete=smaller, is_last=self.length is not None
-            and self.step == self.length - 1, loader=self.name,
+            and self.step == self.length - 1, loader=self.name, framework=self.framework,
+            epoch=self.epoch, global_step=self.global_step, micro_step=self.micro_step,
+            accumulation=self.accumulation,
         )
 
     def batch_info(self) -> BatchInfo:
@@ -215,6 +227,19 @@ def watch(iterable: Iterable[Any], *, name: str | None = None, keep: int = 2,
     return _watching(iterable, record)
 
 
+def open_record(name: str, framework: str, *, length: int | None = None, keep: int = 2,
+                max_bytes: int = DEFAULT_MAX_BYTES) -> WatchRecord:
+    """Return a new record that a library's training loop fills step by step
+    (`record.record(batch, indices)`), as watch() would: it attaches to incidents raised in
+    the cell where it last recorded a step, and `--batch` replays its kept batches."""
+    record = WatchRecord(name, length, keep, max_bytes)
+    record.framework, record.active = framework, False
+    with _lock:
+        _records.append(record)
+        del _records[:-16]
+    return record
+
+
 def step_done() -> None:
     """Mark the step in flight of the innermost active watch as completed."""
     record = active_watch()
@@ -260,7 +285,13 @@ def replay_batch(step: int, batch: Any) -> None:
     _replay.update(step=step, batch=batch)
 
 
-probes.register_watches(step_in_flight, new_cell)
+def model_in_flight() -> ModelFacts | None:
+    """Return the model facts recorded with the step of the active watch, or None."""
+    record = active_watch()
+    return record.model if record is not None else None
+
+
+probes.register_watches(step_in_flight, new_cell, model_in_flight)
 
 
 def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
@@ -307,7 +338,12 @@ class _RecordingSampler:
 
 
 def _iterate_recording_indices(iterable: Any) -> tuple[Iterator[Any], deque[list[int]] | None]:
-    """iter(iterable); for a DataLoader, also the index lists its batch sampler hands out, in
+    return iterate_recording_indices(iterable, iter)
+
+
+def iterate_recording_indices(iterable: Any, start: Callable[[Any], Iterator[Any]]
+                              ) -> tuple[Iterator[Any], deque[list[int]] | None]:
+    """start(iterable), its iterator; for a DataLoader, also the index lists its batch sampler hands out, in
     order (batches come back in that order unless `in_order=False`).
 
     The loader reads its sampler through the `_index_sampler` property when the iterator is
@@ -319,7 +355,7 @@ def _iterate_recording_indices(iterable: Any) -> tuple[Iterator[Any], deque[list
     prop = vars(owner).get(_INDEX_SAMPLER) if owner else None
     if (owner is None or not isinstance(prop, property) or prop.fget is None
             or getattr(iterable, "in_order", True) is False):
-        return iter(iterable), None
+        return start(iterable), None
     read_sampler = prop.fget
     handed_out: deque[list[int]] = deque()
 
@@ -329,7 +365,7 @@ def _iterate_recording_indices(iterable: Any) -> tuple[Iterator[Any], deque[list
 
     setattr(owner, _INDEX_SAMPLER, property(index_sampler))
     try:
-        iterator = iter(iterable)
+        iterator = start(iterable)
     finally:
         setattr(owner, _INDEX_SAMPLER, prop)
     return iterator, handed_out

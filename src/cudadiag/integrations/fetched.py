@@ -1,0 +1,70 @@
+"""The batches a DataLoader handed out and the library has not run yet, with their dataset
+indices, oldest first.
+
+Libraries fetch ahead of the step they run (Lightning one batch, the Hugging Face Trainer a
+whole gradient accumulation, worker processes more): the batch a step runs is the oldest one
+fetched and not yet run. The loader is followed by giving this one instance a subclass of its
+own class whose `__iter__` notes each batch as it leaves the loader, with the index list its
+batch sampler handed out for it (watch()'s sampler recording); nothing else of the loader
+changes and nothing extra is drawn from it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from cudadiag.batch.watcher import iterate_recording_indices
+
+_FETCHED = "_cudadiag_fetched"
+_classes: dict[type, type] = {}
+
+
+class FetchedBatches:
+    """The batches fetched and not yet run: (batch, dataset indices or None), oldest first."""
+
+    def __init__(self) -> None:
+        self.pending: deque[tuple[Any, list[int] | None]] = deque()
+
+    def next_run(self) -> tuple[Any, list[int] | None] | None:
+        """Return the oldest batch fetched and not yet run, and forget it; None when none
+        is pending (a loader that could not be followed)."""
+        return self.pending.popleft() if self.pending else None
+
+
+def follow(loader: Any, fetched: FetchedBatches) -> bool:
+    """Make `loader` (a DataLoader, or Accelerate's prepared loader around one) note every
+    batch it hands out in `fetched`. Returns False when it holds no DataLoader."""
+    base = getattr(loader, "base_dataloader", loader)  # Accelerate's DataLoaderShard
+    if not isinstance(base, DataLoader):
+        return False
+    cls = type(base)
+    if _FETCHED not in vars(cls):
+        base.__class__ = _following_class(cls)
+    object.__setattr__(base, _FETCHED, fetched)
+    return True
+
+
+def _following_class(cls: type) -> type:
+    if cls not in _classes:
+        start = cls.__iter__
+
+        def __iter__(self: Any) -> Iterator[Any]:
+            fetched: FetchedBatches = getattr(self, _FETCHED)
+            fetched.pending.clear()  # a new epoch: what was fetched before will not run
+            iterator, handed_out = iterate_recording_indices(self, start)
+            return _noting(iterator, handed_out, fetched)
+
+        _classes[cls] = type(cls.__name__, (cls,), {"__iter__": __iter__, _FETCHED: None,
+                                                    "__module__": cls.__module__})
+    return _classes[cls]
+
+
+def _noting(iterator: Iterator[Any], handed_out: deque[list[int]] | None,
+            fetched: FetchedBatches) -> Iterator[Any]:
+    for item in iterator:
+        fetched.pending.append((item, handed_out.popleft() if handed_out else None))
+        yield item
