@@ -31,6 +31,15 @@ class Callback(LightningCallback):  # type: ignore[misc]
         self.record: WatchRecord | None = None
         self.fetched = FetchedBatches()
 
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        """Follow the loader given to fit(): Lightning iterates it once before
+        `on_train_start` (a loader a LightningModule or DataModule makes is followed from
+        its second epoch on)."""
+        source = getattr(getattr(trainer, "fit_loop", None), "_data_source", None)
+        given = getattr(source, "instance", None)
+        if isinstance(given, DataLoader):
+            follow(given, self.fetched)
+
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Start a record for this fit: its training loader followed."""
         loaders = _loaders(trainer.train_dataloader)
