@@ -1,0 +1,110 @@
+"""Training loops that run inside a library: a Hugging Face Trainer and a Lightning Trainer,
+with cudadiag's callback passed explicitly, in a real IPython shell. A tiny BERT classifier
+(built from its config, nothing downloaded) whose dataset holds label 3 at index 45 with
+num_labels=3."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudadiag import incidents
+from scenarios import run
+
+DATASET = (
+    "import torch, cudadiag\n"
+    "class Labels(torch.utils.data.Dataset):\n"
+    "    def __len__(self): return 64\n"
+    "    def __getitem__(self, i):\n"
+    "        g = torch.Generator().manual_seed(i)\n"
+    "        return {'input_ids': torch.randint(0, 64, (8,), generator=g),\n"
+    "                'labels': torch.tensor(3 if i == 45 else i % 3)}\n"
+    "torch.manual_seed(0)"
+)
+HF_SETUP = (
+    "from transformers import BertConfig, BertForSequenceClassification, Trainer, "
+    "TrainingArguments\n"
+    "config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,\n"
+    "                    intermediate_size=37, vocab_size=64, num_labels=3)\n"
+    "model = BertForSequenceClassification(config)\n"
+    "args = TrainingArguments(output_dir=OUT, per_device_train_batch_size=8,\n"
+    "                         gradient_accumulation_steps=ACC, num_train_epochs=2,\n"
+    "                         report_to=[], use_cpu=True, save_strategy='no',\n"
+    "                         logging_strategy='no', disable_tqdm=True, seed=1)\n"
+    "from cudadiag.integrations.transformers import Callback\n"
+    "trainer = Trainer(model=model, args=args, train_dataset=Labels(), callbacks=[Callback()])"
+)
+
+
+def _hf(shell, tmp_path, accumulation=1):
+    pytest.importorskip("transformers", reason="the transformers extra is not installed")
+    run(shell, DATASET)
+    run(shell, HF_SETUP.replace("OUT", repr(str(tmp_path / "out")))
+        .replace("ACC", str(accumulation)))
+    result, cell = run(shell, "trainer.train()")
+    assert result.error_in_exec is not None
+    (incident,) = incidents()
+    return incident, cell
+
+
+def test_trainer_incident_names_step_epoch_dataset_index_and_num_labels(shell, tmp_path):
+    incident, _ = _hf(shell, tmp_path)
+    step, batch = incident.step, incident.batch
+    assert step.framework == "transformers.Trainer" and step.epoch == 0
+    assert step.global_step == step.iteration and step.last_completed == step.iteration - 1
+    assert 45 in batch.indices and len(batch.indices) == 8
+    labels = batch.tensor("batch['labels']")
+    assert labels.max == 3 and labels.shape == [8]
+    assert incident.model.num_labels == 3 and incident.model.vocab_size == 64
+    assert incident.model.pad_token_id == 0
+    from cudadiag.ui.render import render_text
+
+    text = render_text(incident)
+    assert f"transformers.Trainer: epoch 0, global step {step.global_step}" in text
+    assert "config.num_labels = 3" in text
+    assert "45" in text.split("dataset indices", 1)[1].splitlines()[0]
+
+
+def test_trainer_micro_step_under_gradient_accumulation(shell, tmp_path):
+    incident, _ = _hf(shell, tmp_path, accumulation=2)
+    step = incident.step
+    assert step.accumulation == 2
+    assert step.micro_step == step.iteration % 2
+    assert step.global_step == step.iteration // 2
+    assert 45 in incident.batch.indices
+
+
+LIGHTNING = (
+    "import lightning as L\n"
+    "from cudadiag.integrations.lightning import Callback\n"
+    "class Classifier(L.LightningModule):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.save_hyperparameters({'num_classes': 3})\n"
+    "        self.embed = torch.nn.EmbeddingBag(64, 16)\n"
+    "        self.head = torch.nn.Linear(16, 3)\n"
+    "    def training_step(self, batch, batch_idx):\n"
+    "        logits = self.head(self.embed(batch['input_ids']))\n"
+    "        return torch.nn.functional.cross_entropy(logits, batch['labels'])\n"
+    "    def configure_optimizers(self):\n"
+    "        return torch.optim.SGD(self.parameters(), lr=0.1)\n"
+    "loader = torch.utils.data.DataLoader(Labels(), batch_size=8, shuffle=True)\n"
+    "trainer = L.Trainer(max_epochs=2, accelerator='cpu', callbacks=[Callback()],\n"
+    "                    logger=False, enable_checkpointing=False, enable_progress_bar=False,\n"
+    "                    enable_model_summary=False, default_root_dir=OUT)"
+)
+
+
+def test_lightning_incident_names_the_batch_the_step_ran_not_the_one_fetched_ahead(
+        shell, tmp_path):
+    pytest.importorskip("lightning", reason="the lightning extra is not installed")
+    run(shell, DATASET)
+    run(shell, LIGHTNING.replace("OUT", repr(str(tmp_path / "out"))))
+    result, _ = run(shell, "trainer.fit(Classifier(), loader)")
+    assert result.error_in_exec is not None
+    (incident,) = incidents()
+    step, batch = incident.step, incident.batch
+    assert step.framework == "lightning.Trainer" and step.epoch == 0
+    assert step.global_step == step.iteration
+    assert 45 in batch.indices
+    assert batch.tensor("batch['labels']").max == 3
+    assert incident.model.num_labels == 3
