@@ -302,7 +302,7 @@ def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
             record.record(batch, None)
             yield batch
             return
-        iterator, pending = _iterate_recording_indices(iterable)
+        iterator, pending = iterate_recording_indices(iterable, iter)
         for item in iterator:
             record.record(item, pending.popleft() if pending else None)
             hooks = step_hooks()
@@ -337,14 +337,10 @@ class _RecordingSampler:
         return len(self.sampler)
 
 
-def _iterate_recording_indices(iterable: Any) -> tuple[Iterator[Any], deque[list[int]] | None]:
-    return iterate_recording_indices(iterable, iter)
-
-
 def iterate_recording_indices(iterable: Any, start: Callable[[Any], Iterator[Any]]
                               ) -> tuple[Iterator[Any], deque[list[int]] | None]:
-    """start(iterable), its iterator; for a DataLoader, also the index lists its batch sampler hands out, in
-    order (batches come back in that order unless `in_order=False`).
+    """start(iterable), its iterator; for a DataLoader, also the index lists its batch
+    sampler hands out, in order (batches come back in that order unless `in_order=False`).
 
     The loader reads its sampler through the `_index_sampler` property when the iterator is
     built (worker processes prefetch index lists right then), so the property is swapped, for

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from cudadiag.batch.watcher import iterate_recording_indices
 
 _FETCHED = "_cudadiag_fetched"
-_classes: dict[type, type] = {}
+_classes: dict[type[DataLoader[Any]], type[DataLoader[Any]]] = {}
 
 
 class FetchedBatches:
@@ -48,7 +48,7 @@ def follow(loader: Any, fetched: FetchedBatches) -> bool:
     return True
 
 
-def _following_class(cls: type) -> type:
+def _following_class(cls: type[DataLoader[Any]]) -> type[DataLoader[Any]]:
     if cls not in _classes:
         start = cls.__iter__
 

@@ -21,7 +21,7 @@ from cudadiag.integrations.models import model_facts
 FRAMEWORK = "lightning.Trainer"
 
 
-class Callback(LightningCallback):  # type: ignore[misc]
+class Callback(LightningCallback):
     """Records every step of `Trainer.fit()` for cudadiag's incidents and for
     `%cuda_isolate --batch`: pass `callbacks=[Callback()]` to the Trainer (a kernel with
     cudadiag loaded adds one to every fit). `keep` and `max_bytes` are watch()'s."""

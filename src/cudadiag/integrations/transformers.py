@@ -24,7 +24,7 @@ from cudadiag.integrations.models import model_facts
 FRAMEWORK = "transformers.Trainer"
 
 
-class Callback(transformers.TrainerCallback):  # type: ignore[misc]
+class Callback(transformers.TrainerCallback):
     """Records every micro-step of `Trainer.train()` for cudadiag's incidents and for
     `%cuda_isolate --batch`: pass `callbacks=[Callback()]` to the Trainer (a kernel with
     cudadiag loaded adds one to every Trainer). `keep` and `max_bytes` are watch()'s."""
