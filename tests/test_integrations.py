@@ -108,3 +108,35 @@ def test_lightning_incident_names_the_batch_the_step_ran_not_the_one_fetched_ahe
     assert 45 in batch.indices
     assert batch.tensor("batch['labels']").max == 3
     assert incident.model.num_labels == 3
+
+
+def test_a_kernel_adds_the_callback_to_every_trainer_and_says_so(shell, tmp_path, capsys):
+    pytest.importorskip("transformers", reason="the transformers extra is not installed")
+    run(shell, DATASET)
+    setup = (HF_SETUP.replace("OUT", repr(str(tmp_path / "out"))).replace("ACC", "1")
+             .replace(", callbacks=[Callback()]", ""))
+    run(shell, setup)
+    out = capsys.readouterr().out
+    assert out.count("cudadiag: recording the steps of this transformers.Trainer") == 1
+    assert "`%cudadiag attach off` stops it" in out
+    run(shell, "trainer.train()")
+    (incident,) = incidents()
+    assert incident.step.framework == "transformers.Trainer" and 45 in incident.batch.indices
+
+    run(shell, "%cudadiag attach off")
+    assert "get no cudadiag callback" in capsys.readouterr().out
+    run(shell, setup)
+    assert "recording the steps" not in capsys.readouterr().out
+    run(shell, "from cudadiag.integrations.transformers import Callback as C\n"
+               "attached = [c for c in trainer.callback_handler.callbacks if isinstance(c, C)]")
+    assert shell.user_ns["attached"] == []
+
+
+def test_cuda_isolate_batch_last_finds_the_batch_the_trainer_ran(shell, tmp_path, capsys):
+    incident, _ = _hf(shell, tmp_path)
+    from cudadiag.capture.shell_state import recorded_batch
+
+    step, batch = recorded_batch("last")
+    assert step == incident.step.iteration
+    assert batch["labels"].max().item() == 3
+    assert "replaying step" in capsys.readouterr().out
