@@ -62,6 +62,11 @@ def test_trainer_incident_names_step_epoch_dataset_index_and_num_labels(shell, t
     assert f"transformers.Trainer: epoch 0, global step {step.global_step}" in text
     assert "config.num_labels = 3" in text
     assert "45" in text.split("dataset indices", 1)[1].splitlines()[0]
+    assert labels.max_at == [45]
+    (first, *_) = incident.diagnosis.first_checks
+    assert first.startswith("The model has config.num_labels = 3, so its classes are 0..2; "
+                            "labels reach 3 (dataset index 45).")
+    assert "fix the mapping where the data is prepared" in first
 
 
 def test_trainer_micro_step_under_gradient_accumulation(shell, tmp_path):

@@ -288,6 +288,10 @@ class TensorSummary:
     counts: list[list[int]] | None = None
     """[value, count] pairs of an integer tensor with few distinct values (the picture of
     targets against their valid range)."""
+    max_at: list[int] | None = None
+    """The dataset indices of the rows holding the max (a batch whose indices are known)."""
+    min_at: list[int] | None = None
+    """...and of those holding the min."""
 
     @property
     def is_integer(self) -> bool:

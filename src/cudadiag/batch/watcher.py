@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from cudadiag import probes
-from cudadiag.batch.summary import map_tensors, summarize, tensors_of
-from cudadiag.incident import BatchInfo, ModelFacts, StepInfo
+from cudadiag.batch.summary import leaves_with_paths, map_tensors, summarize, tensors_of
+from cudadiag.incident import BatchInfo, BatchSummary, ModelFacts, StepInfo
 from cudadiag.own_work import outside_user_modes
 from cudadiag.step_hooks import SKIP, STOP, step_hooks
 
@@ -139,6 +139,9 @@ class WatchRecord:
         entry = self.kept[-1] if self.kept and self.kept[-1].step == self.step else None
         source = entry.batch if entry is not None and entry.batch is not None else self.current
         summary = summarize(source)
+        if self.current_indices is not None:
+            with outside_user_modes():
+                _rows_at_extremes(summary, source, self.current_indices)
         return BatchInfo(
             **vars(summary), step=self.step, indices=self.current_indices,
             kept_copy=bool(entry and entry.batch is not None),
@@ -190,6 +193,30 @@ class WatchRecord:
         self.kept_bytes += kept.nbytes
         while len(self.kept) > self.keep or self.kept_bytes > self.max_bytes:
             self.kept_bytes -= self.kept.popleft().nbytes
+
+
+ROWS_NAMED = 8
+"""Dataset indices named per extreme of a tensor, at most."""
+
+
+def _rows_at_extremes(summary: BatchSummary, batch: Any, indices: list[int]) -> None:
+    """Set `max_at` and `min_at` of the summary's integer tensors whose rows are the
+    batch's samples: the dataset indices of the rows holding the max and the min."""
+    by_path = {t.path: t for t in summary.tensors}
+    for path, leaf in leaves_with_paths(batch):
+        found = by_path.get(path)
+        if (found is None or found.max is None or found.min is None or not found.is_integer
+                or not isinstance(leaf, torch.Tensor) or not leaf.is_cpu or leaf.dim() == 0
+                or leaf.shape[0] != len(indices)):
+            continue
+        rows = leaf.detach().reshape(len(indices), -1)
+        found.max_at = _rows_holding(rows, int(found.max), indices)
+        found.min_at = _rows_holding(rows, int(found.min), indices)
+
+
+def _rows_holding(rows: torch.Tensor, value: int, indices: list[int]) -> list[int]:
+    hit = (rows == value).any(dim=1).nonzero().flatten()[:ROWS_NAMED].tolist()
+    return [indices[i] for i in hit]
 
 
 def _versions(tensors: list[torch.Tensor]) -> list[int] | None:
