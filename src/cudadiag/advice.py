@@ -193,7 +193,8 @@ def model_rows(incident: Incident, kinds: tuple[str, ...],
         if values is None or not values.offending or not row.matches(values, fact):
             continue
         fields = {
-            "fact": fact, "last": values.high - 1, "max": values.largest,
+            "fact": fact, "num_labels_from": facts.num_labels_from, "last": values.high - 1,
+            "max": values.largest,
             "values": cut_list(values.offending, 5),
             "where": _dataset_rows(tensor, values),
             "tokenizer": (f", len(tokenizer) = {facts.tokenizer_length}"

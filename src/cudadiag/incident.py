@@ -215,6 +215,8 @@ class ModelFacts:
     """len(tokenizer) of the Trainer's tokenizer or processing class."""
     label_names: list[str] | None = None
     """The Trainer's `args.label_names`, when set."""
+    num_labels_from: str = "config.num_labels"
+    """Where num_labels was read (`hparams.num_classes` for a LightningModule's)."""
 
 
 @dataclass

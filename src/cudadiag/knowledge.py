@@ -1268,9 +1268,10 @@ def _pattern(name: str, kinds: tuple[str, ...], matches: Callable[[IndexValues],
 class ModelFactAdvice:
     """A check worded with the model's own configuration (the `ModelFacts` a library's
     trainer gave cudadiag.integrations), for the operators that take one kind of index.
-    Placeholders: those of VALUE_PATTERNS, {fact} (the fact's value), {where} (` (dataset
-    index 45)` when the batch's indices are known) and {tokenizer} (`, len(tokenizer) = 70`
-    when a tokenizer was given)."""
+    Placeholders: those of VALUE_PATTERNS, {fact} (the fact's value), {num_labels_from}
+    (`config.num_labels`, `hparams.num_classes`: where the label count was read), {where}
+    (` (dataset index 45)` when the batch's indices are known) and {tokenizer} (`,
+    len(tokenizer) = 70` when a tokenizer was given)."""
 
     name: str
     kinds: tuple[str, ...]
@@ -1293,10 +1294,10 @@ MODEL_FACT_ADVICE: tuple[ModelFactAdvice, ...] = (
     ModelFactAdvice(
         "labels_reach_num_labels", ("class_target",), "num_labels",
         lambda v, n: v.high == n and v.largest >= n,
-        _check("The model has config.num_labels = {fact}, so its classes are 0..{last}; labels "
+        _check("The model has {num_labels_from} = {fact}, so its classes are 0..{last}; labels "
                "reach {max}{where}. Look at that sample's label and at how the dataset's "
                "labels were turned into ids (one label2id over every split): fix the mapping "
-               "where the data is prepared; config.num_labels counts the class names, it does "
+               "where the data is prepared; {num_labels_from} counts the class names, it does "
                "not follow the largest label.", "method 7", topics=("model_labels",))),
     ModelFactAdvice(
         "labels_padded_with_pad_token", ("class_target", "token_target"), "pad_token_id",

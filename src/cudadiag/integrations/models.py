@@ -27,7 +27,7 @@ def model_facts(model: Any, tokenizer: Any = None, label_names: Any = None) -> M
         for key in ("num_labels", "num_classes"):
             value = hparams.get(key) if isinstance(hparams, dict) else None
             if isinstance(value, int) and not isinstance(value, bool):
-                facts.num_labels = value
+                facts.num_labels, facts.num_labels_from = value, f"hparams.{key}"
     facts.tokenizer_length = _length(tokenizer)
     if isinstance(label_names, (list, tuple)) and all(isinstance(n, str) for n in label_names):
         facts.label_names = list(label_names)

@@ -224,8 +224,9 @@ def step_text(s: StepInfo) -> str:
 
 def model_lines(facts: ModelFacts) -> list[str]:
     """The model's facts as `config.num_labels = 3`, one line."""
-    named = [(f"config.{name}", getattr(facts, name))
-             for name in ("num_labels", "vocab_size", "pad_token_id", "problem_type")]
+    named: list[tuple[str, object]] = [(facts.num_labels_from, facts.num_labels)]
+    named += [(f"config.{name}", getattr(facts, name))
+              for name in ("vocab_size", "pad_token_id", "problem_type")]
     named += [("len(tokenizer)", facts.tokenizer_length), ("label_names", facts.label_names)]
     shown = ", ".join(f"{name} = {value!r}" if isinstance(value, str) else f"{name} = {value}"
                       for name, value in named if value is not None)
