@@ -318,6 +318,14 @@ def model_in_flight() -> ModelFacts | None:
     return record.model if record is not None else None
 
 
+def take_replay() -> tuple[int, Any] | None:
+    """Return the (step, batch) replay_batch() set and forget it; None when none is set (a
+    library's trainer replays it in place of its training, cudadiag.integrations)."""
+    if not _replay:
+        return None
+    return _replay.pop("step"), _replay.pop("batch")
+
+
 probes.register_watches(step_in_flight, new_cell, model_in_flight)
 
 

@@ -38,6 +38,31 @@ def _add_to_lightning_trainer(trainer: Any) -> None:
         print(ANNOUNCE.format(library="lightning.Trainer"))
 
 
+def _replay_hf_step(trainer: Any) -> tuple[bool, Any]:
+    from cudadiag.batch.watcher import take_replay
+
+    replay = take_replay()
+    if replay is None:
+        return False, None
+    from cudadiag.integrations.transformers import replay_step
+
+    return True, replay_step(trainer, *replay)
+
+
+def _replay_lightning_step(trainer: Any, model: Any = None, *args: Any,
+                           **kwargs: Any) -> tuple[bool, Any]:
+    from cudadiag.batch.watcher import take_replay
+
+    module = model if model is not None else kwargs.get("model")
+    replay = take_replay() if module is not None else None
+    if replay is None:
+        return False, None
+    from cudadiag.integrations.lightning import replay_step
+
+    replay_step(module, *replay)
+    return True, None
+
+
 def _after_init(add: Callable[[Any], None], init: Any) -> Any:
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -56,13 +81,30 @@ def _before_call(add: Callable[[Any], None], method: Any) -> Any:
     return call
 
 
-_PATCHES: dict[str, tuple[str, str, Callable[[Callable[[Any], None], Any], Any],
-                          Callable[[Any], None]]] = {
-    "transformers.trainer": ("Trainer", "__init__", _after_init, _add_to_hf_trainer),
-    "lightning.pytorch.trainer.trainer": ("Trainer", "fit", _before_call,
-                                          _add_to_lightning_trainer),
+Replay = Callable[..., "tuple[bool, Any]"]
+
+
+def _replaying(replay: Replay, method: Any) -> Any:
+    """`method` (train, fit) that runs one step on the batch `--batch` replays when one is
+    pending (an isolated run), else runs as it was."""
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        replayed, result = replay(self, *args, **kwargs)
+        return result if replayed else method(self, *args, **kwargs)
+    return call
+
+
+Patch = tuple[str, str, Callable[[Any, Any], Any], Any]
+"""(the trainer class, the method wrapped, the wrapper, what the wrapper is given)."""
+_PATCHES: dict[str, tuple[Patch, ...]] = {
+    "transformers.trainer": (
+        ("Trainer", "__init__", _after_init, _add_to_hf_trainer),
+        ("Trainer", "train", _replaying, _replay_hf_step)),
+    "lightning.pytorch.trainer.trainer": (
+        ("Trainer", "fit", _replaying, _replay_lightning_step),
+        ("Trainer", "fit", _before_call, _add_to_lightning_trainer)),
 }
-"""module -> (its trainer class, the method wrapped, how, what is added)."""
+"""module -> its patches, innermost first."""
 
 
 def start() -> None:
@@ -95,13 +137,14 @@ def adding() -> bool:
 
 
 def _patch(module: ModuleType) -> None:
-    class_name, attr, wrap, add = _PATCHES[module.__name__]
-    cls = getattr(module, class_name, None)
-    if cls is None or any(c is cls and a == attr for c, a, _ in _originals):
-        return
-    original = vars(cls)[attr]
-    _originals.append((cls, attr, original))
-    setattr(cls, attr, wrap(add, original))
+    patched: set[tuple[type, str]] = {(c, a) for c, a, _ in _originals}
+    for class_name, attr, wrap, given in _PATCHES[module.__name__]:
+        cls = getattr(module, class_name, None)
+        if cls is None or (cls, attr) in patched:
+            continue
+        if not any(c is cls and a == attr for c, a, _ in _originals):
+            _originals.append((cls, attr, vars(cls)[attr]))
+        setattr(cls, attr, wrap(given, vars(cls)[attr]))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

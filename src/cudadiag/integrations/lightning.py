@@ -69,6 +69,18 @@ class Callback(LightningCallback):
             self.record.exhausted = True
 
 
+def replay_step(module: Any, step: int, batch: Any) -> Any:
+    """Run the LightningModule's own `training_step` on `batch` (moved to the module's
+    device) as step `step`, in place of `fit()`: the isolated run's `--batch`. Returns what
+    training_step returns; raises what it raises."""
+    record = open_record(f"{FRAMEWORK}.fit", FRAMEWORK, keep=1)
+    record.model = model_facts(module)
+    record.step, record.replayed_step = step - 1, step
+    record.record(batch, None)
+    module.train()
+    return module.training_step(module.transfer_batch_to_device(batch, module.device, 0), step)
+
+
 def _loaders(loaders: Any) -> list[DataLoader[Any]]:
     """The DataLoaders of `trainer.train_dataloader`: one, or those in a list or dict."""
     if isinstance(loaders, DataLoader):

@@ -80,6 +80,19 @@ class Callback(transformers.TrainerCallback):
         record.record(*entry)
 
 
+def replay_step(trainer: Any, step: int, batch: Any) -> Any:
+    """Run the Trainer's own loss computation (`compute_loss`, the forward pass included) on
+    `batch` as step `step`, in place of `train()`: the isolated run's `--batch`. Returns the
+    loss; raises what the step raises."""
+    record = open_record(f"{FRAMEWORK}.train", FRAMEWORK, keep=1)
+    record.model = model_facts(trainer.model, getattr(trainer, "processing_class", None),
+                               getattr(trainer.args, "label_names", None))
+    record.step, record.replayed_step = step - 1, step
+    record.record(batch, None)
+    trainer.model.train()
+    return trainer.compute_loss(trainer.model, trainer._prepare_inputs(batch))
+
+
 def _length(loader: Any) -> int | None:
     try:
         return len(loader)
