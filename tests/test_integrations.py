@@ -145,3 +145,19 @@ def test_cuda_isolate_batch_last_finds_the_batch_the_trainer_ran(shell, tmp_path
     assert step == incident.step.iteration
     assert batch["labels"].max().item() == 3
     assert "replaying step" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_cuda_isolate_batch_last_replays_one_trainer_step_not_the_training(
+        shell, tmp_path, capsys):
+    incident, cell = _hf(shell, tmp_path)
+    run(shell, "%cuda_isolate --batch last")
+    out = capsys.readouterr().out
+    assert f"replaying step {incident.step.iteration} of watch 'transformers.Trainer.train'" in out
+    assert "reproduced: same failure (index_out_of_bounds)" in out
+    (isolated,) = [i for i in incidents() if i.run.mode == "isolated"]
+    assert isolated.batch.replayed == f"only step {incident.step.iteration} was replayed"
+    assert isolated.step.framework == "transformers.Trainer"
+    assert isolated.step.global_step is None  # no training ran: only the replayed step
+    assert isolated.op.precheck.startswith("aten::nll_loss_forward: target 3 at position")
+    assert isolated.diagnosis.first_checks[0].startswith("The model has config.num_labels = 3")
