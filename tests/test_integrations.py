@@ -150,7 +150,7 @@ def test_cuda_isolate_batch_last_finds_the_batch_the_trainer_ran(shell, tmp_path
 @pytest.mark.slow
 def test_cuda_isolate_batch_last_replays_one_trainer_step_not_the_training(
         shell, tmp_path, capsys):
-    incident, cell = _hf(shell, tmp_path)
+    incident, _ = _hf(shell, tmp_path)
     run(shell, "%cuda_isolate --batch last")
     out = capsys.readouterr().out
     assert f"replaying step {incident.step.iteration} of watch 'transformers.Trainer.train'" in out
