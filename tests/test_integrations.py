@@ -161,3 +161,34 @@ def test_cuda_isolate_batch_last_replays_one_trainer_step_not_the_training(
     assert isolated.step.global_step is None  # no training ran: only the replayed step
     assert isolated.op.precheck.startswith("aten::nll_loss_forward: target 3 at position")
     assert isolated.diagnosis.first_checks[0].startswith("The model has config.num_labels = 3")
+
+
+SCRIPT = """\
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+from cudadiag.integrations.transformers import Callback
+DATASET
+config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=37, vocab_size=64, num_labels=3)
+args = TrainingArguments(output_dir="out", per_device_train_batch_size=8, num_train_epochs=2,
+                         report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no",
+                         disable_tqdm=True, seed=1)
+Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=Labels(),
+        callbacks=[Callback()]).train()
+"""
+
+
+@pytest.mark.slow
+def test_a_script_run_with_cudadiag_run_names_step_epoch_index_and_num_labels(tmp_path):
+    pytest.importorskip("transformers", reason="the transformers extra is not installed")
+    import sys
+
+    from test_cli import cudadiag
+
+    (tmp_path / "train.py").write_text(SCRIPT.replace("DATASET", DATASET))
+    result = cudadiag("run", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert result.returncode == 1
+    diagnosis = result.stderr.partition("cudadiag [")[2]
+    assert "transformers.Trainer: epoch 0, global step" in diagnosis
+    assert "The model has config.num_labels = 3, so its classes are 0..2; labels reach 3 " \
+           "(dataset index 45)" in diagnosis
