@@ -192,3 +192,22 @@ def test_a_script_run_with_cudadiag_run_names_step_epoch_index_and_num_labels(tm
     assert "transformers.Trainer: epoch 0, global step" in diagnosis
     assert "The model has config.num_labels = 3, so its classes are 0..2; labels reach 3 " \
            "(dataset index 45)" in diagnosis
+
+
+def test_watch_over_accelerates_prepared_loader_records_the_dataset_indices(shell):
+    pytest.importorskip("accelerate", reason="accelerate is not installed")
+    run(shell, DATASET)
+    run(shell, "from accelerate import Accelerator\n"
+               "accelerator = Accelerator(cpu=True)\n"
+               "loader = accelerator.prepare(torch.utils.data.DataLoader(\n"
+               "    Labels(), batch_size=8, shuffle=True))\n"
+               "embed, head = torch.nn.EmbeddingBag(64, 16), torch.nn.Linear(16, 3)\n"
+               "print(type(loader).__name__)")
+    result, _ = run(shell, "for batch in cudadiag.watch(loader, name='prepared'):\n"
+                           "    logits = head(embed(batch['input_ids']))\n"
+                           "    torch.nn.functional.cross_entropy(logits, batch['labels'])")
+    assert result.error_in_exec is not None
+    (incident,) = incidents()
+    assert incident.step.loader == "prepared"
+    assert 45 in incident.batch.indices and len(incident.batch.indices) == 8
+    assert incident.batch.tensor("batch['labels']").max_at == [45]

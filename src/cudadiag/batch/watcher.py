@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from cudadiag import probes
+from cudadiag.batch.fetched import FetchedBatches, follow, iterate_recording_indices
 from cudadiag.batch.summary import leaves_with_paths, map_tensors, summarize, tensors_of
 from cudadiag.incident import BatchInfo, BatchSummary, ModelFacts, StepInfo
 from cudadiag.own_work import outside_user_modes
 from cudadiag.step_hooks import SKIP, STOP, step_hooks
 
 DEFAULT_MAX_BYTES = 64 * 2**20
-_INDEX_SAMPLER = "_index_sampler"
-"""The DataLoader property its iterator reads the batch sampler through."""
 
 
 @dataclass
@@ -337,9 +336,13 @@ def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
             record.record(batch, None)
             yield batch
             return
-        iterator, pending = iterate_recording_indices(iterable, iter)
+        iterator, pending, fetched = _iterate(iterable)
         for item in iterator:
-            record.record(item, pending.popleft() if pending else None)
+            if fetched is not None:
+                entry = fetched.next_run()
+                record.record(item, entry[1] if entry else None)
+            else:
+                record.record(item, pending.popleft() if pending else None)
             hooks = step_hooks()
             answers = [hook(record, item, False) for hook in hooks]
             if STOP in answers:
@@ -355,51 +358,18 @@ def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
         record.closed_in_cell = _cell
 
 
-class _RecordingSampler:
-    """Wraps a DataLoader's batch sampler: hands out the same index lists, noting each."""
-
-    def __init__(self, sampler: Any, handed_out: deque[list[int]]) -> None:
-        self.sampler = sampler
-        self.handed_out = handed_out
-
-    def __iter__(self) -> Iterator[Any]:
-        for index in self.sampler:
-            self.handed_out.append(list(index) if isinstance(index, (list, tuple))
-                                   else [index])
-            yield index
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-
-def iterate_recording_indices(iterable: Any, start: Callable[[Any], Iterator[Any]]
-                              ) -> tuple[Iterator[Any], deque[list[int]] | None]:
-    """start(iterable), its iterator; for a DataLoader, also the index lists its batch
-    sampler hands out, in order (batches come back in that order unless `in_order=False`).
-
-    The loader reads its sampler through the `_index_sampler` property when the iterator is
-    built (worker processes prefetch index lists right then), so the property is swapped, for
-    this loader only, for the duration of iter(): nothing extra is drawn from the sampler and
-    the data are unchanged.
-    """
-    owner = next((c for c in type(iterable).__mro__ if _INDEX_SAMPLER in vars(c)), None)
-    prop = vars(owner).get(_INDEX_SAMPLER) if owner else None
-    if (owner is None or not isinstance(prop, property) or prop.fget is None
-            or getattr(iterable, "in_order", True) is False):
-        return start(iterable), None
-    read_sampler = prop.fget
-    handed_out: deque[list[int]] = deque()
-
-    def index_sampler(loader: Any) -> Any:
-        sampler = read_sampler(loader)
-        return _RecordingSampler(sampler, handed_out) if loader is iterable else sampler
-
-    setattr(owner, _INDEX_SAMPLER, property(index_sampler))
-    try:
-        iterator = start(iterable)
-    finally:
-        setattr(owner, _INDEX_SAMPLER, prop)
-    return iterator, handed_out
+def _iterate(iterable: Any) -> tuple[Iterator[Any], deque[list[int]] | None,
+                                     FetchedBatches | None]:
+    """iter(iterable) with the index lists of its batches: from the batch sampler while
+    iter() builds a DataLoader's iterator, or, for Accelerate's prepared loader (which builds
+    its DataLoader's iterator only once asked for a batch), from the batches its DataLoader
+    hands out (fetched.py)."""
+    if getattr(iterable, "base_dataloader", None) is not None:
+        fetched = FetchedBatches()
+        if follow(iterable, fetched):
+            return iter(iterable), None, fetched
+    iterator, pending = iterate_recording_indices(iterable, iter)
+    return iterator, pending, None
 
 
 def _length(iterable: Any) -> int | None:

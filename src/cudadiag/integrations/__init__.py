@@ -3,7 +3,7 @@
 for a plain loop. Each module imports its library; this package imports none of them, so
 cudadiag depends on no such library (`pip install cudadiag[transformers]`, `[lightning]`).
 
-fetched.py follows the batches a DataLoader hands out until the library runs them;
+batch/fetched.py follows the batches a DataLoader hands out until the library runs them;
 models.py reads the model's facts the advice needs; attach.py adds the callbacks to every
 Trainer a kernel creates.
 """

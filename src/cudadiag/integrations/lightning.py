@@ -14,8 +14,8 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback as LightningCallback
 from torch.utils.data import DataLoader
 
+from cudadiag.batch.fetched import FetchedBatches, follow
 from cudadiag.batch.watcher import DEFAULT_MAX_BYTES, WatchRecord, open_record
-from cudadiag.integrations.fetched import FetchedBatches, follow
 from cudadiag.integrations.models import model_facts
 
 FRAMEWORK = "lightning.Trainer"

@@ -17,8 +17,8 @@ import transformers
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from cudadiag.batch.fetched import FetchedBatches, follow
 from cudadiag.batch.watcher import DEFAULT_MAX_BYTES, WatchRecord, open_record
-from cudadiag.integrations.fetched import FetchedBatches, follow
 from cudadiag.integrations.models import model_facts
 
 FRAMEWORK = "transformers.Trainer"
