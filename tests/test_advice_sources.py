@@ -47,6 +47,7 @@ def every_advice_row() -> list[Advice]:
     rows += [a for p in knowledge.PITFALLS.values() for a in (*p.checks, *p.avoid)]
     rows += [a for o in knowledge.OPERATOR_ADVICE for a in (*o.checks, *o.avoid)]
     rows += [p.advice for p in knowledge.VALUE_PATTERNS]
+    rows += [m.advice for m in knowledge.MODEL_FACT_ADVICE]
     rows += [knowledge.FRAGMENTATION_CHECK, knowledge.RUNTIME_OOM_CHECK, knowledge.ARCH_CHECK]
     return rows + list(knowledge.GUARD_ADVICE.values())
 

@@ -157,7 +157,7 @@ def test_the_readme_set_up_commands_are_those_ci_runs():
     assert tests in ci_lines, ".ci/run runs the README's test command verbatim"
     test_steps = tests.split(" && ")
     environment = test_steps[test_steps.index("python3 -m venv .venv"):-2]
-    assert test_steps[-2:] == ['pip install -e ".[test]"',
+    assert test_steps[-2:] == ['pip install -e ".[test,transformers,lightning]"',
                                "python -m pytest -n auto --dist loadfile"]
     # the demo sets up the same environment, without the browser and the test extra
     assert demo.split(" && ") == [*environment, "pip install -e .", "cudadiag demo"]

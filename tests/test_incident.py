@@ -21,6 +21,7 @@ from cudadiag.incident import (
     LaterError,
     LoopContext,
     LoopInfo,
+    ModelFacts,
     Observed,
     OpCall,
     OpInfo,
@@ -63,7 +64,7 @@ def _every_field_set() -> Incident:
     tensor = TensorSummary(path="batch[1]", shape=[6], dtype="int64", device="cpu",
                            stride=[1], contiguous=True, numel=6, min=0, max=4, negatives=1,
                            distinct=5, nan=2, inf=3, values_skipped="on cuda:0",
-                           counts=[[0, 2], [4, 1]])
+                           counts=[[0, 2], [4, 1]], max_at=[7], min_at=[6])
     return Incident(
         error=ErrorInfo(type="torch.AcceleratorError", message="m", text="t", traceback=[frame],
                         reported_at=frame,
@@ -95,10 +96,14 @@ def _every_field_set() -> Incident:
                   precheck="target 4", recent_tensors=["int64[3]@cuda:0"],
                   vocabularies=[50257]),
         step=StepInfo(iteration=3, last_completed=2, batch_index=3, last_incomplete=True,
-                      is_last=True, loader="train"),
+                      is_last=True, loader="train", framework="transformers.Trainer",
+                      epoch=1, global_step=7, micro_step=1, accumulation=2),
         batch=BatchInfo(structure="tuple[Tensor, Tensor]", tensors=[tensor],
                         others={"batch[2]": "str 'a'"}, batch_size=6, lengths=[5, 6],
                         step=3, indices=[6, 7], kept_copy=True, note="n", replayed="r"),
+        model=ModelFacts(model="BertForSequenceClassification", num_labels=3, vocab_size=64,
+                         pad_token_id=0, problem_type="single_label_classification",
+                         tokenizer_length=64, label_names=["labels"]),
         loop=LoopContext(frames=[FrameContext(
             file="<ipython-input-5>", line=3, function="train", cell=5,
             statement="loss.item()", statement_line=3,

@@ -32,7 +32,7 @@ from pathlib import PurePath
 from typing import Any
 
 from cudadiag import knowledge
-from cudadiag.incident import Diagnosis, Incident, OpInfo
+from cudadiag.incident import Diagnosis, Incident, OpInfo, TensorSummary
 from cudadiag.knowledge import Advice
 from cudadiag.shortlist import cut_list
 
@@ -86,7 +86,8 @@ def advise(incident: Incident, violation: Any = None) -> None:
     kinds = _token_targets(index_kinds(incident, violation), values, incident.op)
     d.first_checks, d.avoid = fitted(d.family, d.details, kinds=kinds, values=values,
                                      case=case_of(incident, values, kinds),
-                                     extra=_compat_rows(incident))
+                                     extra=[*model_rows(incident, kinds, values),
+                                            *_compat_rows(incident)])
 
 
 def advise_log(diagnosis: Diagnosis, text: str) -> None:
@@ -172,6 +173,81 @@ def pattern_rows(kinds: tuple[str, ...], values: knowledge.IndexValues | None) -
                                             text=pattern.advice.text.format(**fields)))
             groups.add(pattern.group)
     return rows
+
+
+def model_rows(incident: Incident, kinds: tuple[str, ...],
+               values: knowledge.IndexValues | None) -> list[Advice]:
+    """Return the checks worded with the model's configuration (knowledge.MODEL_FACT_ADVICE)
+    that the offending `values` match, their words filled in: a library's trainer ran the
+    step (incident.model), else none. Without a valid range (an error on the CPU names only
+    the value), the fact is the range: [0, num_labels), [0, vocab_size)."""
+    facts = incident.model
+    if facts is None:
+        return []
+    rows = []
+    for row in knowledge.MODEL_FACT_ADVICE:
+        fact = getattr(facts, row.fact)
+        if fact is None or not set(row.kinds) & set(kinds):
+            continue
+        tensor = _index_tensor(incident, kinds, values)
+        values = values or _values_in(incident, fact, tensor)
+        if values is None or not values.offending or not row.matches(values, fact):
+            continue
+        fields = {
+            "fact": fact, "num_labels_from": facts.num_labels_from, "last": values.high - 1,
+            "max": values.largest,
+            "values": cut_list(values.offending, 5),
+            "where": _dataset_rows(tensor, values),
+            "tokenizer": (f", len(tokenizer) = {facts.tokenizer_length}"
+                          if facts.tokenizer_length is not None else ""),
+        }
+        rows.append(dataclasses.replace(row.advice, text=row.advice.text.format(**fields)))
+    return rows
+
+
+def _index_tensor(incident: Incident, kinds: tuple[str, ...],
+                  values: knowledge.IndexValues | None) -> TensorSummary | None:
+    """The batch tensor the failing operator read its indices from: the one under the key
+    the model reads that kind from (knowledge.BATCH_KEYS, the Trainer's label names first),
+    else the only integer tensor whose extreme is the offending value."""
+    tensors = [t for t in (incident.batch.tensors if incident.batch else []) if t.is_integer]
+    names = [*(incident.model.label_names or [] if incident.model else []),
+             *(k for kind in kinds for k in knowledge.BATCH_KEYS.get(kind, ()))]
+    for name in names:
+        for tensor in tensors:
+            if tensor.path.endswith((f"[{name!r}]", f".{name}")):
+                return tensor
+    offending = set(values.offending) if values else {incident.diagnosis.details.get("value")}
+    matching = [t for t in tensors if {t.min, t.max} & offending]
+    return matching[0] if len(matching) == 1 else None
+
+
+def _values_in(incident: Incident, high: int, tensor: TensorSummary | None
+               ) -> knowledge.IndexValues | None:
+    """The offending value the message named, against [0, high); the tensor's range."""
+    value = incident.diagnosis.details.get("value")
+    if value is None:
+        return None
+    seen = (tensor.min, tensor.max) if tensor is not None else (None, None)
+    return knowledge.IndexValues(low=0, high=high, offending=(int(value),),
+                                 min=None if seen[0] is None else int(seen[0]),
+                                 max=None if seen[1] is None else int(seen[1]))
+
+
+def _dataset_rows(tensor: TensorSummary | None, values: knowledge.IndexValues) -> str:
+    """` (dataset index 45)`: the samples of the batch holding the offending extreme, when
+    the batch's dataset indices are known; else ``."""
+    if tensor is None:
+        return ""
+    rows = None
+    if tensor.max == values.largest and values.largest >= values.high:
+        rows = tensor.max_at
+    elif tensor.min is not None and tensor.min == min(values.offending) < values.low:
+        rows = tensor.min_at
+    if not rows:
+        return ""
+    return (f" (dataset index {rows[0]})" if len(rows) == 1
+            else f" (dataset indices {cut_list(rows, 5)})")
 
 
 def ordinal(n: int) -> str:

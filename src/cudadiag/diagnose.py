@@ -90,6 +90,7 @@ def incident_from_exception(exc: BaseException, run: RunInfo, *,
     in_flight = probes.step_in_flight()
     if in_flight is not None:
         incident.step, incident.batch = in_flight
+        incident.model = probes.model_in_flight()
     advise(incident, violation)
     return incident
 

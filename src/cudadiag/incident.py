@@ -189,6 +189,34 @@ class StepInfo:
     is_last: bool | None = None
     """The last step of a loader whose length is known."""
     loader: str | None = None
+    framework: str | None = None
+    """The library whose loop ran the step (`transformers.Trainer`, `lightning.Trainer`)."""
+    epoch: int | None = None
+    global_step: int | None = None
+    """Optimizer steps completed (the library's own count)."""
+    micro_step: int | None = None
+    """The batch's place in its gradient accumulation, from 0."""
+    accumulation: int | None = None
+    """Batches per optimizer step."""
+
+
+@dataclass
+class ModelFacts:
+    """What a library's model and trainer say of the data they expect, read from their
+    configuration without running user code."""
+
+    model: str
+    """The model's class name."""
+    num_labels: int | None = None
+    vocab_size: int | None = None
+    pad_token_id: int | None = None
+    problem_type: str | None = None
+    tokenizer_length: int | None = None
+    """len(tokenizer) of the Trainer's tokenizer or processing class."""
+    label_names: list[str] | None = None
+    """The Trainer's `args.label_names`, when set."""
+    num_labels_from: str = "config.num_labels"
+    """Where num_labels was read (`hparams.num_classes` for a LightningModule's)."""
 
 
 @dataclass
@@ -262,6 +290,10 @@ class TensorSummary:
     counts: list[list[int]] | None = None
     """[value, count] pairs of an integer tensor with few distinct values (the picture of
     targets against their valid range)."""
+    max_at: list[int] | None = None
+    """The dataset indices of the rows holding the max (a batch whose indices are known)."""
+    min_at: list[int] | None = None
+    """...and of those holding the min."""
 
     @property
     def is_integer(self) -> bool:
@@ -495,6 +527,8 @@ class Incident:
     op: OpInfo | None = None
     step: StepInfo | None = None
     batch: BatchInfo | None = None
+    model: ModelFacts | None = None
+    """The model's facts, when a library's trainer ran the step (cudadiag.integrations)."""
     loop: LoopContext | None = None
     """The loops enclosing the failing line and their variables, without watch()."""
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])

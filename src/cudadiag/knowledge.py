@@ -106,6 +106,7 @@ DOCS: dict[str, str] = {
     "hf-tokenizer": "https://huggingface.co/docs/transformers/main_classes/tokenizer",
     "hf-resize-embeddings": "https://huggingface.co/docs/transformers/main_classes/"
                             "model#transformers.PreTrainedModel.resize_token_embeddings",
+    "hf-data-collator": "https://huggingface.co/docs/transformers/main_classes/data_collator",
 }
 """The primary documentation an advice line may name as its source, by short name."""
 
@@ -1440,6 +1441,67 @@ OPERATOR_HINTS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = tuple(
 def _pattern(name: str, kinds: tuple[str, ...], matches: Callable[[IndexValues], bool],
              text: str, *sources: str, group: str, topics: tuple[str, ...]) -> ValuePattern:
     return ValuePattern(name, kinds, matches, _check(text, *sources, topics=topics), group)
+
+
+@dataclass(frozen=True)
+class ModelFactAdvice:
+    """A check worded with the model's own configuration (the `ModelFacts` a library's
+    trainer gave cudadiag.integrations), for the operators that take one kind of index.
+    Placeholders: those of VALUE_PATTERNS, {fact} (the fact's value), {num_labels_from}
+    (`config.num_labels`, `hparams.num_classes`: where the label count was read), {where}
+    (` (dataset index 45)` when the batch's indices are known) and {tokenizer} (`,
+    len(tokenizer) = 70` when a tokenizer was given)."""
+
+    name: str
+    kinds: tuple[str, ...]
+    fact: str
+    """The ModelFacts attribute the row needs known."""
+    matches: Callable[[IndexValues, int], bool]
+    """The offending values against the fact's value."""
+    advice: Advice
+
+
+BATCH_KEYS: dict[str, tuple[str, ...]] = {
+    "class_target": ("labels", "label", "label_ids", "targets", "target"),
+    "token_target": ("labels", "label_ids"),
+    "embedding": ("input_ids", "decoder_input_ids"),
+}
+"""The batch keys the Hugging Face models read each kind of index from (a Trainer's
+`args.label_names` come first for targets)."""
+
+MODEL_FACT_ADVICE: tuple[ModelFactAdvice, ...] = (
+    ModelFactAdvice(
+        "labels_reach_num_labels", ("class_target",), "num_labels",
+        lambda v, n: v.high == n and v.largest >= n,
+        _check("The model has {num_labels_from} = {fact}, so its classes are 0..{last}; labels "
+               "reach {max}{where}. Look at that sample's label and at how the dataset's "
+               "labels were turned into ids (one label2id over every split): fix the mapping "
+               "where the data is prepared; {num_labels_from} counts the class names, it does "
+               "not follow the largest label.", "method 7", topics=("model_labels",))),
+    ModelFactAdvice(
+        "labels_padded_with_pad_token", ("class_target", "token_target"), "pad_token_id",
+        lambda v, pad: pad in v.offending and v.ignore_index != pad,
+        _check("Labels {values}{where} equal the tokenizer's pad_token_id = {fact}: labels "
+               "padded like input ids. Hugging Face's data collators "
+               "(DataCollatorForTokenClassification, DataCollatorForSeq2Seq) pad labels with "
+               "−100 (label_pad_token_id), the loss's ignore_index; pad them that way.",
+               "hf-data-collator", "cross-entropy", topics=("ignore_index",))),
+    ModelFactAdvice(
+        "labels_padded_not_ignored", ("class_target", "token_target"), "num_labels",
+        lambda v, _: any(x < 0 for x in v.offending) and v.ignore_index not in v.offending,
+        _check("Labels {values}{where}: Hugging Face's data collators "
+               "(DataCollatorForTokenClassification, DataCollatorForSeq2Seq) pad labels with "
+               "−100 (label_pad_token_id), the loss's ignore_index; a custom collator or "
+               "dataset that pads with another value gives targets the loss rejects.",
+               "hf-data-collator", "cross-entropy", topics=("ignore_index",))),
+    ModelFactAdvice(
+        "ids_reach_vocab_size", ("embedding", "token_target"), "vocab_size",
+        lambda v, n: v.high == n and v.largest >= n,
+        _check("The model has config.vocab_size = {fact}{tokenizer}; ids reach {max}{where}: "
+               "a tokenizer of another checkpoint, or tokens added to the tokenizer without "
+               "model.resize_token_embeddings(len(tokenizer)) afterwards.",
+               "hf-tokenizer", "hf-resize-embeddings", topics=("vocabulary",))),
+)
 
 
 VALUE_PATTERNS: tuple[ValuePattern, ...] = (

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cudadiag.incident import BatchInfo, StepInfo
+from cudadiag.incident import BatchInfo, ModelFacts, StepInfo
 
 InFlight = Callable[[], "tuple[StepInfo, BatchInfo] | None"]
+ModelInFlight = Callable[[], "ModelFacts | None"]
 
 
 def _nothing_in_flight() -> tuple[StepInfo, BatchInfo] | None:
+    return None
+
+
+def _no_model() -> ModelFacts | None:
     return None
 
 
@@ -34,6 +39,7 @@ def _no_entries() -> int:
 
 _step_in_flight: InFlight = _nothing_in_flight
 _new_cell: Callable[[], None] = _no_cell_count
+_model_in_flight: ModelInFlight = _no_model
 _simulator_active: Callable[[], bool] = _no_simulator
 _simulator_in_use: Callable[[], bool] = _no_simulator
 _simulator_poisoned: Callable[[], bool] = _no_simulator
@@ -41,11 +47,13 @@ _simulator_skipped_entries: Callable[[], int] = _no_entries
 _simulator_off = {"off": False}
 
 
-def register_watches(in_flight: InFlight, new_cell: Callable[[], None]) -> None:
+def register_watches(in_flight: InFlight, new_cell: Callable[[], None],
+                     model: ModelInFlight = _no_model) -> None:
     """watch()'s answers: the step and batch of the watch iterating now (None when none
-    is), and what to do when a new cell starts (watches abandoned earlier stop counting)."""
-    global _step_in_flight, _new_cell
-    _step_in_flight, _new_cell = in_flight, new_cell
+    is), what to do when a new cell starts (watches abandoned earlier stop counting), and
+    the model facts a library's trainer recorded with that step."""
+    global _step_in_flight, _new_cell, _model_in_flight
+    _step_in_flight, _new_cell, _model_in_flight = in_flight, new_cell, model
 
 
 def register_simulator(active: Callable[[], bool], in_use: Callable[[], bool],
@@ -62,6 +70,11 @@ def register_simulator(active: Callable[[], bool], in_use: Callable[[], bool],
 def step_in_flight() -> tuple[StepInfo, BatchInfo] | None:
     """Return the step and the batch of the watch() iterating now, or None."""
     return _step_in_flight()
+
+
+def model_in_flight() -> ModelFacts | None:
+    """Return the model facts recorded with the step in flight, or None."""
+    return _model_in_flight()
 
 
 def new_cell() -> None:

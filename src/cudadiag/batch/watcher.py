@@ -19,14 +19,13 @@ from typing import Any
 import torch
 
 from cudadiag import probes
-from cudadiag.batch.summary import map_tensors, summarize, tensors_of
-from cudadiag.incident import BatchInfo, StepInfo
+from cudadiag.batch.fetched import FetchedBatches, follow, iterate_recording_indices
+from cudadiag.batch.summary import leaves_with_paths, map_tensors, summarize, tensors_of
+from cudadiag.incident import BatchInfo, BatchSummary, ModelFacts, StepInfo
 from cudadiag.own_work import outside_user_modes
 from cudadiag.step_hooks import SKIP, STOP, step_hooks
 
 DEFAULT_MAX_BYTES = 64 * 2**20
-_INDEX_SAMPLER = "_index_sampler"
-"""The DataLoader property its iterator reads the batch sampler through."""
 
 
 @dataclass
@@ -95,6 +94,14 @@ class WatchRecord:
         self.replayed_step: int | None = None
         self.by_reference = True
         """Batches are kept by reference until one is seen changed in place."""
+        self.framework: str | None = None
+        """Set for a record a library's callback keeps (cudadiag.integrations): it counts
+        in the cell where it last recorded a step, since a failing loop calls it no more."""
+        self.epoch: int | None = None
+        self.global_step: int | None = None
+        self.micro_step: int | None = None
+        self.accumulation: int | None = None
+        self.model: ModelFacts | None = None
 
     def record(self, item: Any, indices: list[int] | None) -> None:
         """Note the next item (called once per step, before it is yielded)."""
@@ -106,6 +113,8 @@ class WatchRecord:
         tensors = self.current_tensors = tensors_of(item)
         size = next((int(t.shape[0]) for t in tensors if t.dim() > 0), None)
         self.current_size = size
+        if self.framework is not None:
+            self.closed_in_cell = _cell
         if self.first_batch_size is None:
             self.first_batch_size = size
         self._keep(item, tensors, size, indices)
@@ -118,7 +127,9 @@ class WatchRecord:
         return StepInfo(
             iteration=self.step, last_completed=self.last_completed, batch_index=self.step,
             last_incomplete=smaller, is_last=self.length is not None
-            and self.step == self.length - 1, loader=self.name,
+            and self.step == self.length - 1, loader=self.name, framework=self.framework,
+            epoch=self.epoch, global_step=self.global_step, micro_step=self.micro_step,
+            accumulation=self.accumulation,
         )
 
     def batch_info(self) -> BatchInfo:
@@ -127,6 +138,9 @@ class WatchRecord:
         entry = self.kept[-1] if self.kept and self.kept[-1].step == self.step else None
         source = entry.batch if entry is not None and entry.batch is not None else self.current
         summary = summarize(source)
+        if self.current_indices is not None:
+            with outside_user_modes():
+                _rows_at_extremes(summary, source, self.current_indices)
         return BatchInfo(
             **vars(summary), step=self.step, indices=self.current_indices,
             kept_copy=bool(entry and entry.batch is not None),
@@ -180,6 +194,30 @@ class WatchRecord:
             self.kept_bytes -= self.kept.popleft().nbytes
 
 
+ROWS_NAMED = 8
+"""Dataset indices named per extreme of a tensor, at most."""
+
+
+def _rows_at_extremes(summary: BatchSummary, batch: Any, indices: list[int]) -> None:
+    """Set `max_at` and `min_at` of the summary's integer tensors whose rows are the
+    batch's samples: the dataset indices of the rows holding the max and the min."""
+    by_path = {t.path: t for t in summary.tensors}
+    for path, leaf in leaves_with_paths(batch):
+        found = by_path.get(path)
+        if (found is None or found.max is None or found.min is None or not found.is_integer
+                or not isinstance(leaf, torch.Tensor) or not leaf.is_cpu or leaf.dim() == 0
+                or leaf.shape[0] != len(indices)):
+            continue
+        rows = leaf.detach().reshape(len(indices), -1)
+        found.max_at = _rows_holding(rows, int(found.max), indices)
+        found.min_at = _rows_holding(rows, int(found.min), indices)
+
+
+def _rows_holding(rows: torch.Tensor, value: int, indices: list[int]) -> list[int]:
+    hit = (rows == value).any(dim=1).nonzero().flatten()[:ROWS_NAMED].tolist()
+    return [indices[i] for i in hit]
+
+
 def _versions(tensors: list[torch.Tensor]) -> list[int] | None:
     """The tensors' version counters, or None when one has none (an inference tensor)."""
     try:
@@ -213,6 +251,19 @@ def watch(iterable: Iterable[Any], *, name: str | None = None, keep: int = 2,
         _records.append(record)
         del _records[:-16]
     return _watching(iterable, record)
+
+
+def open_record(name: str, framework: str, *, length: int | None = None, keep: int = 2,
+                max_bytes: int = DEFAULT_MAX_BYTES) -> WatchRecord:
+    """Return a new record that a library's training loop fills step by step
+    (`record.record(batch, indices)`), as watch() would: it attaches to incidents raised in
+    the cell where it last recorded a step, and `--batch` replays its kept batches."""
+    record = WatchRecord(name, length, keep, max_bytes)
+    record.framework, record.active = framework, False
+    with _lock:
+        _records.append(record)
+        del _records[:-16]
+    return record
 
 
 def step_done() -> None:
@@ -260,7 +311,21 @@ def replay_batch(step: int, batch: Any) -> None:
     _replay.update(step=step, batch=batch)
 
 
-probes.register_watches(step_in_flight, new_cell)
+def model_in_flight() -> ModelFacts | None:
+    """Return the model facts recorded with the step of the active watch, or None."""
+    record = active_watch()
+    return record.model if record is not None else None
+
+
+def take_replay() -> tuple[int, Any] | None:
+    """Return the (step, batch) replay_batch() set and forget it; None when none is set (a
+    library's trainer replays it in place of its training, cudadiag.integrations)."""
+    if not _replay:
+        return None
+    return _replay.pop("step"), _replay.pop("batch")
+
+
+probes.register_watches(step_in_flight, new_cell, model_in_flight)
 
 
 def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
@@ -271,9 +336,13 @@ def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
             record.record(batch, None)
             yield batch
             return
-        iterator, pending = _iterate_recording_indices(iterable)
+        iterator, pending, fetched = _iterate(iterable)
         for item in iterator:
-            record.record(item, pending.popleft() if pending else None)
+            if fetched is not None:
+                entry = fetched.next_run()
+                record.record(item, entry[1] if entry else None)
+            else:
+                record.record(item, pending.popleft() if pending else None)
             hooks = step_hooks()
             answers = [hook(record, item, False) for hook in hooks]
             if STOP in answers:
@@ -289,50 +358,18 @@ def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
         record.closed_in_cell = _cell
 
 
-class _RecordingSampler:
-    """Wraps a DataLoader's batch sampler: hands out the same index lists, noting each."""
-
-    def __init__(self, sampler: Any, handed_out: deque[list[int]]) -> None:
-        self.sampler = sampler
-        self.handed_out = handed_out
-
-    def __iter__(self) -> Iterator[Any]:
-        for index in self.sampler:
-            self.handed_out.append(list(index) if isinstance(index, (list, tuple))
-                                   else [index])
-            yield index
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-
-def _iterate_recording_indices(iterable: Any) -> tuple[Iterator[Any], deque[list[int]] | None]:
-    """iter(iterable); for a DataLoader, also the index lists its batch sampler hands out, in
-    order (batches come back in that order unless `in_order=False`).
-
-    The loader reads its sampler through the `_index_sampler` property when the iterator is
-    built (worker processes prefetch index lists right then), so the property is swapped, for
-    this loader only, for the duration of iter(): nothing extra is drawn from the sampler and
-    the data are unchanged.
-    """
-    owner = next((c for c in type(iterable).__mro__ if _INDEX_SAMPLER in vars(c)), None)
-    prop = vars(owner).get(_INDEX_SAMPLER) if owner else None
-    if (owner is None or not isinstance(prop, property) or prop.fget is None
-            or getattr(iterable, "in_order", True) is False):
-        return iter(iterable), None
-    read_sampler = prop.fget
-    handed_out: deque[list[int]] = deque()
-
-    def index_sampler(loader: Any) -> Any:
-        sampler = read_sampler(loader)
-        return _RecordingSampler(sampler, handed_out) if loader is iterable else sampler
-
-    setattr(owner, _INDEX_SAMPLER, property(index_sampler))
-    try:
-        iterator = iter(iterable)
-    finally:
-        setattr(owner, _INDEX_SAMPLER, prop)
-    return iterator, handed_out
+def _iterate(iterable: Any) -> tuple[Iterator[Any], deque[list[int]] | None,
+                                     FetchedBatches | None]:
+    """iter(iterable) with the index lists of its batches: from the batch sampler while
+    iter() builds a DataLoader's iterator, or, for Accelerate's prepared loader (which builds
+    its DataLoader's iterator only once asked for a batch), from the batches its DataLoader
+    hands out (fetched.py)."""
+    if getattr(iterable, "base_dataloader", None) is not None:
+        fetched = FetchedBatches()
+        if follow(iterable, fetched):
+            return iter(iterable), None, fetched
+    iterator, pending = iterate_recording_indices(iterable, iter)
+    return iterator, pending, None
 
 
 def _length(iterable: Any) -> int | None:

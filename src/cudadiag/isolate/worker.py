@@ -102,6 +102,7 @@ def run_job(job: Job) -> JobResult:
 
     disable_compilation_if_asked(torch)
     from cudadiag.batch import new_cell
+    from cudadiag.integrations import attach
     from cudadiag.loopvars import loop_context
     from cudadiag.trace import OpTracer
 
@@ -111,6 +112,7 @@ def run_job(job: Job) -> JobResult:
         from cudadiag.batch import replay_batch
 
         replay_batch(job.batch_step, torch.load(job.batch_path, weights_only=False))
+    attach.start()  # the trainers' steps in incidents; one step for --batch (integrations)
     rng = torch.load(job.rng_path, weights_only=False) if job.rng_path else {}
     tracer = OpTracer(precheck=job.precheck) if job.trace else None
     at_raise: list[LoopContext | None] = []

@@ -12,8 +12,10 @@ from cudadiag.kernel.magics import CudadiagMagics
 
 def load(shell: Any) -> None:
     """Register the callbacks and magics on `shell`; ingest the error that just happened;
-    start the kernel's warm interpreter in the background."""
+    add cudadiag's callbacks to the trainers of Hugging Face and Lightning; start the
+    kernel's warm interpreter in the background."""
     from cudadiag import checkpoint
+    from cudadiag.integrations import attach
     from cudadiag.isolate import warm
 
     capture = capture_for(shell)
@@ -28,17 +30,20 @@ def load(shell: Any) -> None:
     # execution_count moves)
     start_profiling(lambda: len(shell.history_manager.input_hist_raw) - 1)
     capture.ingest_last_error()
+    attach.start()
     warm.start()
 
 
 def unload(shell: Any) -> None:
     """Remove the callbacks and the sticky warnings from `shell`; stop the kernel's warm
-    interpreter; profile no more watch() steps."""
+    interpreter; profile no more watch() steps; add no more callbacks to trainers."""
     from cudadiag import checkpoint
+    from cudadiag.integrations import attach
     from cudadiag.isolate import warm
     from cudadiag.steps import stop_profiling
 
     stop_profiling()
+    attach.stop()
     capture = forget_capture(shell)
     if capture is not None:
         capture.unregister()

@@ -51,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
                          help="a log file, or the text to explain (default: the last error of "
                               "this kernel)")
     sub.add_parser("validate", help="re-run a loop's cell over the steps that matter")
+    attach = sub.add_parser("attach", help="add cudadiag's callbacks to every Hugging Face "
+                                           "and Lightning Trainer (on), or stop (off)")
+    attach.add_argument("state", nargs="?", choices=("on", "off"),
+                        help="on or off (default: say which)")
     return parser
 
 
@@ -79,6 +83,8 @@ class CudadiagMagics(Magics):
                                            argument) the last error of this kernel
         %cudadiag validate [N] [--all]     re-run a loop's cell over the steps that matter
                                            (or every step) in a fresh process; count samples
+        %cudadiag attach [on|off]          add cudadiag's callbacks to every Hugging Face and
+                                           Lightning Trainer (the default), or stop
         """
         command, _, rest = line.strip().partition(" ")
         if command == "explain":
@@ -103,6 +109,8 @@ class CudadiagMagics(Magics):
                 _export(self.shell, store, args)
             elif args.command == "checkpoints":
                 _checkpoints(args)
+            elif args.command == "attach":
+                _attach(args.state)
             elif args.command == "panel":
                 from IPython.display import display
 
@@ -111,6 +119,17 @@ class CudadiagMagics(Magics):
                 display(Panel(args.id, store=store, shell=self.shell))
         except CudadiagError as exc:
             raise UsageError(str(exc)) from None
+
+
+def _attach(state: str | None) -> None:
+    """`%cudadiag attach [on|off]`: switch the trainers' callbacks, then say which holds."""
+    from cudadiag.integrations import attach
+
+    if state is not None:
+        attach.set_adding(state == "on")
+    print("cudadiag: Hugging Face and Lightning Trainers "
+          + ("get cudadiag's callback (`%cudadiag attach off` stops it)" if attach.adding()
+             else "get no cudadiag callback (`%cudadiag attach on` adds it again)"))
 
 
 def _explain(shell: Any, argument: str) -> str:

@@ -25,6 +25,7 @@ from cudadiag.incident import (
     FrameContext,
     Incident,
     LaterError,
+    ModelFacts,
     RankRecord,
     StepInfo,
     TensorSummary,
@@ -195,7 +196,11 @@ def _frame_place(frame: FrameContext) -> str:
 
 
 def _watch_line(s: StepInfo, batch: BatchInfo | None) -> str:
-    parts = [f"watch({s.loader or ''}): step {s.iteration}, last completed {s.last_completed}"]
+    if s.framework:
+        parts = [f"{s.framework}: {step_text(s)}"]
+    else:
+        parts = [f"watch({s.loader or ''}): step {s.iteration}, last completed "
+                 f"{s.last_completed}"]
     if s.last_incomplete:
         parts.append("last incomplete batch")
     if s.is_last:
@@ -203,6 +208,29 @@ def _watch_line(s: StepInfo, batch: BatchInfo | None) -> str:
     if batch is not None and batch.indices is not None:
         parts.append(f"dataset indices {cut_list(batch.indices, SHORT_INDICES)}")
     return "; ".join(parts)
+
+
+def step_text(s: StepInfo) -> str:
+    """The step of a library's loop in its own terms: `epoch 0, global step 3 (micro-step 1
+    of 2), batch 7, last completed batch 6`."""
+    parts = [f"epoch {s.epoch}"] if s.epoch is not None else []
+    if s.global_step is not None:
+        micro = (f" (micro-step {s.micro_step} of {s.accumulation})"
+                 if s.accumulation and s.accumulation > 1 and s.micro_step is not None else "")
+        parts.append(f"global step {s.global_step}{micro}")
+    parts.append(f"batch {s.iteration}, last completed batch {s.last_completed}")
+    return ", ".join(parts)
+
+
+def model_lines(facts: ModelFacts) -> list[str]:
+    """The model's facts as `config.num_labels = 3`, one line."""
+    named: list[tuple[str, object]] = [(facts.num_labels_from, facts.num_labels)]
+    named += [(f"config.{name}", getattr(facts, name))
+              for name in ("vocab_size", "pad_token_id", "problem_type")]
+    named += [("len(tokenizer)", facts.tokenizer_length), ("label_names", facts.label_names)]
+    shown = ", ".join(f"{name} = {value!r}" if isinstance(value, str) else f"{name} = {value}"
+                      for name, value in named if value is not None)
+    return [f"model {facts.model}" + (f": {shown}" if shown else "")]
 
 
 def loop_code(incident: Incident) -> list[str]:
@@ -379,8 +407,11 @@ def _batch_section(incident: Incident) -> Section:
     lines, flags = [], []
     if incident.step:
         s = incident.step
-        lines.append(f"step {s.iteration}, last completed step {s.last_completed}"
-                     + (f" ({s.loader})" if s.loader else ""))
+        if s.framework:
+            lines.append(f"{s.framework}: {step_text(s)}")
+        else:
+            lines.append(f"step {s.iteration}, last completed step {s.last_completed}"
+                         + (f" ({s.loader})" if s.loader else ""))
         if s.last_incomplete:
             flags.append("last incomplete batch")
         if s.is_last:
@@ -397,6 +428,8 @@ def _batch_section(incident: Incident) -> Section:
         lines.insert(0, "flags: " + "; ".join(flags))
     if batch is not None and batch.structure:
         lines.append(f"structure {batch.structure}")
+    if incident.model is not None:
+        lines += model_lines(incident.model)
     table = [list(_TENSOR_COLUMNS), *rows] if rows else None
     picture = values_picture(incident)
     if picture is not None:
