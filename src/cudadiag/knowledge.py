@@ -820,6 +820,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("distributed", r"\bNCCL Error \d+: (?P<reason>[^\n]+)"),
     _sig("distributed", r"Exception \(either an error or timeout\) detected by watchdog"),
     _sig("distributed", r"Timeout at NCCL work: \d+"),
+    # Flight Recorder (ProcessGroupNCCL's heartbeat monitor): a rank's collective timed out
+    _sig("distributed", r"Received a dump signal due to a collective timeout from"),
     # the store, the rendezvous and gloo
     _sig("distributed", r"The server socket has failed to (?:bind|listen)"),
     _sig("distributed", r"The client socket has (?:timed out|failed to connect)"),

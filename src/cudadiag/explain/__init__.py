@@ -28,7 +28,9 @@ from cudadiag.explain.launchers import (
     MESSAGE_RANK,
     RANKS_IN_BLOCK,
     ProcessReport,
+    first_dump_rank,
     launcher_report,
+    names_cuda_device,
 )
 from cudadiag.generated_code import describe_generated_code
 from cudadiag.incident import Diagnosis
@@ -261,6 +263,9 @@ class _Scanner:
         """Launchers' lines about processes: (line, the line, what it says)."""
         self.nodes: dict[int | None, str] = {}
         """The node each rank's lines named first."""
+        self.device_numbered: dict[int, bool] = {}
+        """Whether a rank's number came from NCCL's `[N]` (the process's CUDA device: its
+        local rank) on the first of its candidate lines that named it."""
         self.fallback: RankError | None = None
         """The first exception line, kept in case no known signature ever matches."""
         self.ranks: set[int] = set()
@@ -323,6 +328,8 @@ class _Scanner:
             if is_candidate:
                 if node is not None and rank not in self.nodes:
                     self.nodes[rank] = node
+                if rank is not None and rank not in self.device_numbered:
+                    self.device_numbered[rank] = names_cuda_device(block[at:stop])
                 at, stop = _error_view(lowered, at, stop)
                 raw = block[at:stop]
                 self._consider(block, lowered, start, at, stop, line, rank, raw,
@@ -344,7 +351,8 @@ class _Scanner:
                 report = replace(report, rank=rank)
             if len(self.reports) < MAX_REPORTS:
                 self.reports.append((line, text.strip(), report))
-            return
+            if report.kind != "dump":
+                return  # a dump signal is also the rank's collective timeout
         if not (self.every_line or any(a in low for a in knowledge.LOG_ANCHORS)
                 or _EXCEPTION_LINE.match(text)):
             return
@@ -433,6 +441,7 @@ class _Scanner:
         for error in [*errors, *self.later]:
             error.diagnosis = classify(error.text)
             error.node = error.node or self.nodes.get(error.rank)
+            error.local = error.local or self.device_numbered.get(error.rank, False)
         deaths = self._deaths()
         named = self._named_first(deaths)
         first = _first_failure(errors, self.root_cause_rank, named, deaths)
@@ -466,8 +475,7 @@ class _Scanner:
             consequences=sorted(others, key=lambda e: e.line),
             ranks_seen=sorted(ranks), root_cause_rank=self.root_cause_rank,
             stopped_by_launcher=sum(1 for _, _, r in self.reports if r.kind == "stopped"),
-            first_dump_rank=next((r.rank for _, _, r in self.reports
-                                  if r.kind == "first_dump"), None),
+            first_dump_rank=first_dump_rank(r for _, _, r in self.reports),
             only_collective_failures=only_collective,
             silent_ranks=sorted(r for r in ranks if r not in failed),
             lines=self.lines, sticky_evidence=self.sticky_evidence,
