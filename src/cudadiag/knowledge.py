@@ -1622,26 +1622,48 @@ class ProcessEnd:
     codes: tuple[int, ...]
     words: str
     """What it means, in the user's words (`killed by signal 9 — ...`)."""
+    checks: tuple[str, ...] = ()
+    """What to check first when a process of a job ended so."""
 
 
 PROCESS_ENDS: tuple[ProcessEnd, ...] = (
     # the kernel's OOM killer sends SIGKILL (man 5 proc: oom_score; dmesg: "Out of memory:
     # Killed process"); so do a scheduler over its memory limit and `kill -9`
     ProcessEnd((-9, 137), "killed by signal 9 (SIGKILL) — often the host's out-of-memory "
-                          "killer; check `dmesg`"),
+                          "killer; check `dmesg`",
+               ("Look for the host's out-of-memory killer on that node: `dmesg -T | grep -i "
+                "-e 'out of memory' -e 'killed process'`; under a scheduler, the job's memory "
+                "limit (SLURM: `sacct -j JOB -o JobID,MaxRSS,ReqMem,State`).",
+                "Measure one rank's host memory: data loader workers and their prefetching, "
+                "datasets or checkpoints loaded into RAM by every rank (torch.load with "
+                "mmap=True, map_location).",
+                "This is host (CPU) memory, not the GPU's: a CUDA out-of-memory raises an "
+                "exception instead.")),
     # abort(): a C++ exception no one caught (`terminate called after throwing`), an assert
     # in a library, NCCL's async error handling tearing the process down
     ProcessEnd((-6, 134), "aborted (signal 6, SIGABRT) — an uncaught C++ exception or a "
-                          "library's assert; the lines just before it say which"),
+                          "library's assert; the lines just before it say which",
+               ("Read that rank's last lines before it ended: `terminate called after "
+                "throwing`, `what():`, a library's assertion, NCCL's watchdog.",)),
     ProcessEnd((-11, 139), "crashed with a segmentation fault (signal 11, SIGSEGV) — native "
                            "code (an extension, a driver, a data loader worker) read bad "
-                           "memory"),
+                           "memory",
+               ("Re-run that rank with `python -X faulthandler` for the native stack.",
+                "Check compiled extensions were built for this torch and CUDA, and try the "
+                "data loader with num_workers=0.")),
     ProcessEnd((-7, 135), "crashed with a bus error (signal 7, SIGBUS) — often a full "
-                          "/dev/shm (a container's shared memory)"),
+                          "/dev/shm (a container's shared memory)",
+               ("Check the shared memory: `df -h /dev/shm` (docker: --shm-size or "
+                "--ipc=host); data loader workers pass batches through it.",)),
     ProcessEnd((-15, 143), "stopped by signal 15 (SIGTERM) — the launcher stopping it after "
-                           "another process failed, or the scheduler"),
+                           "another process failed, or the scheduler",
+               ("Look for the process that failed before it, or the scheduler's reason "
+                "(time limit, preemption).",)),
     ProcessEnd((1,), "exited with status 1 without a traceback in this log — its error was "
-                     "printed elsewhere (its own log, stderr not captured)"),
+                     "printed elsewhere (its own log, stderr not captured)",
+               ("Find that rank's own output: torchrun keeps each rank's stdout and stderr "
+                "with `--tee 3` or `--log-dir DIR`, and writes its traceback to the error "
+                "file when main is decorated with torch.distributed.elastic's @record.",)),
 )
 PROCESS_ENDS_BY_CODE = {code: end for end in PROCESS_ENDS for code in end.codes}
 

@@ -351,6 +351,9 @@ class _Scanner:
                 report = replace(report, rank=rank)
             if len(self.reports) < MAX_REPORTS:
                 self.reports.append((line, text.strip(), report))
+            if report.kind == "summary" and self.fallback is None:
+                self.fallback = RankError(rank=None, line=line, timestamp=None,
+                                          evidence=text.strip(), text=text)
             if report.kind != "dump":
                 return  # a dump signal is also the rank's collective timeout
         if not (self.every_line or any(a in low for a in knowledge.LOG_ANCHORS)
@@ -465,6 +468,7 @@ class _Scanner:
         advise_log(diagnosis, first.text if first is not None else "")
         if first is not None and first.diagnosis is not None and first.exit_code is not None:
             diagnosis.details["exit_code"] = first.exit_code
+            _check_how_it_ended(diagnosis, first.exit_code)
         only_collective = bool(ranks) and bool(errors) and not deaths and all(
             is_consequence(e.diagnosis) for e in errors)
         failed = {e.rank for e in errors}
@@ -598,7 +602,7 @@ def _death(*, rank: int | None, line: int, evidence: str, exit_code: int | None,
     (knowledge.PROCESS_ENDS: `killed by signal 9 (SIGKILL) — often the host's out-of-memory
     killer; check `dmesg``)."""
     diagnosis = classify("")
-    who = ("local rank " if local else "rank ") + str(rank) if rank is not None else "a process"
+    who = describe_process(rank, local=local, node=node)
     if exit_code is not None:
         diagnosis.summary = f"{who} {knowledge.process_end_words(exit_code)}"
         diagnosis.details["exit_code"] = exit_code
@@ -607,6 +611,26 @@ def _death(*, rank: int | None, line: int, evidence: str, exit_code: int | None,
     diagnosis.evidence = evidence
     return RankError(rank=rank, line=line, timestamp=None, evidence=evidence, text=evidence,
                      diagnosis=diagnosis, node=node, exit_code=exit_code, local=local)
+
+
+CONSEQUENCES_OF_A_DEATH = ("The other ranks' errors after it (the launcher's closing signal "
+                           "SIGTERM, connections reset by peer, collective timeouts) are "
+                           "consequences of this one.")
+
+
+def _check_how_it_ended(diagnosis: Diagnosis, exit_code: int) -> None:
+    """Give a process that ended with no error of its own (a death by signal, an exit status
+    without a traceback) the first checks of how it ended (knowledge.PROCESS_ENDS)."""
+    end = knowledge.PROCESS_ENDS_BY_CODE.get(exit_code)
+    if diagnosis.family == "unknown" and end is not None and end.checks:
+        diagnosis.first_checks = [*end.checks, CONSEQUENCES_OF_A_DEATH]
+
+
+def describe_process(rank: int | None, *, local: bool, node: str | None) -> str:
+    """`rank 3`, `local rank 3 on node7`, or `a process` when no rank is known."""
+    if rank is None:
+        return "a process" + (f" on {node}" if node else "")
+    return ("local rank " if local else "rank ") + str(rank) + (f" on {node}" if node else "")
 
 
 KILLED_CODES = frozenset({-9, 137})

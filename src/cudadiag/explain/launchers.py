@@ -23,7 +23,7 @@ class ProcessReport:
     kind: str
     """`died` (it ended and the job failed with it), `stopped` (the launcher stopped it after
     another failed), `dump` (its watchdog timed out and asked every rank to dump: Flight
-    Recorder)."""
+    Recorder), `summary` (the launcher's own report that the job failed)."""
     rank: int | None
     exit_code: int | None = None
     first: bool = False
@@ -70,6 +70,12 @@ def _deepspeed_exit(m: re.Match[str]) -> ProcessReport:
 
 
 LAUNCHER_FORMS: tuple[LauncherForm, ...] = (
+    LauncherForm(
+        "torchrun: the job failed (its own traceback, then the summary)", b"childfailederror",
+        re.compile(r"ChildFailedError"),
+        lambda m: ProcessReport("child_failed", "summary", None),
+        "torch/distributed/launcher/api.py (launch_agent raises ChildFailedError); "
+        "torch/distributed/elastic/multiprocessing/errors/__init__.py"),
     LauncherForm(
         "torchelastic agent: a worker failed", b"failed (exitcode:",
         re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<rank>\d+) "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cudadiag.explain import Explanation, seq_numbers
+from cudadiag.explain import Explanation, RankError, describe_process, seq_numbers
 from cudadiag.ui.render import LIST_SHOWN
 
 
@@ -19,8 +19,8 @@ def render_explanation(explanation: Explanation, source: str) -> str:
         out.append("no error found: no line of this log holds a known CUDA/PyTorch error or a "
                    "Python exception")
         return "\n".join(out)
-    where = f"line {first.line:,}" + (f", rank {first.rank}" if d.rank is not None else "")
-    out += [f"first error ({where}):", f"  {first.evidence}", d.summary]
+    out += [f"first error ({_where(first, ranked=d.rank is not None)}):", f"  {first.evidence}",
+            d.summary]
     out += [f"not confident: the same lines also fit {a.family} ({a.evidence})"
             for a in d.alternatives]
     if d.sticky:
@@ -60,9 +60,21 @@ def _collective_only_line(explanation: Explanation) -> str:
         line += " Collective sequence numbers: " + ", ".join(
             f"rank {r} at {n}" for r, n in sorted(seqs.items(), key=lambda kv: kv[1])
         ) + f" (behind: {', '.join(str(r) for r, n in seqs.items() if n == behind)})."
+    if explanation.first_dump_rank is not None:
+        line += (f" Rank {explanation.first_dump_rank}'s watchdog timed out first (Flight "
+                 "Recorder's dump signal): it waited longest, on a collective some rank did "
+                 "not join.")
     if explanation.root_cause_rank is not None:
         line += f" torchrun names rank {explanation.root_cause_rank} as the first failure."
     return line
+
+
+def _where(first: RankError, *, ranked: bool) -> str:
+    """`line 6, local rank 3 on node7`: where the first error is, and which process."""
+    if not ranked and first.node is None:
+        return f"line {first.line:,}"
+    return f"line {first.line:,}, " + describe_process(first.rank, local=first.local,
+                                                        node=first.node)
 
 
 def _shorten_line(line: str, limit: int = 160) -> str:
