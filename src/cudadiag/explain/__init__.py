@@ -444,7 +444,8 @@ class _Scanner:
         for error in [*errors, *self.later]:
             error.diagnosis = classify(error.text)
             error.node = error.node or self.nodes.get(error.rank)
-            error.local = error.local or self.device_numbered.get(error.rank, False)
+            error.local = error.local or (error.rank is not None
+                                          and self.device_numbered.get(error.rank, False))
         deaths = self._deaths()
         named = self._named_first(deaths)
         first = _first_failure(errors, self.root_cause_rank, named, deaths)
