@@ -95,6 +95,7 @@ def test_a_killed_rank_is_said_as_killed_by_signal_9_with_dmesg_and_its_peers_st
     assert ("local rank 3 killed by signal 9 (SIGKILL) — often the host's out-of-memory "
             "killer; check `dmesg`") in out
     assert "dmesg -T" in out and "not the GPU's" in out
+    assert "restart: the process has already ended" in out
     assert "later errors" not in out  # torchrun's own ChildFailedError is its summary
 
 
@@ -102,7 +103,8 @@ def test_nccl_lines_name_the_node_and_the_device_and_a_closed_socket_is_a_conseq
     explanation = explain_text(by_id("R-002")["text"])
     out = render_explanation(explanation, "nccl.log")
     assert "first error (line 11, local rank 3 on ng30903):" in out
-    assert "rank 0, line 1: distributed — misc/socket.cc:49 NCCL WARN socketProgress" in out
+    assert ("local rank 0, line 1: distributed — misc/socket.cc:49 NCCL WARN "
+            "socketProgress") in out
     assert explanation.diagnosis.family == "oom"
 
 

@@ -28,16 +28,18 @@ def render_explanation(explanation: Explanation, source: str) -> str:
         out.append("restart: yes — this error leaves the CUDA context unusable; the process "
                    "(in a notebook: the kernel) must restart. A restart fixes no bad target or "
                    "index." + (f" Seen in: {evidence}" if evidence else ""))
+    elif first.exit_code is not None and d.family == "unknown":
+        out.append("restart: the process has already ended (a new run starts afresh)")
     else:
         out.append("restart: not needed for this error (the CUDA context stays usable)")
     if explanation.only_collective_failures:
         out.append(_collective_only_line(explanation))
     if explanation.consequences:
-        label = f"rank {first.rank}'s failure" if d.rank is not None else "the first error"
+        label = (describe_process(first.rank, local=first.local, node=None) + "'s failure"
+                 if d.rank is not None else "the first error")
         out.append(f"later errors (probable consequences of {label}):")
-        out += [f"  {'rank ' + str(c.rank) + ', ' if c.rank is not None else ''}line "
-                f"{c.line:,}: {c.family} — {_shorten_line(c.evidence)}"
-                for c in explanation.consequences[:LIST_SHOWN]]
+        out += [f"  {_consequence_where(c)}line {c.line:,}: {c.family} — "
+                f"{_shorten_line(c.evidence)}" for c in explanation.consequences[:LIST_SHOWN]]
         if len(explanation.consequences) > LIST_SHOWN:
             out.append(f"  … and {len(explanation.consequences) - LIST_SHOWN} more")
     out.append("check first:")
@@ -75,6 +77,13 @@ def _where(first: RankError, *, ranked: bool) -> str:
         return f"line {first.line:,}"
     return f"line {first.line:,}, " + describe_process(first.rank, local=first.local,
                                                         node=first.node)
+
+
+def _consequence_where(error: RankError) -> str:
+    """`local rank 0, ` before a consequence's line, or nothing when it has no rank."""
+    if error.rank is None:
+        return ""
+    return describe_process(error.rank, local=error.local, node=None) + ", "
 
 
 def _shorten_line(line: str, limit: int = 160) -> str:
