@@ -26,8 +26,11 @@ FORMS = {
     "spawn_raised", "spawn_exited", "watchdog", "seqnum", "flight_recorder", "deepspeed_exit",
     "rank_prefix", "message_rank", "quote_prefix", "line_number_prefix", "glog_prefix",
     "stderr_prefix", "box_drawn", "progress_bar", "exit_killed", "exit_abort",
-    "exit_segfault", "exit_one",
+    "exit_segfault", "exit_one", "timestamp_prefix",
 }
+BLIND_FIGURES = (13, 8)
+"""The blind collection (split `blind`, gathered after the rules were written and measured
+before any change): family right 13/14, first failing process right 8/10."""
 
 
 @cache
@@ -43,7 +46,7 @@ def by_id(record_id: str) -> dict[str, Any]:
 def test_every_record_has_its_thread_and_what_its_log_proves():
     records = rank_logs()
     assert len({r["source"] for r in records}) == len(records)
-    assert {r["split"] for r in records} == {"train", "heldout"}
+    assert {r["split"] for r in records} == {"train", "heldout", "blind"}
     for r in records:
         assert re.fullmatch(r"[\w.-]+/[\w.-]+#\d+", r["source"]), r["id"]
         assert r["family"] in FAMILY_NAMES and r["reason"], r["id"]
@@ -71,13 +74,13 @@ def _mismatches(record: dict[str, Any]) -> list[str]:
     return wrong
 
 
-@pytest.mark.parametrize("record_id", [r["id"] for r in rank_logs()])
+@pytest.mark.parametrize("record_id", [r["id"] for r in rank_logs() if r["split"] != "blind"])
 def test_explain_names_the_family_and_the_first_failing_process(record_id):
     record = by_id(record_id)
     assert _mismatches(record) == [], record["source"]
 
 
-@pytest.mark.parametrize("split", ["train", "heldout"])
+@pytest.mark.parametrize("split", ["train", "heldout", "blind"])
 def test_figures_per_split(split, capsys):
     records = [r for r in rank_logs() if r["split"] == split]
     family = sum(explain_text(r["text"]).diagnosis.family == r["family"] for r in records)
@@ -86,7 +89,10 @@ def test_figures_per_split(split, capsys):
     with capsys.disabled():
         print(f"\n[rank logs {split}] family right {family}/{len(records)}; first failing "
               f"process right (rank, local, node, exit code) {first}/{len(proven)}")
-    assert family == len(records) and first == len(proven)
+    if split == "blind":
+        assert (family, first) >= BLIND_FIGURES
+    else:
+        assert family == len(records) and first == len(proven)
 
 
 def test_a_killed_rank_is_said_as_killed_by_signal_9_with_dmesg_and_its_peers_stopped():
