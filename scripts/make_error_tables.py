@@ -8,8 +8,8 @@ text comes from the library's own `...GetErrorString` where the library is on di
 through ctypes: none of them needs a GPU), else from the doc comment. Stickiness is NVIDIA's
 own words in the doc comment: "the process must be terminated and relaunched". The exception
 classes are listed by importing torch and triton in each interpreter given (`--python`).
-HIP and HSA codes are not on this disk: src/cudadiag/error_codes/rocm_codes.py holds them,
-with their sources, by hand.
+HIP and HSA headers are not on this disk: rocm_codes.py is rewritten only when all of them are
+given (--hip-header ... --hip7-error-cpp-header, from the commits ROCM_ENUMS and HIP7_SOURCE name).
 """
 
 from __future__ import annotations
@@ -272,7 +272,8 @@ def hip_strings(source_text: str) -> dict[str, str]:
 
 
 HIP7_STRINGS_SOURCE = ("text: ihipGetErrorString, ROCm/rocm-systems@"
-                       "10442129b1e0e49eb3bfacbfc9c1c56c36b1a0b5 projects/clr/hipamd/src/hip_error.cpp")
+                       "10442129b1e0e49eb3bfacbfc9c1c56c36b1a0b5 "
+                       "projects/clr/hipamd/src/hip_error.cpp")
 
 
 def rocm_rows(headers: dict[str, Path]) -> list[tuple[str, int, str, str, bool, str]]:
