@@ -91,6 +91,8 @@ DOCS: dict[str, str] = {
     # NVIDIA
     "cuda-runtime-errors":
         "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html",
+    "cuda-error-log": "https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/"
+                      "error-log-management.html",
     "cuda-env-vars":
         "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars",
     "cuda-compatibility": "https://docs.nvidia.com/deploy/cuda-compatibility/",
@@ -1209,6 +1211,12 @@ RUNTIME_OOM_CHECK = _check(
     "This is CUDA's own out-of-memory (context creation, cuBLAS/cuDNN workspaces, NCCL, an "
     "extension), not PyTorch's allocator: check other processes on the GPU and memory held "
     "outside PyTorch.", "cuda-runtime-errors", "cuda-memory")
+LOG_FILE_CHECK = _check(
+    "Run it again with CUDA_LOG_FILE=stderr (CUDA 12.9 or newer, as the message asks): the "
+    "driver then writes why the call failed, in words, next to the error code.",
+    "cuda-error-log")
+"""For the hint PyTorch adds to a CUDA error since pytorch/pytorch#181011 (HINT_PATTERNS
+`log_file_hint`)."""
 ARCH_CHECK = _check(
     "The device's capability {capability} is not in the build's arch list ({arch_list}): "
     "install a PyTorch build that supports it.", "arch-list", "install", "method 5")
