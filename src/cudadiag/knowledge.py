@@ -91,6 +91,8 @@ DOCS: dict[str, str] = {
     # NVIDIA
     "cuda-runtime-errors":
         "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html",
+    "cuda-error-log": "https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/"
+                      "error-log-management.html",
     "cuda-env-vars":
         "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars",
     "cuda-compatibility": "https://docs.nvidia.com/deploy/cuda-compatibility/",
@@ -731,6 +733,21 @@ def _status_name_signatures() -> list[Signature]:
             if row.library not in ("cuda_runtime", "hip") and row.family != "unknown"]
 
 
+_COMPILER_NAMESPACES = ("torch._inductor.", "torch._dynamo.", "triton.")
+
+
+def _compiler_class_signatures() -> list[Signature]:
+    """`CppCompileError: ...`, `triton.runtime.errors.OutOfResources: ...`: an exception class
+    of the compiler's namespaces with a family of its own (error_codes' class table, the
+    wrappers excepted: what they carry decides), named where a message starts."""
+    return [_sig(row.family, rf"(?<![\w]){re.escape(row.name.rsplit('.', 1)[-1])}: ",
+                 compiled="inductor" if row.name.startswith("torch.") else "triton",
+                 exception_class=row.name)
+            for row in error_codes.EXCEPTION_CLASSES
+            if row.name.startswith(_COMPILER_NAMESPACES) and not row.wrapper
+            and row.family != "unknown"]
+
+
 def named_code(text: str) -> tuple[error_codes.ErrorCode, int] | None:
     """The first status code that `text` names (by name, or a runtime error by its `CUDA error:`
     text), whatever its family, and where: what an unrecognised error can still say it saw."""
@@ -967,10 +984,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("index_out_of_bounds",
          r"kernel, (?P<generated_file>[^\s,]{1,400}\.cpp):(?P<line>\d+), index out of bounds: "
          r"(?P<bounds>-?\w+ <= \w+ < \w+)", compiled="inductor_cpp"),
+    # ... and without the kernel's place: TORCH_CHECK's c10::Error says only the message
+    # (`index out of bounds: {cond_print}`, the bounds a sympy expression: `1 + ks0`)
+    _sig("index_out_of_bounds", r"(?<![`\"])\bindex out of bounds: (?P<bounds>-?\w+ <= \w+"
+                                r"(?: < [\w +*()-]{1,80}\w)?)", compiled="inductor_cpp"),
     # Inductor's Triton kernels assert the same condition on the device (tl.device_assert);
     # the assertion line itself is read by the device_assert signatures above
-    _sig("device_assert", r"Assertion `index out of bounds: (?P<bounds>-?\w+ <= \w+ < \w+)` "
-                          r"failed", sticky=True, compiled="triton"),
+    _sig("device_assert", r"Assertion `index out of bounds: (?P<bounds>[^`\n]{1,200})` failed",
+         sticky=True, compiled="triton"),
     # the compiler's wrappers carry the error of the generated code, or of the compiler
     _sig("unknown", r"torch\._inductor\.exc\.InductorError|\bInductorError: ",
          wrapper=True, compiled="inductor"),
@@ -983,6 +1004,18 @@ SIGNATURES: tuple[Signature, ...] = (
          compiled="triton"),
     _sig("op_unavailable", r"ptxas(?: fatal)? *: Value '(?P<capability>sm_\w+)' is not defined "
                            r"for option 'gpu-name'", compiled="triton"),
+    # devices below Triton's minimum (torch/_inductor/exc.py GPUTooOldForTriton, earlier
+    # torch/_inductor/scheduler.py), a Triton that is missing (exc.py TritonMissing) or does
+    # not know the CUDA toolkit it found (triton/backends/nvidia/compiler.py ptx_get_version)
+    _sig("op_unavailable", r"Found (?P<device_name>[^\n]{1,80}?) which is too old to be supported "
+                           r"by the triton GPU compiler(?:[^\n]*?your device is of CUDA "
+                           r"capability (?P<capability>\d+\.\d+))?", compiled="triton"),
+    _sig("op_unavailable", r"Cannot find a working triton installation", compiled="triton"),
+    _sig("op_unavailable", r"Triton only support CUDA 10\.0 or higher(?:, but got CUDA version: "
+                           r"(?P<toolkit>[\d.]+))?", compiled="triton"),
+    # the compiler's own exception classes (error_codes' table of torch._inductor, torch._dynamo
+    # and triton classes), named where their message starts
+    *_compiler_class_signatures(),
     # CUDA graphs: the runtime's stream-capture errors (cudaErrorStreamCapture*, 900-907 in
     # driver_types.h) as libraries reword them, and PyTorch's own refusals during capture
     *(_sig("cuda_graph", pattern) for pattern in (
@@ -991,6 +1024,8 @@ SIGNATURES: tuple[Signature, ...] = (
         r"stream) due to a previous error during capture",
         r"\b(?:stream )?capture (?:sequence )?was invalidated",
         r"\bcudaErrorStreamCapture\w+|\bcudaErrorCapturedEvent\b",
+        # driver_types.h enum cudaStreamCaptureStatus: the state PyTorch's checks print
+        r"\bcudaStreamCaptureStatusInvalidated\b",
         r"(?:during|in) (?:a )?CUDA graph capture",
         r"CUDA graphs? (?:capture|replay) (?:failed|is not supported)",
     )),
@@ -1176,6 +1211,12 @@ RUNTIME_OOM_CHECK = _check(
     "This is CUDA's own out-of-memory (context creation, cuBLAS/cuDNN workspaces, NCCL, an "
     "extension), not PyTorch's allocator: check other processes on the GPU and memory held "
     "outside PyTorch.", "cuda-runtime-errors", "cuda-memory")
+LOG_FILE_CHECK = _check(
+    "Run it again with CUDA_LOG_FILE=stderr (CUDA 12.9 or newer, as the message asks): the "
+    "driver then writes why the call failed, in words, next to the error code.",
+    "cuda-error-log")
+"""For the hint PyTorch adds to a CUDA error since pytorch/pytorch#181011 (HINT_PATTERNS
+`log_file_hint`)."""
 ARCH_CHECK = _check(
     "The device's capability {capability} is not in the build's arch list ({arch_list}): "
     "install a PyTorch build that supports it.", "arch-list", "install", "method 5")
