@@ -40,7 +40,7 @@ data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
 n = int(0.9 * len(data))
 train_data, val_data = data[:n], data[n:]
 vocab_size, block_size, batch_size = len(chars), 16, 16
-n_embd, n_head, n_layer, max_iters, eval_interval = 32, 4, 2, 120, 40
+n_embd, n_head, n_layer, max_iters, eval_interval = 32, 4, 2, 60, 30
 
 
 def get_batch(split):
@@ -146,7 +146,7 @@ import torch.nn.functional as F
 
 torch.manual_seed(0)
 device = "cuda" if torch.cuda.is_available() else "cpu"
-features, classes, batch, steps = 1024, 10, 512, 25
+features, classes, batch, steps = 1024, 10, 512, 12
 X = torch.randn(8 * batch, features, device=device)
 y = (X[:, :classes].argmax(dim=1)).to(device)
 model = nn.Sequential(nn.Linear(features, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
@@ -174,7 +174,7 @@ def cudadiag_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "cudadiag.cli"]
 
 
-def timed(command: list[str], cwd: Path, env: dict[str, str]) -> float:
+def timed(command: list[str], env: dict[str, str], cwd: Path) -> float:
     start = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
                           check=False)
