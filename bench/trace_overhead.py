@@ -19,7 +19,6 @@ from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
-
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudadiag.trace import OpTracer
