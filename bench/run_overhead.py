@@ -188,6 +188,9 @@ def timed(command: list[str], env: dict[str, str], cwd: Path) -> float:
 def sides(script: Path, home: str) -> dict[str, tuple[list[str], dict[str, str]]]:
     env = {**os.environ, "CUDADIAG_HOME": home}
     env.pop("CUDA_LAUNCH_BLOCKING", None)
+    # one intra-op thread on every side unless told otherwise: on a shared machine of few
+    # cores, small ops waiting for descheduled threads otherwise swamp what is measured
+    env.setdefault("OMP_NUM_THREADS", "1")
     return {
         "python": ([sys.executable, script.name], env),
         "cudadiag run": ([*cudadiag_command(), "run", "--", sys.executable, script.name], env),
