@@ -20,6 +20,7 @@ diagnosis knowledge.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -609,17 +610,16 @@ CUDA_ERRORS_BY_NAME.update({row.name: CUDA_ERRORS_BY_CODE[row.code]
 
 @dataclass(frozen=True)
 class Signature:
-    """A message pattern that decides a family. Named groups become `details`."""
+    """A message pattern that decides a family. Named groups become `details`. The pattern
+    is compiled, and its anchors derived, on first use: a process that classifies nothing
+    (a diagnostic run that does not fail) never pays for the table's regular expressions."""
 
     family: str
-    pattern: re.Pattern[str]
+    source: str
+    """The regular expression (matched ignoring case)."""
     sticky: bool = False
     fixed: dict[str, object] = field(default_factory=dict)
     """Details that the match implies (e.g. which kind of out-of-memory)."""
-    anchors: tuple[str, ...] = ()
-    """Lower-case literals of which every match holds at least one (derived from the pattern):
-    a text without any of them is not searched, and a log scanner looks only at lines that
-    hold one."""
     catch_all: bool = False
     """A broad row that more specific rows refine (`CUBLAS_STATUS_*`, any `"op" not
     implemented`): when a specific row matches the same line, the broad one is no second
@@ -628,6 +628,18 @@ class Signature:
     """The message only carries another error (a collective's watchdog, a launcher, an
     uncaught C++ exception): a known error right after it decides; the wrapper's own family
     counts only when nothing follows."""
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        """The compiled pattern."""
+        return re.compile(self.source, re.IGNORECASE)
+
+    @functools.cached_property
+    def anchors(self) -> tuple[str, ...]:
+        """Lower-case literals of which every match holds at least one (pattern_anchors): a
+        text without any of them is not searched, and a log scanner looks only at lines that
+        hold one."""
+        return pattern_anchors(self.source)
 
     def may_match(self, lowered: str) -> bool:
         """False when `lowered` (a lower-cased text) holds none of the anchors."""
@@ -638,9 +650,7 @@ def _sig(family: str, pattern: str, *, sticky: bool = False, wrapper: bool = Fal
          catch_all: bool = False, known: Mapping[str, object] | None = None,
          **fixed: object) -> Signature:
     """A signature; `known` and `fixed` are the details every match of it has."""
-    compiled = re.compile(pattern, re.IGNORECASE)
-    return Signature(family, compiled, sticky, {**(known or {}), **fixed},
-                     pattern_anchors(pattern), catch_all, wrapper)
+    return Signature(family, pattern, sticky, {**(known or {}), **fixed}, catch_all, wrapper)
 
 
 def pattern_anchors(pattern: str) -> tuple[str, ...]:
@@ -752,19 +762,22 @@ def named_code(text: str) -> tuple[error_codes.ErrorCode, int] | None:
     """The first status code that `text` names (by name, or a runtime error by its `CUDA error:`
     text), whatever its family, and where: what an unrecognised error can still say it saw."""
     best: tuple[error_codes.ErrorCode, int] | None = None
-    for pattern, row in _CODE_MENTIONS:
+    for pattern, row in _code_mentions():
         m = pattern.search(text)
         if m and (best is None or m.start() < best[1]):
             best = (row, m.start())
     return best
 
 
-_CODE_MENTIONS: tuple[tuple[re.Pattern[str], error_codes.ErrorCode], ...] = tuple(
-    [(re.compile(rf"\b{re.escape(row.name)}\b"), row) for row in error_codes.ERROR_CODES
-     if not row.name.endswith(("Success", "SUCCESS"))]
-    + [(re.compile(rf"(?:CUDA|HIP) error: {re.escape(row.text)}(?=$|[\n.])"), row)
-       for row in error_codes.ERROR_CODES
-       if row.library in ("cuda_runtime", "hip") and row.code != 0])
+@functools.cache
+def _code_mentions() -> tuple[tuple[re.Pattern[str], error_codes.ErrorCode], ...]:
+    """How a text names each status code, compiled on first use."""
+    return tuple(
+        [(re.compile(rf"\b{re.escape(row.name)}\b"), row) for row in error_codes.ERROR_CODES
+         if not row.name.endswith(("Success", "SUCCESS"))]
+        + [(re.compile(rf"(?:CUDA|HIP) error: {re.escape(row.text)}(?=$|[\n.])"), row)
+           for row in error_codes.ERROR_CODES
+           if row.library in ("cuda_runtime", "hip") and row.code != 0])
 
 
 _ASSERT_LINE = (
@@ -1705,8 +1718,10 @@ def _minimal_anchors(anchors: set[str]) -> tuple[bytes, ...]:
     return tuple(sorted(a.encode() for a in kept))
 
 
-LOG_ANCHORS = _minimal_anchors(
-    {a for s in SIGNATURES for a in s.anchors} | set(EXTRA_LOG_ANCHORS))
+@functools.cache
+def log_anchors() -> tuple[bytes, ...]:
+    """The anchors a log line must hold one of to be read (derived on first use)."""
+    return _minimal_anchors({a for s in SIGNATURES for a in s.anchors} | set(EXTRA_LOG_ANCHORS))
 
 # What a log line reporting an error holds (at least one, lower case): `cudadiag explain`
 # looks only at lines holding one of these, then at the signatures' anchors. A test checks
