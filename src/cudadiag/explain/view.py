@@ -20,7 +20,10 @@ def render_explanation(explanation: Explanation, source: str) -> str:
                    "Python exception")
         return "\n".join(out)
     where = f"line {first.line:,}" + (f", rank {first.rank}" if d.rank is not None else "")
-    out += [f"first error ({where}):", f"  {first.evidence}", d.summary]
+    out += [f"first error ({where}):", f"  {first.evidence}"]
+    if first.progress is not None:
+        out.append(f"  training had reached: {first.progress.describe()}")
+    out.append(d.summary)
     out += [f"not confident: the same lines also fit {a.family} ({a.evidence})"
             for a in d.alternatives]
     if d.sticky:
