@@ -298,3 +298,29 @@ def test_a_flat_position_of_targets_no_batch_tensor_matches_is_not_placed(tmp_pa
     assert incident.op.precheck.startswith("aten::nll_loss_forward: target 3 at position")
     assert incident.op.in_batch is None
     assert "is batch[" not in incident.diagnosis.summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("switch", ["", "off"])
+def test_cudadiag_run_says_how_to_stop_adding_callbacks_in_a_script(tmp_path, switch,
+                                                                     monkeypatch):
+    pytest.importorskip("transformers", reason="the transformers extra is not installed")
+    import sys
+
+    from test_cli import cudadiag
+
+    script = SCRIPT.replace("DATASET", DATASET).replace(",\n        callbacks=[Callback()]", "")
+    (tmp_path / "train.py").write_text(script)
+    monkeypatch.setenv("CUDADIAG_ATTACH", switch)
+    result = cudadiag("run", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert result.returncode == 1
+    (incident,) = incidents()
+    if switch == "off":
+        assert "recording the steps" not in result.stdout + result.stderr
+        assert incident.step is None or incident.step.framework != "transformers.Trainer"
+    else:
+        said = result.stdout + result.stderr
+        assert "recording the steps of this transformers.Trainer" in said
+        assert "CUDADIAG_ATTACH=off in the environment stops it" in said
+        assert "%cudadiag" not in said
+        assert incident.step.framework == "transformers.Trainer"
