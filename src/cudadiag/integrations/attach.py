@@ -23,7 +23,8 @@ OFF_IN_A_KERNEL = "`%cudadiag attach off`"
 OFF_IN_A_SCRIPT = "CUDADIAG_ATTACH=off in the environment"
 ATTACH_ENV = "CUDADIAG_ATTACH"
 """Set to `off` (or 0, no, false), `cudadiag run` adds no callback to a script's trainers."""
-_state = {"on": True, "off": OFF_IN_A_KERNEL}
+_state = {"on": True}
+_off = {"hint": OFF_IN_A_KERNEL}
 _originals: list[tuple[type, str, Any]] = []
 
 
@@ -32,7 +33,7 @@ def _add_to_hf_trainer(trainer: Any) -> None:
 
     if not any(isinstance(c, Callback) for c in trainer.callback_handler.callbacks):
         trainer.add_callback(Callback())
-        print(ANNOUNCE.format(library="transformers.Trainer", off=_state["off"]))
+        print(ANNOUNCE.format(library="transformers.Trainer", off=_off["hint"]))
 
 
 def _add_to_lightning_trainer(trainer: Any) -> None:
@@ -40,7 +41,7 @@ def _add_to_lightning_trainer(trainer: Any) -> None:
 
     if not any(isinstance(c, Callback) for c in trainer.callbacks):
         trainer.callbacks.append(Callback())
-        print(ANNOUNCE.format(library="lightning.Trainer", off=_state["off"]))
+        print(ANNOUNCE.format(library="lightning.Trainer", off=_off["hint"]))
 
 
 def _replay_hf_step(trainer: Any) -> tuple[bool, Any]:
@@ -116,7 +117,7 @@ def start(off: str = OFF_IN_A_KERNEL) -> None:
     """Patch the trainers of the libraries imported already; patch the others when they are
     imported. Adding is on; `off` is how the announcement says to turn it off."""
     _state["on"] = True
-    _state["off"] = off
+    _off["hint"] = off
     for name, module in list(sys.modules.items()):
         if name in _PATCHES and module is not None:
             _patch(module)
