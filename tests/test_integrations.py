@@ -103,15 +103,15 @@ def _lightning(shell, tmp_path):
     pytest.importorskip("lightning", reason="the lightning extra is not installed")
     run(shell, DATASET)
     run(shell, LIGHTNING.replace("OUT", repr(str(tmp_path / "out"))))
-    result, _ = run(shell, "trainer.fit(Classifier(), loader)")
+    result, cell = run(shell, "trainer.fit(Classifier(), loader)")
     assert result.error_in_exec is not None
     (incident,) = incidents()
-    return incident
+    return incident, cell
 
 
 def test_lightning_incident_names_the_batch_the_step_ran_not_the_one_fetched_ahead(
         shell, tmp_path):
-    incident = _lightning(shell, tmp_path)
+    incident, _ = _lightning(shell, tmp_path)
     step, batch = incident.step, incident.batch
     assert step.framework == "lightning.Trainer" and step.epoch == 0
     assert step.global_step == step.iteration
@@ -220,10 +220,12 @@ def test_watch_over_accelerates_prepared_loader_records_the_dataset_indices(shel
 
 @pytest.mark.slow
 def test_cuda_isolate_batch_last_replays_one_lightning_training_step(shell, tmp_path, capsys):
-    incident = _lightning(shell, tmp_path)
+    incident, fit_cell = _lightning(shell, tmp_path)
     run(shell, "%cuda_isolate --batch last")
     out = capsys.readouterr().out
     assert f"replaying step {incident.step.iteration} of watch 'lightning.Trainer.fit'" in out
+    assert incident.error.reported_at.cell == fit_cell - 1  # training_step's cell
+    assert f"reproduced: same failure (index_out_of_bounds) as In[{fit_cell}]" in out
     (isolated,) = [i for i in incidents() if i.run.mode == "isolated"]
     assert isolated.batch.replayed == f"only step {incident.step.iteration} was replayed"
     assert isolated.op.precheck.startswith("aten::nll_loss_forward: target 3 at position")
