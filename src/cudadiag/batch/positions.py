@@ -33,6 +33,8 @@ def position_in_batch(violation: Violation, batch: BatchInfo,
     indices = batch.indices
     dataset_index = (indices[index[0]] if indices is not None
                      and len(indices) == tensor.shape[0] else None)
+    if len(index) == 1 and dataset_index is None:
+        return None  # the same position in the same one row: nothing more to say
     return BatchPosition(tensor=tensor.path, index=index, dataset_index=dataset_index)
 
 
