@@ -8,8 +8,8 @@ text comes from the library's own `...GetErrorString` where the library is on di
 through ctypes: none of them needs a GPU), else from the doc comment. Stickiness is NVIDIA's
 own words in the doc comment: "the process must be terminated and relaunched". The exception
 classes are listed by importing torch and triton in each interpreter given (`--python`).
-HIP and HSA codes are not on this disk: src/cudadiag/error_codes/rocm_codes.py holds them,
-with their sources, by hand.
+HIP and HSA headers are not on this disk: rocm_codes.py is rewritten only when all of them are
+given (--hip-header ... --hip7-error-cpp-header, from the commits ROCM_ENUMS and HIP7_SOURCE name).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ PACKAGE = ROOT / "src" / "cudadiag" / "error_codes"
 NVIDIA_OUT = PACKAGE / "nvidia_codes.py"
 EXCEPTIONS_OUT = PACKAGE / "python_exceptions.py"
 ROCM_OUT = PACKAGE / "rocm_codes.py"
-ROCM_OPTIONS = ("hip", "hsa", "hsa_ext_amd", "hip_error_cpp")
+ROCM_OPTIONS = ("hip", "hsa", "hsa_ext_amd", "hip_error_cpp", "hip7", "hip7_error_cpp")
 ROCM_ENUMS = (
     # (library, header option, enum, source): the headers come from the repositories named,
     # at the commits named (ROCm 6.2: ROCm/HIP's last tag before it moved to rocm-systems)
@@ -42,6 +42,10 @@ ROCM_ENUMS = (
      "ROCm/ROCR-Runtime@c7785a6da1c10c25bc8d527c00b1fe79bfbd84c9 "
      "runtime/hsa-runtime/inc/hsa_ext_amd.h (additions to hsa_status_t)"),
 )
+HIP7_SOURCE = ("ROCm/rocm-systems@003a5d106dc36c137c76d6c8bb51f7fa5564bdfc "
+               "projects/hip/include/hip/hip_runtime_api.h (hipError_t, ROCm 7)")
+"""Where HIP moved after ROCm 6.2: the codes it adds to hipError_t (911-916, 1054) are read from
+it (`--hip7-header`), their text from `--hip7-error-cpp-header` (HIP7_STRINGS_SOURCE)."""
 CUDA_INCLUDE = Path("/usr/local/cuda/include")
 VENV = Path("/work/venv214")
 STICKY_WORDS = "must be terminated and relaunched"
@@ -267,10 +271,15 @@ def hip_strings(source_text: str) -> dict[str, str]:
     return strings
 
 
+HIP7_STRINGS_SOURCE = ("text: ihipGetErrorString, ROCm/rocm-systems@"
+                       "10442129b1e0e49eb3bfacbfc9c1c56c36b1a0b5 "
+                       "projects/clr/hipamd/src/hip_error.cpp")
+
+
 def rocm_rows(headers: dict[str, Path]) -> list[tuple[str, int, str, str, bool, str]]:
     """(library, code, name, text, sticky, source) of the HIP and HSA enums, read from the
     headers given (text: hipGetErrorString's for HIP, the doc comment for HSA; sticky: False,
-    the table takes it from the CUDA twin)."""
+    the table takes it from the CUDA twin), then the codes ROCm 7's hipError_t adds."""
     strings = hip_strings(headers["hip_error_cpp"].read_text())
     rows = []
     for library, option, type_name, source in ROCM_ENUMS:
@@ -278,6 +287,13 @@ def rocm_rows(headers: dict[str, Path]) -> list[tuple[str, int, str, str, bool, 
             text = strings.get(name, "") if library == "hip" else ""
             full_source = f"{source}; {HIP_STRINGS_SOURCE}" if text else source
             rows.append((library, value, name, text or doc.rstrip("."), False, full_source))
+    known = {name for library, _, name, *_ in rows if library == "hip"}
+    strings7 = hip_strings(headers["hip7_error_cpp"].read_text())
+    for name, value, doc in enum_entries(headers["hip7"].read_text(), "hipError_t"):
+        if name not in known:
+            text = strings7.get(name, "")
+            source = f"{HIP7_SOURCE}; {HIP7_STRINGS_SOURCE}" if text else HIP7_SOURCE
+            rows.append(("hip", value, name, text or doc.rstrip("."), False, source))
     return rows
 
 

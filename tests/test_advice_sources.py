@@ -48,7 +48,8 @@ def every_advice_row() -> list[Advice]:
     rows += [a for o in knowledge.OPERATOR_ADVICE for a in (*o.checks, *o.avoid)]
     rows += [p.advice for p in knowledge.VALUE_PATTERNS]
     rows += [m.advice for m in knowledge.MODEL_FACT_ADVICE]
-    rows += [knowledge.FRAGMENTATION_CHECK, knowledge.RUNTIME_OOM_CHECK, knowledge.ARCH_CHECK]
+    rows += [knowledge.FRAGMENTATION_CHECK, knowledge.RUNTIME_OOM_CHECK, knowledge.ARCH_CHECK,
+             knowledge.LOG_FILE_CHECK]
     return rows + list(knowledge.GUARD_ADVICE.values())
 
 

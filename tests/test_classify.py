@@ -423,3 +423,15 @@ def test_context_lines_count_before_the_exception():
 def test_unknown_input_never_raises():
     for value in ("", "   ", "x" * 100_000, ValueError()):
         assert classify(value).family == "unknown"
+
+
+def test_a_message_asking_for_cuda_log_file_gets_that_first_check():
+    d = classify(_sample("CUDA_LOG_FILE=stderr"))
+    assert any("CUDA_LOG_FILE=stderr" in check for check in d.first_checks)
+
+
+def test_the_hip_name_of_search_for_decides_a_reworded_hip_error():
+    d = classify("torch.AcceleratorError: HIP error: reworded\nSearch for `hipErrorNoBinaryForGpu' "
+                 "in https://docs.nvidia.com/cuda/cuda-runtime-api/group__HIPRT__TYPES.html for "
+                 "more information.")
+    assert (d.family, d.details["backend"]) == ("op_unavailable", "rocm")

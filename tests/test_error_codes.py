@@ -146,3 +146,14 @@ def test_an_unknown_text_names_the_library_status_it_holds_and_the_line():
     assert d.evidence == "ValueError: copy failed with hipErrorPeerAccessNotEnabled"
     assert "(ValueError, hipErrorPeerAccessNotEnabled)" in d.summary
     assert d.details["status_library"] == "hip" and "ROCm/HIP" in d.details["status_source"]
+
+
+def test_hip_table_holds_the_codes_rocm_7_added_with_the_header_they_came_from():
+    added = {"hipErrorInvalidResourceType": 914, "hipErrorInvalidResourceConfiguration": 915,
+             "hipErrorStreamDetached": 916, "hipErrorInvalidClusterSize": 1054}
+    for name, number in added.items():
+        row = table.code_named(name)
+        assert row is not None and row.library == "hip" and row.code == number, name
+        assert "ROCm/rocm-systems@" in row.source and "ROCm 7" in row.source, name
+    cluster = table.code_named("hipErrorInvalidClusterSize")
+    assert cluster.text == "a kernel launch error has occurred due to cluster misconfiguration"

@@ -215,6 +215,7 @@ def test_one_hot_takes_cudas_path_and_asserts_in_scatter(capfd):
 
 
 def test_code_written_for_a_gpu_runs_unchanged_and_fails_as_on_one():
+    available_before = torch.cuda.is_available()
     with simulated_cuda():
         assert torch.cuda.is_available() and torch.cuda.device_count() == 1
         assert torch.cuda.current_device() == 0
@@ -225,11 +226,17 @@ def test_code_written_for_a_gpu_runs_unchanged_and_fails_as_on_one():
         target = torch.tensor([0, 2, 4]).cuda()
         halves = torch.ones(2, device="cuda:0").to("cuda", torch.float64, non_blocking=True)
         assert halves.dtype == torch.float64 and x.device.type == "cpu"
+        if hasattr(torch, "accelerator"):  # torch >= 2.6: the device-agnostic API
+            assert torch.accelerator.current_accelerator().type == "cuda"
+            assert not torch.accelerator.current_stream().is_capturing()
+        opt = torch.optim.Adam(model.parameters())  # its step asks for the current stream
+        F.cross_entropy(model(x), torch.tensor([0, 2, 3]).cuda()).backward()
+        opt.step()
         loss = F.cross_entropy(model(x), target)
         with pytest.raises(RuntimeError) as raised:
             torch.cuda.synchronize()
     assert str(raised.value).startswith("CUDA error: device-side assert triggered")
     assert loss.device.type == "cpu"
-    assert torch.cuda.is_available() is torch.backends.cuda.is_built()  # restored at exit
+    assert torch.cuda.is_available() is available_before  # restored at exit
     with pytest.raises((AssertionError, RuntimeError)):
         torch.zeros(1).cuda()

@@ -293,6 +293,8 @@ def _detail_rows(family: str, details: Mapping[str, Any]) -> list[Advice]:
         rows.append(knowledge.FRAGMENTATION_CHECK)
     if family == "oom" and details.get("oom_kind") == "runtime":
         rows.append(knowledge.RUNTIME_OOM_CHECK)
+    if details.get("log_file_hint"):
+        rows.append(knowledge.LOG_FILE_CHECK)
     if (family == "op_unavailable" and details.get("capability") and details.get("arch_list")
             and details.get("device_in_arch_list") is not True):
         rows.append(knowledge.ARCH_CHECK)

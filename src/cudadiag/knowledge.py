@@ -20,6 +20,7 @@ diagnosis knowledge.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -91,6 +92,8 @@ DOCS: dict[str, str] = {
     # NVIDIA
     "cuda-runtime-errors":
         "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html",
+    "cuda-error-log": "https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/"
+                      "error-log-management.html",
     "cuda-env-vars":
         "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars",
     "cuda-compatibility": "https://docs.nvidia.com/deploy/cuda-compatibility/",
@@ -607,17 +610,16 @@ CUDA_ERRORS_BY_NAME.update({row.name: CUDA_ERRORS_BY_CODE[row.code]
 
 @dataclass(frozen=True)
 class Signature:
-    """A message pattern that decides a family. Named groups become `details`."""
+    """A message pattern that decides a family. Named groups become `details`. The pattern
+    is compiled, and its anchors derived, on first use: a process that classifies nothing
+    (a diagnostic run that does not fail) never pays for the table's regular expressions."""
 
     family: str
-    pattern: re.Pattern[str]
+    source: str
+    """The regular expression (matched ignoring case)."""
     sticky: bool = False
     fixed: dict[str, object] = field(default_factory=dict)
     """Details that the match implies (e.g. which kind of out-of-memory)."""
-    anchors: tuple[str, ...] = ()
-    """Lower-case literals of which every match holds at least one (derived from the pattern):
-    a text without any of them is not searched, and a log scanner looks only at lines that
-    hold one."""
     catch_all: bool = False
     """A broad row that more specific rows refine (`CUBLAS_STATUS_*`, any `"op" not
     implemented`): when a specific row matches the same line, the broad one is no second
@@ -626,6 +628,18 @@ class Signature:
     """The message only carries another error (a collective's watchdog, a launcher, an
     uncaught C++ exception): a known error right after it decides; the wrapper's own family
     counts only when nothing follows."""
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        """The compiled pattern."""
+        return re.compile(self.source, re.IGNORECASE)
+
+    @functools.cached_property
+    def anchors(self) -> tuple[str, ...]:
+        """Lower-case literals of which every match holds at least one (pattern_anchors): a
+        text without any of them is not searched, and a log scanner looks only at lines that
+        hold one."""
+        return pattern_anchors(self.source)
 
     def may_match(self, lowered: str) -> bool:
         """False when `lowered` (a lower-cased text) holds none of the anchors."""
@@ -636,9 +650,7 @@ def _sig(family: str, pattern: str, *, sticky: bool = False, wrapper: bool = Fal
          catch_all: bool = False, known: Mapping[str, object] | None = None,
          **fixed: object) -> Signature:
     """A signature; `known` and `fixed` are the details every match of it has."""
-    compiled = re.compile(pattern, re.IGNORECASE)
-    return Signature(family, compiled, sticky, {**(known or {}), **fixed},
-                     pattern_anchors(pattern), catch_all, wrapper)
+    return Signature(family, pattern, sticky, {**(known or {}), **fixed}, catch_all, wrapper)
 
 
 def pattern_anchors(pattern: str) -> tuple[str, ...]:
@@ -731,23 +743,41 @@ def _status_name_signatures() -> list[Signature]:
             if row.library not in ("cuda_runtime", "hip") and row.family != "unknown"]
 
 
+_COMPILER_NAMESPACES = ("torch._inductor.", "torch._dynamo.", "triton.")
+
+
+def _compiler_class_signatures() -> list[Signature]:
+    """`CppCompileError: ...`, `triton.runtime.errors.OutOfResources: ...`: an exception class
+    of the compiler's namespaces with a family of its own (error_codes' class table, the
+    wrappers excepted: what they carry decides), named where a message starts."""
+    return [_sig(row.family, rf"(?<![\w]){re.escape(row.name.rsplit('.', 1)[-1])}: ",
+                 compiled="inductor" if row.name.startswith("torch.") else "triton",
+                 exception_class=row.name)
+            for row in error_codes.EXCEPTION_CLASSES
+            if row.name.startswith(_COMPILER_NAMESPACES) and not row.wrapper
+            and row.family != "unknown"]
+
+
 def named_code(text: str) -> tuple[error_codes.ErrorCode, int] | None:
     """The first status code that `text` names (by name, or a runtime error by its `CUDA error:`
     text), whatever its family, and where: what an unrecognised error can still say it saw."""
     best: tuple[error_codes.ErrorCode, int] | None = None
-    for pattern, row in _CODE_MENTIONS:
+    for pattern, row in _code_mentions():
         m = pattern.search(text)
         if m and (best is None or m.start() < best[1]):
             best = (row, m.start())
     return best
 
 
-_CODE_MENTIONS: tuple[tuple[re.Pattern[str], error_codes.ErrorCode], ...] = tuple(
-    [(re.compile(rf"\b{re.escape(row.name)}\b"), row) for row in error_codes.ERROR_CODES
-     if not row.name.endswith(("Success", "SUCCESS"))]
-    + [(re.compile(rf"(?:CUDA|HIP) error: {re.escape(row.text)}(?=$|[\n.])"), row)
-       for row in error_codes.ERROR_CODES
-       if row.library in ("cuda_runtime", "hip") and row.code != 0])
+@functools.cache
+def _code_mentions() -> tuple[tuple[re.Pattern[str], error_codes.ErrorCode], ...]:
+    """How a text names each status code, compiled on first use."""
+    return tuple(
+        [(re.compile(rf"\b{re.escape(row.name)}\b"), row) for row in error_codes.ERROR_CODES
+         if not row.name.endswith(("Success", "SUCCESS"))]
+        + [(re.compile(rf"(?:CUDA|HIP) error: {re.escape(row.text)}(?=$|[\n.])"), row)
+           for row in error_codes.ERROR_CODES
+           if row.library in ("cuda_runtime", "hip") and row.code != 0])
 
 
 _ASSERT_LINE = (
@@ -967,10 +997,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("index_out_of_bounds",
          r"kernel, (?P<generated_file>[^\s,]{1,400}\.cpp):(?P<line>\d+), index out of bounds: "
          r"(?P<bounds>-?\w+ <= \w+ < \w+)", compiled="inductor_cpp"),
+    # ... and without the kernel's place: TORCH_CHECK's c10::Error says only the message
+    # (`index out of bounds: {cond_print}`, the bounds a sympy expression: `1 + ks0`)
+    _sig("index_out_of_bounds", r"(?<![`\"])\bindex out of bounds: (?P<bounds>-?\w+ <= \w+"
+                                r"(?: < [\w +*()-]{1,80}\w)?)", compiled="inductor_cpp"),
     # Inductor's Triton kernels assert the same condition on the device (tl.device_assert);
     # the assertion line itself is read by the device_assert signatures above
-    _sig("device_assert", r"Assertion `index out of bounds: (?P<bounds>-?\w+ <= \w+ < \w+)` "
-                          r"failed", sticky=True, compiled="triton"),
+    _sig("device_assert", r"Assertion `index out of bounds: (?P<bounds>[^`\n]{1,200})` failed",
+         sticky=True, compiled="triton"),
     # the compiler's wrappers carry the error of the generated code, or of the compiler
     _sig("unknown", r"torch\._inductor\.exc\.InductorError|\bInductorError: ",
          wrapper=True, compiled="inductor"),
@@ -983,6 +1017,18 @@ SIGNATURES: tuple[Signature, ...] = (
          compiled="triton"),
     _sig("op_unavailable", r"ptxas(?: fatal)? *: Value '(?P<capability>sm_\w+)' is not defined "
                            r"for option 'gpu-name'", compiled="triton"),
+    # devices below Triton's minimum (torch/_inductor/exc.py GPUTooOldForTriton, earlier
+    # torch/_inductor/scheduler.py), a Triton that is missing (exc.py TritonMissing) or does
+    # not know the CUDA toolkit it found (triton/backends/nvidia/compiler.py ptx_get_version)
+    _sig("op_unavailable", r"Found (?P<device_name>[^\n]{1,80}?) which is too old to be supported "
+                           r"by the triton GPU compiler(?:[^\n]*?your device is of CUDA "
+                           r"capability (?P<capability>\d+\.\d+))?", compiled="triton"),
+    _sig("op_unavailable", r"Cannot find a working triton installation", compiled="triton"),
+    _sig("op_unavailable", r"Triton only support CUDA 10\.0 or higher(?:, but got CUDA version: "
+                           r"(?P<toolkit>[\d.]+))?", compiled="triton"),
+    # the compiler's own exception classes (error_codes' table of torch._inductor, torch._dynamo
+    # and triton classes), named where their message starts
+    *_compiler_class_signatures(),
     # CUDA graphs: the runtime's stream-capture errors (cudaErrorStreamCapture*, 900-907 in
     # driver_types.h) as libraries reword them, and PyTorch's own refusals during capture
     *(_sig("cuda_graph", pattern) for pattern in (
@@ -991,6 +1037,8 @@ SIGNATURES: tuple[Signature, ...] = (
         r"stream) due to a previous error during capture",
         r"\b(?:stream )?capture (?:sequence )?was invalidated",
         r"\bcudaErrorStreamCapture\w+|\bcudaErrorCapturedEvent\b",
+        # driver_types.h enum cudaStreamCaptureStatus: the state PyTorch's checks print
+        r"\bcudaStreamCaptureStatusInvalidated\b",
         r"(?:during|in) (?:a )?CUDA graph capture",
         r"CUDA graphs? (?:capture|replay) (?:failed|is not supported)",
     )),
@@ -1176,6 +1224,12 @@ RUNTIME_OOM_CHECK = _check(
     "This is CUDA's own out-of-memory (context creation, cuBLAS/cuDNN workspaces, NCCL, an "
     "extension), not PyTorch's allocator: check other processes on the GPU and memory held "
     "outside PyTorch.", "cuda-runtime-errors", "cuda-memory")
+LOG_FILE_CHECK = _check(
+    "Run it again with CUDA_LOG_FILE=stderr (CUDA 12.9 or newer, as the message asks): the "
+    "driver then writes why the call failed, in words, next to the error code.",
+    "cuda-error-log")
+"""For the hint PyTorch adds to a CUDA error since pytorch/pytorch#181011 (HINT_PATTERNS
+`log_file_hint`)."""
 ARCH_CHECK = _check(
     "The device's capability {capability} is not in the build's arch list ({arch_list}): "
     "install a PyTorch build that supports it.", "arch-list", "install", "method 5")
@@ -1664,8 +1718,10 @@ def _minimal_anchors(anchors: set[str]) -> tuple[bytes, ...]:
     return tuple(sorted(a.encode() for a in kept))
 
 
-LOG_ANCHORS = _minimal_anchors(
-    {a for s in SIGNATURES for a in s.anchors} | set(EXTRA_LOG_ANCHORS))
+@functools.cache
+def log_anchors() -> tuple[bytes, ...]:
+    """The anchors a log line must hold one of to be read (derived on first use)."""
+    return _minimal_anchors({a for s in SIGNATURES for a in s.anchors} | set(EXTRA_LOG_ANCHORS))
 
 # What a log line reporting an error holds (at least one, lower case): `cudadiag explain`
 # looks only at lines holding one of these, then at the signatures' anchors. A test checks

@@ -21,7 +21,8 @@
 - code written for a GPU runs as it is: `.cuda()`, `.to("cuda")`, `device="cuda"` in a factory
   function, `model.cuda()` keep the tensors on the CPU, and `torch.cuda.is_available()`,
   `device_count()`, `current_device()`, `get_device_name()` answer as a one-GPU machine does
-  (`torch.cuda.synchronize()` waits for the simulated device).
+  (`torch.cuda.synchronize()` waits for the simulated device), as does `torch.accelerator`
+  (torch >= 2.6: a CUDA accelerator whose stream never captures).
 
 Everything it raises carries `simulated = True`; incidents record it.
 """
@@ -191,6 +192,55 @@ _ONE_GPU_MACHINE: dict[str, Callable[..., Any]] = {
 """What `torch.cuda` answers under the simulator: a machine with one GPU."""
 
 
+class _SimulatedStream:
+    """The current stream of the simulated GPU: it never captures a graph, and synchronising
+    it surfaces a pending fault."""
+
+    device = torch.device("cuda", 0)
+
+    def is_capturing(self) -> bool:
+        """Return False: the simulated device captures no CUDA graph."""
+        return False
+
+    def synchronize(self) -> None:
+        """Wait for the simulated device: a pending fault surfaces."""
+        __tracebackhide__ = True
+        _synchronize()
+
+    def query(self) -> bool:
+        """Return True: the simulated device runs every launch at once."""
+        return True
+
+
+def _cuda_accelerator(check_available: bool = False) -> torch.device:
+    return torch.device("cuda")
+
+
+_ONE_GPU_ACCELERATOR: dict[str, Callable[..., Any]] = {
+    "is_available": lambda: True,
+    "current_accelerator": _cuda_accelerator,
+    "device_count": lambda: 1,
+    "current_device_index": lambda: 0,
+    "current_stream": lambda device=None: _SimulatedStream(),
+    "synchronize": _synchronize,
+}
+"""What `torch.accelerator` (torch >= 2.6) answers under the simulator: one CUDA GPU. On a
+CUDA build without a device the real functions would initialise the driver and fail (an
+optimizer's step asks for the current stream)."""
+
+
+def _answer_as_one_gpu(module: Any, answers: dict[str, Callable[..., Any]],
+                       originals: dict[tuple[Any, str], Any]) -> None:
+    for name, answer in answers.items():
+        original = getattr(module, name, None)
+        if original is None:
+            continue
+        originals[(module, name)] = original
+        functools.update_wrapper(answer, original)
+        answer._cudadiag_sim = True  # type: ignore[attr-defined]
+        setattr(module, name, answer)
+
+
 def _is_cuda(device: Any) -> bool:
     if isinstance(device, torch.device):
         return device.type == "cuda"
@@ -228,7 +278,7 @@ class SimulatedCuda(TorchDispatchMode):
         self.memory_budget = memory_budget
         self.device_index = device_index
         self._patched: dict[str, Any] = {}
-        self._cuda_answers: dict[str, Any] = {}
+        self._cuda_answers: dict[tuple[Any, str], Any] = {}
         self._off = False
 
     def start(self) -> SimulatedCuda:
@@ -329,11 +379,10 @@ class SimulatedCuda(TorchDispatchMode):
             setattr(torch.Tensor, name, wrap(original))
         if self._cuda_answers or getattr(torch.cuda.is_available, "_cudadiag_sim", False):
             return
-        for name, answer in _ONE_GPU_MACHINE.items():
-            self._cuda_answers[name] = getattr(torch.cuda, name)
-            functools.update_wrapper(answer, self._cuda_answers[name])
-            answer._cudadiag_sim = True  # type: ignore[attr-defined]
-            setattr(torch.cuda, name, answer)
+        _answer_as_one_gpu(torch.cuda, _ONE_GPU_MACHINE, self._cuda_answers)
+        accelerator = getattr(torch, "accelerator", None)
+        if accelerator is not None:
+            _answer_as_one_gpu(accelerator, _ONE_GPU_ACCELERATOR, self._cuda_answers)
 
     def _restore_host_reads(self) -> None:
         for name, original in self._patched.items():
@@ -342,8 +391,8 @@ class SimulatedCuda(TorchDispatchMode):
             else:
                 setattr(torch.Tensor, name, original)
         self._patched.clear()
-        for name, original in self._cuda_answers.items():
-            setattr(torch.cuda, name, original)
+        for (module, name), original in self._cuda_answers.items():
+            setattr(module, name, original)
         self._cuda_answers.clear()
 
 

@@ -1179,4 +1179,42 @@ ROCM_CODES: tuple[tuple[str, int, str, str, bool, str], ...] = (
         'ROCm/ROCR-Runtime@c7785a6da1c10c25bc8d527c00b1fe79bfbd84c9 '
         'runtime/hsa-runtime/inc/hsa_ext_amd.h (additions to hsa_status_t)',
     ),
+    (
+        'hip',
+        914,
+        'hipErrorInvalidResourceType',
+        'Resource type is not valid for the operation',
+        False,
+        'ROCm/rocm-systems@003a5d106dc36c137c76d6c8bb51f7fa5564bdfc '
+        'projects/hip/include/hip/hip_runtime_api.h (hipError_t, ROCm 7)',
+    ),
+    (
+        'hip',
+        915,
+        'hipErrorInvalidResourceConfiguration',
+        'Resource configuration is not valid for the operation',
+        False,
+        'ROCm/rocm-systems@003a5d106dc36c137c76d6c8bb51f7fa5564bdfc '
+        'projects/hip/include/hip/hip_runtime_api.h (hipError_t, ROCm 7)',
+    ),
+    (
+        'hip',
+        916,
+        'hipErrorStreamDetached',
+        'The stream is detached',
+        False,
+        'ROCm/rocm-systems@003a5d106dc36c137c76d6c8bb51f7fa5564bdfc '
+        'projects/hip/include/hip/hip_runtime_api.h (hipError_t, ROCm 7)',
+    ),
+    (
+        'hip',
+        1054,
+        'hipErrorInvalidClusterSize',
+        'a kernel launch error has occurred due to cluster misconfiguration',
+        False,
+        'ROCm/rocm-systems@003a5d106dc36c137c76d6c8bb51f7fa5564bdfc '
+        'projects/hip/include/hip/hip_runtime_api.h (hipError_t, ROCm 7); text: '
+        'ihipGetErrorString, ROCm/rocm-systems@10442129b1e0e49eb3bfacbfc9c1c56c36b1a0b5 '
+        'projects/clr/hipamd/src/hip_error.cpp',
+    ),
 )

@@ -358,7 +358,7 @@ class _Scanner:
             if len(self.reports) < MAX_REPORTS:
                 self.reports.append((line, text.strip(), report))
             return
-        if not (self.every_line or any(a in low for a in knowledge.LOG_ANCHORS)
+        if not (self.every_line or any(a in low for a in knowledge.log_anchors())
                 or _EXCEPTION_LINE.match(text)):
             return
         if not self.sticky_evidence and mentions_sticky_error(text):
@@ -561,7 +561,7 @@ def _error_view(lowered: bytes, at: int, stop: int) -> tuple[int, int]:
     error printed after a long unbroken output), else its start."""
     if stop - at <= MAX_LINE_BYTES:
         return at, stop
-    found = [p for p in (lowered.find(a, at, stop) for a in knowledge.LOG_ANCHORS) if p >= 0]
+    found = [p for p in (lowered.find(a, at, stop) for a in knowledge.log_anchors()) if p >= 0]
     begin = max(at, min(found) - VIEW_CONTEXT_BYTES) if found else at
     return begin, min(stop, begin + MAX_LINE_BYTES)
 
