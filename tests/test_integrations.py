@@ -103,15 +103,15 @@ def _lightning(shell, tmp_path):
     pytest.importorskip("lightning", reason="the lightning extra is not installed")
     run(shell, DATASET)
     run(shell, LIGHTNING.replace("OUT", repr(str(tmp_path / "out"))))
-    result, _ = run(shell, "trainer.fit(Classifier(), loader)")
+    result, cell = run(shell, "trainer.fit(Classifier(), loader)")
     assert result.error_in_exec is not None
     (incident,) = incidents()
-    return incident
+    return incident, cell
 
 
 def test_lightning_incident_names_the_batch_the_step_ran_not_the_one_fetched_ahead(
         shell, tmp_path):
-    incident = _lightning(shell, tmp_path)
+    incident, _ = _lightning(shell, tmp_path)
     step, batch = incident.step, incident.batch
     assert step.framework == "lightning.Trainer" and step.epoch == 0
     assert step.global_step == step.iteration
@@ -220,11 +220,109 @@ def test_watch_over_accelerates_prepared_loader_records_the_dataset_indices(shel
 
 @pytest.mark.slow
 def test_cuda_isolate_batch_last_replays_one_lightning_training_step(shell, tmp_path, capsys):
-    incident = _lightning(shell, tmp_path)
+    incident, fit_cell = _lightning(shell, tmp_path)
     run(shell, "%cuda_isolate --batch last")
     out = capsys.readouterr().out
     assert f"replaying step {incident.step.iteration} of watch 'lightning.Trainer.fit'" in out
+    assert incident.error.reported_at.cell == fit_cell - 1  # training_step's cell
+    assert f"reproduced: same failure (index_out_of_bounds) as In[{fit_cell}]" in out
     (isolated,) = [i for i in incidents() if i.run.mode == "isolated"]
     assert isolated.batch.replayed == f"only step {incident.step.iteration} was replayed"
     assert isolated.op.precheck.startswith("aten::nll_loss_forward: target 3 at position")
     assert isolated.step.framework == "lightning.Trainer"
+
+
+TOKENS = (
+    "import torch, cudadiag\n"
+    "class Tokens(torch.utils.data.Dataset):\n"
+    "    def __len__(self): return 64\n"
+    "    def __getitem__(self, i):\n"
+    "        g = torch.Generator().manual_seed(i)\n"
+    "        labels = torch.randint(0, 3, (16,), generator=g)\n"
+    "        labels[0] = -100\n"
+    "        if i == 45:\n"
+    "            labels[10] = 3\n"
+    "        return {'input_ids': torch.randint(0, 64, (16,), generator=g), 'labels': labels}\n"
+)
+TOKEN_SCRIPT = TOKENS + """\
+from transformers import BertConfig, BertForTokenClassification, Trainer, TrainingArguments
+from cudadiag.integrations.transformers import Callback
+config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=37, vocab_size=64, num_labels=3)
+args = TrainingArguments(output_dir="out", per_device_train_batch_size=8, num_train_epochs=2,
+                         report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no",
+                         disable_tqdm=True, seed=1)
+Trainer(model=BertForTokenClassification(config), args=args, train_dataset=Tokens(),
+        callbacks=[Callback()]).train()
+"""
+
+
+@pytest.mark.slow
+def test_a_token_classification_targets_flat_position_is_named_as_row_and_token(tmp_path):
+    pytest.importorskip("transformers", reason="the transformers extra is not installed")
+    import sys
+
+    from test_cli import cudadiag
+
+    (tmp_path / "train.py").write_text(TOKEN_SCRIPT)
+    result = cudadiag("run", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert result.returncode == 1
+    (incident,) = incidents()
+    row = incident.batch.indices.index(45)
+    position = row * 16 + 10
+    assert incident.op.precheck.startswith(
+        f"aten::nll_loss_forward: target 3 at position {position} outside [0, 3)")
+    found = incident.op.in_batch
+    assert (found.tensor, found.index, found.dataset_index) == ("batch['labels']", [row, 10], 45)
+    summary = result.stderr.partition("cudadiag [")[2].splitlines()[0]
+    assert summary.endswith(f"; position {position} is batch['labels'][{row}, 10] "
+                            f"(row {row}: dataset index 45)")
+    from cudadiag.ui.render import render_text
+
+    assert f"in the batch: batch['labels'][{row}, 10] (row {row}: dataset index 45)" in \
+        render_text(incident)
+
+
+@pytest.mark.slow
+def test_a_flat_position_of_targets_no_batch_tensor_matches_is_not_placed(tmp_path):
+    import sys
+
+    from test_cli import cudadiag
+
+    (tmp_path / "train.py").write_text(TOKENS + (
+        "head = torch.nn.Linear(4, 3)\n"
+        "for batch in cudadiag.watch(torch.utils.data.DataLoader(Tokens(), batch_size=8)):\n"
+        "    every_other = batch['labels'].view(-1)[::2]\n"
+        "    torch.nn.functional.cross_entropy(head(torch.randn(64, 4)), every_other)\n"))
+    result = cudadiag("run", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert result.returncode == 1
+    (incident,) = incidents()
+    assert incident.op.precheck.startswith("aten::nll_loss_forward: target 3 at position")
+    assert incident.op.in_batch is None
+    assert "is batch[" not in incident.diagnosis.summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("switch", ["", "off"])
+def test_cudadiag_run_says_how_to_stop_adding_callbacks_in_a_script(tmp_path, switch,
+                                                                     monkeypatch):
+    pytest.importorskip("transformers", reason="the transformers extra is not installed")
+    import sys
+
+    from test_cli import cudadiag
+
+    script = SCRIPT.replace("DATASET", DATASET).replace(",\n        callbacks=[Callback()]", "")
+    (tmp_path / "train.py").write_text(script)
+    monkeypatch.setenv("CUDADIAG_ATTACH", switch)
+    result = cudadiag("run", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert result.returncode == 1
+    (incident,) = incidents()
+    if switch == "off":
+        assert "recording the steps" not in result.stdout + result.stderr
+        assert incident.step is None or incident.step.framework != "transformers.Trainer"
+    else:
+        said = result.stdout + result.stderr
+        assert "recording the steps of this transformers.Trainer" in said
+        assert "CUDADIAG_ATTACH=off in the environment stops it" in said
+        assert "%cudadiag" not in said
+        assert incident.step.framework == "transformers.Trainer"

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from cudadiag import probes
+from cudadiag import knowledge, probes
 from cudadiag.advice import advise
+from cudadiag.batch.positions import position_in_batch
 from cudadiag.classify import classify, first_error_line
 from cudadiag.contracts import Violation
 from cudadiag.env import collect_env
@@ -91,8 +92,30 @@ def incident_from_exception(exc: BaseException, run: RunInfo, *,
     if in_flight is not None:
         incident.step, incident.batch = in_flight
         incident.model = probes.model_in_flight()
+    if violation is not None:
+        _locate_in_batch(incident, violation)
     advise(incident, violation)
     return incident
+
+
+def _locate_in_batch(incident: Incident, violation: Violation) -> None:
+    """Name the batch element the violation's position is (`batch['labels'][2, 10] (row 2:
+    dataset index 45)`) in the operator and the summary, when the batch in flight holds the
+    operator's targets."""
+    if incident.op is None or incident.batch is None:
+        return
+    names = [*(incident.model.label_names or [] if incident.model else []),
+             *knowledge.BATCH_KEYS["class_target"], *knowledge.BATCH_KEYS["token_target"]]
+    found = position_in_batch(violation, incident.batch, names)
+    if found is not None:
+        incident.op.in_batch = found
+        incident.diagnosis.summary += f"; position {_position_text(violation)} is " \
+                                      f"{found.describe()}"
+
+
+def _position_text(violation: Violation) -> str:
+    position = violation.positions[0]
+    return str(position[0]) if len(position) == 1 else str(tuple(position))
 
 
 def later_error(exc: BaseException, cell: int | None, *, family: str | None = None,

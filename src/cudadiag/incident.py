@@ -160,6 +160,27 @@ class OpCall:
 
 
 @dataclass
+class BatchPosition:
+    """Where in the batch the offending index of a failing operator sits: the position the
+    operator names (in its own, often flattened, argument) as an element of the batch's
+    tensor."""
+
+    tensor: str
+    """The batch tensor's path: `batch['labels']`."""
+    index: list[int]
+    """The element of that tensor: `[2, 10]` (row 2, token 10)."""
+    dataset_index: int | None = None
+    """The dataset index of the row, when the batch's indices are known."""
+
+    def describe(self) -> str:
+        """Return `batch['labels'][2, 10] (row 2: dataset index 45)`."""
+        where = f"{self.tensor}[{', '.join(map(str, self.index))}]"
+        if self.dataset_index is not None:
+            where += f" (row {self.index[0]}: dataset index {self.dataset_index})"
+        return where
+
+
+@dataclass
 class OpInfo:
     """The operator that raised, and the last ones before it."""
 
@@ -175,6 +196,10 @@ class OpInfo:
     order first looked up. The first is the model's input vocabulary (a model looks its
     tokens up before positions or token types): a loss with as many classes takes token
     ids."""
+    in_batch: BatchPosition | None = None
+    """The precheck's offending position as an element of the batch (a token
+    classification's flattened target position 74 is `labels[2, 10]`), when the batch in
+    flight holds the operator's index tensor."""
 
 
 @dataclass

@@ -32,6 +32,13 @@ from cudadiag.explain.launchers import (
     launcher_report,
     names_cuda_device,
 )
+from cudadiag.explain.progress import (
+    PROGRESS_SCAN_BYTES,
+    TrainingProgress,
+    bar_length,
+    progress_after,
+    progress_before,
+)
 from cudadiag.generated_code import describe_generated_code
 from cudadiag.incident import Diagnosis
 
@@ -102,6 +109,9 @@ class RankError:
     """How the process ended, when a launcher reported it (`-9`: killed by SIGKILL)."""
     local: bool = False
     """`rank` is the process's local rank on its node (torchelastic's `local_rank: 5`)."""
+    progress: TrainingProgress | None = None
+    """How far the training had got: the last progress bar frame and logged loss line
+    before the error (or, for a bar drawn once at the end, the first after it)."""
 
     @property
     def family(self) -> str:
@@ -168,6 +178,8 @@ class Explanation:
             "root_cause_rank": self.root_cause_rank,
             "node": self.first.node if self.first else None,
             "exit_code": self.first.exit_code if self.first else None,
+            "progress": self.first.progress.to_dict() if self.first and self.first.progress
+            else None,
             "stopped_by_launcher": self.stopped_by_launcher,
             "first_dump_rank": self.first_dump_rank,
             "lines": self.lines,
@@ -325,6 +337,7 @@ class _Scanner:
                 line_rank = rank
             rank = line_rank if rank is None else rank
             self._follow(rank, text, line)
+            at, text = _after_progress_bar(block, at, stop, text)
             if is_candidate:
                 if node is not None and rank not in self.nodes:
                     self.nodes[rank] = node
@@ -370,7 +383,8 @@ class _Scanner:
         if evidence:
             before = self._lines_before(block, start, rank)
             error = RankError(rank=rank, line=line, timestamp=_timestamp(raw),
-                              evidence=evidence, text="\n".join([*before, text]))
+                              evidence=evidence, text="\n".join([*before, text]),
+                              progress=progress_before(self._bytes_before(block, at)))
             self.first[rank] = error
             self.first_family[rank] = classify(evidence).family
             if _REPORT_LINE.match(text):
@@ -378,7 +392,8 @@ class _Scanner:
             self.windows.append(_Window(error, rank, LINES_AFTER, line + WINDOW_MAX_LINES))
         elif self.fallback is None and _EXCEPTION_LINE.match(text):
             self.fallback = RankError(rank=rank, line=line, timestamp=_timestamp(raw),
-                                      evidence=text.strip(), text=text)
+                                      evidence=text.strip(), text=text,
+                                      progress=progress_before(self._bytes_before(block, at)))
 
     def _note_later(self, rank: int | None, line: int, raw: bytes, text: str) -> None:
         """Note log line `line` of `rank` (which has had its first error) if it reports a
@@ -426,6 +441,12 @@ class _Scanner:
             if window.wanted <= 0 or line >= window.until_line:
                 self.windows.remove(window)
 
+    def _bytes_before(self, block: bytes, at: int) -> bytes:
+        """Up to PROGRESS_SCAN_BYTES of the log just before offset `at` of `block`."""
+        if at >= PROGRESS_SCAN_BYTES:
+            return block[at - PROGRESS_SCAN_BYTES:at]
+        return (self.tail + block[:at])[-PROGRESS_SCAN_BYTES:]
+
     def _lines_before(self, block: bytes, start: int, rank: int | None) -> list[str]:
         """Up to LINES_BEFORE lines of `rank` just before offset `start`."""
         window = (self.tail + block[:start]) if start < BEFORE_SCAN_BYTES else block[
@@ -441,6 +462,8 @@ class _Scanner:
 
     def finish(self) -> Explanation:
         errors = list(self.first.values())
+        for error in errors:
+            error.progress = error.progress or progress_after(error.text)
         for error in [*errors, *self.later]:
             error.diagnosis = classify(error.text)
             error.node = error.node or self.nodes.get(error.rank)
@@ -531,6 +554,18 @@ def _frames(block: bytes, start: int, end: int) -> Iterator[tuple[int, int]]:
         cut = block.find(b"\r", at, end)
     if block[at:end].strip(b"\r\n"):
         yield at, end
+
+
+def _after_progress_bar(block: bytes, at: int, stop: int, text: str) -> tuple[int, str]:
+    """The frame block[at:stop] (read as `text`) without the progress bar that starts it,
+    when something follows the bar on the frame (an error printed after a bar's frame
+    without a newline): its new start offset and text; else the frame unchanged."""
+    cut = bar_length(text)
+    rest = text[cut:]
+    if not cut or not rest.strip():
+        return at, text
+    found = block.find(rest.encode("utf-8", errors="replace"), at, stop)
+    return (found, rest) if found >= 0 else (at, text)
 
 
 def _error_view(lowered: bytes, at: int, stop: int) -> tuple[int, int]:

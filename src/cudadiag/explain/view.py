@@ -19,8 +19,10 @@ def render_explanation(explanation: Explanation, source: str) -> str:
         out.append("no error found: no line of this log holds a known CUDA/PyTorch error or a "
                    "Python exception")
         return "\n".join(out)
-    out += [f"first error ({_where(first, ranked=d.rank is not None)}):", f"  {first.evidence}",
-            d.summary]
+    out += [f"first error ({_where(first, ranked=d.rank is not None)}):", f"  {first.evidence}"]
+    if first.progress is not None:
+        out.append(f"  training had reached: {first.progress.describe()}")
+    out.append(d.summary)
     out += [f"not confident: the same lines also fit {a.family} ({a.evidence})"
             for a in d.alternatives]
     if d.sticky:

@@ -2,7 +2,8 @@
 `Trainer` when it is created, to every Lightning `Trainer` when `fit` is called. A library
 imported before `%load_ext` is patched then; one imported later, when its trainer module is
 imported (an import hook that runs nothing of the library's but its own import). Each
-addition says so in one line; `%cudadiag attach off` stops adding them.
+addition says so in one line; `%cudadiag attach off` stops adding them in a kernel,
+`CUDADIAG_ATTACH=off` in the environment under `cudadiag run`.
 """
 
 from __future__ import annotations
@@ -12,13 +13,18 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
 ANNOUNCE = ("cudadiag: recording the steps of this {library} (epoch, step, batch, dataset "
-            "indices) for its incidents; `%cudadiag attach off` stops it")
+            "indices) for its incidents; {off} stops it")
+OFF_IN_A_KERNEL = "`%cudadiag attach off`"
+OFF_IN_A_SCRIPT = "CUDADIAG_ATTACH=off in the environment"
+ATTACH_ENV = "CUDADIAG_ATTACH"
+"""Set to `off` (or 0, no, false), `cudadiag run` adds no callback to a script's trainers."""
 _state = {"on": True}
+_off = {"hint": OFF_IN_A_KERNEL}
 _originals: list[tuple[type, str, Any]] = []
 
 
@@ -27,7 +33,7 @@ def _add_to_hf_trainer(trainer: Any) -> None:
 
     if not any(isinstance(c, Callback) for c in trainer.callback_handler.callbacks):
         trainer.add_callback(Callback())
-        print(ANNOUNCE.format(library="transformers.Trainer"))
+        print(ANNOUNCE.format(library="transformers.Trainer", off=_off["hint"]))
 
 
 def _add_to_lightning_trainer(trainer: Any) -> None:
@@ -35,7 +41,7 @@ def _add_to_lightning_trainer(trainer: Any) -> None:
 
     if not any(isinstance(c, Callback) for c in trainer.callbacks):
         trainer.callbacks.append(Callback())
-        print(ANNOUNCE.format(library="lightning.Trainer"))
+        print(ANNOUNCE.format(library="lightning.Trainer", off=_off["hint"]))
 
 
 def _replay_hf_step(trainer: Any) -> tuple[bool, Any]:
@@ -107,10 +113,11 @@ _PATCHES: dict[str, tuple[Patch, ...]] = {
 """module -> its patches, innermost first."""
 
 
-def start() -> None:
+def start(off: str = OFF_IN_A_KERNEL) -> None:
     """Patch the trainers of the libraries imported already; patch the others when they are
-    imported. Adding is on."""
+    imported. Adding is on; `off` is how the announcement says to turn it off."""
     _state["on"] = True
+    _off["hint"] = off
     for name, module in list(sys.modules.items()):
         if name in _PATCHES and module is not None:
             _patch(module)
@@ -129,6 +136,11 @@ def stop() -> None:
 def set_adding(on: bool) -> None:
     """Add the callbacks to later trainers (True) or not (False)."""
     _state["on"] = on
+
+
+def wanted_in_scripts(environ: Mapping[str, str]) -> bool:
+    """Return False when `environ` turns the callbacks off for scripts (ATTACH_ENV)."""
+    return environ.get(ATTACH_ENV, "").strip().lower() not in ("off", "0", "no", "false")
 
 
 def adding() -> bool:

@@ -47,7 +47,7 @@ def verdict_line(original: Incident, isolated: Incident | None, eager: bool = Fa
                 f"error (original: {failure_text(original)}) — {SUGGESTION}")
     if same_failure(original, isolated, eager):
         return (f"cudadiag: reproduced: same failure ({original.diagnosis.family}) as "
-                f"{_where(original)}")
+                f"{_cell_run(original)}")
     return (f"cudadiag: the isolated run failed differently: {failure_text(isolated)}; "
             f"original: {failure_text(original)} — {SUGGESTION}")
 
@@ -68,6 +68,15 @@ def failure_text(incident: Incident) -> str:
     frame = incident.error.reported_at
     source = f": {frame.source}" if frame is not None and frame.source else ""
     return f"{incident.diagnosis.family} {short_type}{op} at {_where(incident)}{source}"
+
+
+def _cell_run(incident: Incident) -> str:
+    """The cell whose run failed (`In[4]`, that called `trainer.fit`): the outermost frame of
+    a cell in the traceback, not the cell of the last one (`In[3]`, that defined the
+    `training_step` a library called); where the error was reported when no frame has a
+    cell."""
+    cell = next((f.cell for f in incident.error.traceback if f.cell is not None), None)
+    return f"In[{cell}]" if cell is not None else _where(incident)
 
 
 def _where(incident: Incident) -> str:

@@ -111,7 +111,10 @@ def run_job(job: Job) -> JobResult:
         from cudadiag.batch import replay_batch
 
         replay_batch(job.batch_step, torch.load(job.batch_path, weights_only=False))
-    attach.start()  # the trainers' steps in incidents; one step for --batch (integrations)
+    if job.script is None:  # the trainers' steps in incidents; one step for --batch
+        attach.start()
+    elif attach.wanted_in_scripts(os.environ):
+        attach.start(off=attach.OFF_IN_A_SCRIPT)
     rng = torch.load(job.rng_path, weights_only=False) if job.rng_path else {}
     tracer = OpTracer(precheck=job.precheck) if job.trace else None
     at_raise: list[LoopContext | None] = []

@@ -287,6 +287,8 @@ def sections(incident: Incident) -> list[Section]:
         error.append(f"operator: {incident.op.name}({args})")
         if incident.op.precheck:
             error.append(f"precheck: {incident.op.precheck}")
+        if incident.op.in_batch:
+            error.append(f"in the batch: {incident.op.in_batch.describe()}")
     error += [f"{k}: {detail_text(k, v)}" for k, v in d.details.items()
               if k not in UNSHOWN_DETAILS]
     error += [f"at {frame_text(f)}" for f in e.traceback if f.user]
