@@ -33,7 +33,13 @@ SIMULATED_DEVICE_ERRORS = {"SimulatedAcceleratorError", "SimulatedOutOfMemoryErr
 def _public_exception_classes() -> list[type[BaseException]]:
     found = []
     for info in pkgutil.walk_packages(cudadiag.__path__, "cudadiag."):
-        module = importlib.import_module(info.name)
+        try:
+            module = importlib.import_module(info.name)
+        except ModuleNotFoundError as missing:  # an integration whose extra is not installed
+            if not info.name.startswith("cudadiag.integrations."):
+                raise
+            assert missing.name in ("transformers", "lightning", "accelerate"), missing
+            continue
         for value in vars(module).values():
             if (isinstance(value, type) and issubclass(value, BaseException)
                     and value.__module__ == info.name and not value.__name__.startswith("_")
