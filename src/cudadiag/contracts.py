@@ -405,6 +405,8 @@ def _check_index_list(contract: IndexContract, args: tuple[Any, ...]) -> Violati
 
 def _violation(contract: IndexContract, index: Any, low: int, high: int,
                ignore: int | None) -> Violation | None:
+    if _within(index, low, high):
+        return None  # the common case in one reduction; positions only for a violation
     bad = (index < low) | (index >= high)
     if ignore is not None:
         bad &= index != ignore
@@ -427,7 +429,28 @@ def _violation(contract: IndexContract, index: Any, low: int, high: int,
     )
 
 
+def _within(index: Any, low: int, high: int) -> bool:
+    """True when every value lies in [low, high): one min/max reduction, read with a single
+    device synchronisation."""
+    smallest, largest = index.aminmax()
+    if index.is_cpu:
+        return bool(low <= int(smallest) and int(largest) < high)
+    import torch  # only where device tensors are checked: the table is read without torch
+
+    least, most = torch.stack((smallest, largest)).tolist()
+    return bool(low <= least and most < high)
+
+
+_INTEGER_DTYPES: dict[Any, bool] = {}
+"""dtype -> whether it holds integers (bool does not), learnt on first sight."""
+
+
 def _is_integer_tensor(value: Any) -> bool:
     dtype = getattr(value, "dtype", None)
-    return dtype is not None and not dtype.is_floating_point and not dtype.is_complex and (
-        str(dtype) != "torch.bool")
+    if dtype is None:
+        return False
+    known = _INTEGER_DTYPES.get(dtype)
+    if known is None:
+        known = _INTEGER_DTYPES[dtype] = not dtype.is_floating_point and (
+            not dtype.is_complex) and str(dtype) != "torch.bool"
+    return known

@@ -20,6 +20,7 @@ diagnosis knowledge.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -617,17 +618,16 @@ CppVecKernel.indirect_assert, codegen/cpp.py); a bound is a sympy expression (`1
 
 @dataclass(frozen=True)
 class Signature:
-    """A message pattern that decides a family. Named groups become `details`."""
+    """A message pattern that decides a family. Named groups become `details`. The pattern
+    is compiled, and its anchors derived, on first use: a process that classifies nothing
+    (a diagnostic run that does not fail) never pays for the table's regular expressions."""
 
     family: str
-    pattern: re.Pattern[str]
+    source: str
+    """The regular expression (matched ignoring case)."""
     sticky: bool = False
     fixed: dict[str, object] = field(default_factory=dict)
     """Details that the match implies (e.g. which kind of out-of-memory)."""
-    anchors: tuple[str, ...] = ()
-    """Lower-case literals of which every match holds at least one (derived from the pattern):
-    a text without any of them is not searched, and a log scanner looks only at lines that
-    hold one."""
     catch_all: bool = False
     """A broad row that more specific rows refine (`CUBLAS_STATUS_*`, any `"op" not
     implemented`): when a specific row matches the same line, the broad one is no second
@@ -636,6 +636,18 @@ class Signature:
     """The message only carries another error (a collective's watchdog, a launcher, an
     uncaught C++ exception): a known error right after it decides; the wrapper's own family
     counts only when nothing follows."""
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        """The compiled pattern."""
+        return re.compile(self.source, re.IGNORECASE)
+
+    @functools.cached_property
+    def anchors(self) -> tuple[str, ...]:
+        """Lower-case literals of which every match holds at least one (pattern_anchors): a
+        text without any of them is not searched, and a log scanner looks only at lines that
+        hold one."""
+        return pattern_anchors(self.source)
 
     def may_match(self, lowered: str) -> bool:
         """False when `lowered` (a lower-cased text) holds none of the anchors."""
@@ -646,9 +658,7 @@ def _sig(family: str, pattern: str, *, sticky: bool = False, wrapper: bool = Fal
          catch_all: bool = False, known: Mapping[str, object] | None = None,
          **fixed: object) -> Signature:
     """A signature; `known` and `fixed` are the details every match of it has."""
-    compiled = re.compile(pattern, re.IGNORECASE)
-    return Signature(family, compiled, sticky, {**(known or {}), **fixed},
-                     pattern_anchors(pattern), catch_all, wrapper)
+    return Signature(family, pattern, sticky, {**(known or {}), **fixed}, catch_all, wrapper)
 
 
 def pattern_anchors(pattern: str) -> tuple[str, ...]:
@@ -769,19 +779,22 @@ def named_code(text: str) -> tuple[error_codes.ErrorCode, int] | None:
     """The first status code that `text` names (by name, or a runtime error by its `CUDA error:`
     text), whatever its family, and where: what an unrecognised error can still say it saw."""
     best: tuple[error_codes.ErrorCode, int] | None = None
-    for pattern, row in _CODE_MENTIONS:
+    for pattern, row in _code_mentions():
         m = pattern.search(text)
         if m and (best is None or m.start() < best[1]):
             best = (row, m.start())
     return best
 
 
-_CODE_MENTIONS: tuple[tuple[re.Pattern[str], error_codes.ErrorCode], ...] = tuple(
-    [(re.compile(rf"\b{re.escape(row.name)}\b"), row) for row in error_codes.ERROR_CODES
-     if not row.name.endswith(("Success", "SUCCESS"))]
-    + [(re.compile(rf"(?:CUDA|HIP) error: {re.escape(row.text)}(?=$|[\n.])"), row)
-       for row in error_codes.ERROR_CODES
-       if row.library in ("cuda_runtime", "hip") and row.code != 0])
+@functools.cache
+def _code_mentions() -> tuple[tuple[re.Pattern[str], error_codes.ErrorCode], ...]:
+    """How a text names each status code, compiled on first use."""
+    return tuple(
+        [(re.compile(rf"\b{re.escape(row.name)}\b"), row) for row in error_codes.ERROR_CODES
+         if not row.name.endswith(("Success", "SUCCESS"))]
+        + [(re.compile(rf"(?:CUDA|HIP) error: {re.escape(row.text)}(?=$|[\n.])"), row)
+           for row in error_codes.ERROR_CODES
+           if row.library in ("cuda_runtime", "hip") and row.code != 0])
 
 
 _ASSERT_LINE = (
@@ -854,6 +867,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("distributed", r"\bNCCL Error \d+: (?P<reason>[^\n]+)"),
     _sig("distributed", r"Exception \(either an error or timeout\) detected by watchdog"),
     _sig("distributed", r"Timeout at NCCL work: \d+"),
+    # Flight Recorder (ProcessGroupNCCL's heartbeat monitor): a rank's collective timed out
+    _sig("distributed", r"Received a dump signal due to a collective timeout from"),
     # the store, the rendezvous and gloo
     _sig("distributed", r"The server socket has failed to (?:bind|listen)"),
     _sig("distributed", r"The client socket has (?:timed out|failed to connect)"),
@@ -1686,26 +1701,48 @@ class ProcessEnd:
     codes: tuple[int, ...]
     words: str
     """What it means, in the user's words (`killed by signal 9 — ...`)."""
+    checks: tuple[str, ...] = ()
+    """What to check first when a process of a job ended so."""
 
 
 PROCESS_ENDS: tuple[ProcessEnd, ...] = (
     # the kernel's OOM killer sends SIGKILL (man 5 proc: oom_score; dmesg: "Out of memory:
     # Killed process"); so do a scheduler over its memory limit and `kill -9`
     ProcessEnd((-9, 137), "killed by signal 9 (SIGKILL) — often the host's out-of-memory "
-                          "killer; check `dmesg`"),
+                          "killer; check `dmesg`",
+               ("Look for the host's out-of-memory killer on that node: `dmesg -T | grep -i "
+                "-e 'out of memory' -e 'killed process'`; under a scheduler, the job's memory "
+                "limit (SLURM: `sacct -j JOB -o JobID,MaxRSS,ReqMem,State`).",
+                "Measure one rank's host memory: data loader workers and their prefetching, "
+                "datasets or checkpoints loaded into RAM by every rank (torch.load with "
+                "mmap=True, map_location).",
+                "This is host (CPU) memory, not the GPU's: a CUDA out-of-memory raises an "
+                "exception instead.")),
     # abort(): a C++ exception no one caught (`terminate called after throwing`), an assert
     # in a library, NCCL's async error handling tearing the process down
     ProcessEnd((-6, 134), "aborted (signal 6, SIGABRT) — an uncaught C++ exception or a "
-                          "library's assert; the lines just before it say which"),
+                          "library's assert; the lines just before it say which",
+               ("Read that rank's last lines before it ended: `terminate called after "
+                "throwing`, `what():`, a library's assertion, NCCL's watchdog.",)),
     ProcessEnd((-11, 139), "crashed with a segmentation fault (signal 11, SIGSEGV) — native "
                            "code (an extension, a driver, a data loader worker) read bad "
-                           "memory"),
+                           "memory",
+               ("Re-run that rank with `python -X faulthandler` for the native stack.",
+                "Check compiled extensions were built for this torch and CUDA, and try the "
+                "data loader with num_workers=0.")),
     ProcessEnd((-7, 135), "crashed with a bus error (signal 7, SIGBUS) — often a full "
-                          "/dev/shm (a container's shared memory)"),
+                          "/dev/shm (a container's shared memory)",
+               ("Check the shared memory: `df -h /dev/shm` (docker: --shm-size or "
+                "--ipc=host); data loader workers pass batches through it.",)),
     ProcessEnd((-15, 143), "stopped by signal 15 (SIGTERM) — the launcher stopping it after "
-                           "another process failed, or the scheduler"),
+                           "another process failed, or the scheduler",
+               ("Look for the process that failed before it, or the scheduler's reason "
+                "(time limit, preemption).",)),
     ProcessEnd((1,), "exited with status 1 without a traceback in this log — its error was "
-                     "printed elsewhere (its own log, stderr not captured)"),
+                     "printed elsewhere (its own log, stderr not captured)",
+               ("Find that rank's own output: torchrun keeps each rank's stdout and stderr "
+                "with `--tee 3` or `--log-dir DIR`, and writes its traceback to the error "
+                "file when main is decorated with torch.distributed.elastic's @record.",)),
 )
 PROCESS_ENDS_BY_CODE = {code: end for end in PROCESS_ENDS for code in end.codes}
 
@@ -1730,8 +1767,10 @@ def _minimal_anchors(anchors: set[str]) -> tuple[bytes, ...]:
     return tuple(sorted(a.encode() for a in kept))
 
 
-LOG_ANCHORS = _minimal_anchors(
-    {a for s in SIGNATURES for a in s.anchors} | set(EXTRA_LOG_ANCHORS))
+@functools.cache
+def log_anchors() -> tuple[bytes, ...]:
+    """The anchors a log line must hold one of to be read (derived on first use)."""
+    return _minimal_anchors({a for s in SIGNATURES for a in s.anchors} | set(EXTRA_LOG_ANCHORS))
 
 # What a log line reporting an error holds (at least one, lower case): `cudadiag explain`
 # looks only at lines holding one of these, then at the signatures' anchors. A test checks

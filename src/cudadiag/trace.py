@@ -29,6 +29,8 @@ LIST_ITEMS_SHOWN = 16
 EMBEDDING_LOOKUPS = frozenset({"embedding", "_embedding_bag", "_embedding_bag_forward_only"})
 """aten operators whose first argument is an embedding table (rows = the vocabulary)."""
 
+Tensor = torch.Tensor
+
 _active: list[OpTracer] = []
 
 
@@ -57,22 +59,62 @@ class TracedCall(NamedTuple):
     args: list[TensorArg]
 
 
+class TensorMeta(tuple[Any, ...]):
+    """A tensor argument as the tracer saw it, read without its data and without keeping
+    the tensor alive: (dtype, shape, device, stride, contiguous)."""
+
+    __slots__ = ()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The tensor's dtype."""
+        return self[0]  # type: ignore[no-any-return]
+
+    @property
+    def shape(self) -> torch.Size:
+        """The tensor's shape."""
+        return self[1]  # type: ignore[no-any-return]
+
+
+class _OpFacts(NamedTuple):
+    """What the tracer needs to know of one OpOverload, learnt on its first call."""
+
+    call: Callable[..., Any]
+    contract: contracts.IndexContract | None
+    embedding: bool
+
+
+_FACTS: dict[Any, _OpFacts] = {}
+"""Per OpOverload: looked up once per call instead of parsing its name each time."""
+
+_Recorded = tuple[Any, list[Any], dict[str, Any] | None]
+"""One call in the ring: its OpOverload, its arguments (tensors as TensorMeta), its kwargs."""
+
+
 class OpTracer(TorchDispatchMode):
-    """Records the last `keep` aten calls; `failed` holds the call that raised, if any."""
+    """Records the last `keep` aten calls; `failed` holds the call that raised, if any.
+
+    Each call costs a dictionary lookup and a snapshot of its tensors' metadata (no strings,
+    no data read): the calls are described only when they are read (`recent`, a failure).
+    """
 
     def __init__(self, keep: int = RECENT_OPS, precheck: bool = True) -> None:
         super().__init__()
         self.precheck = precheck
-        self.recent: deque[TracedCall] = deque(maxlen=keep)
+        self._ring: deque[_Recorded] = deque(maxlen=keep)
         self.failed: OpInfo | None = None
         self.raised: PrecheckError | None = None
         """The first precheck error raised, even when the program caught it."""
         self.on_first_raise: Callable[[PrecheckError], object] | None = None
         """Called with that error as it is raised, the failing frames still as they are."""
-        self.calls = 0
         self.vocabularies: dict[int, None] = {}
         """The row counts of the embedding tables looked up so far, in the order first
         looked up."""
+
+    @property
+    def recent(self) -> list[TracedCall]:
+        """The last `keep` calls that returned, oldest first, each described."""
+        return [_described(func, args, kwargs) for func, args, kwargs in self._ring]
 
     def __enter__(self) -> OpTracer:
         _active.append(self)
@@ -85,24 +127,27 @@ class OpTracer(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
-        kwargs = kwargs or {}
-        self.calls += 1
-        if func.overloadpacket.__name__ in EMBEDDING_LOOKUPS and args:
-            self.vocabularies.setdefault(int(args[0].shape[0]))
-        if self.precheck:
-            self._precheck(func, args)
+        facts = _FACTS.get(func) or _learn(func)
+        if facts.contract is not None or facts.embedding:
+            self._special(func, facts, args)
+        snapshot = [TensorMeta((a.dtype, a.shape, a.device, a.stride(), a.is_contiguous()))
+                    if isinstance(a, Tensor) else _snapshot_other(a) for a in args]
         try:
-            out = func(*args, **kwargs)
+            out = facts.call(*args, **kwargs) if kwargs else facts.call(*args)
         except Exception:
-            self._record_failure(func, args, kwargs, None)
+            self._record_failure(func, args, kwargs or {}, None)
             raise
-        self.recent.append(TracedCall(op_name(func), describe_args(func, args, kwargs)))
+        self._ring.append((func, snapshot, _snapshot_kwargs(kwargs) if kwargs else None))
         return out
 
-    def _precheck(self, func: Any, args: tuple[Any, ...]) -> None:
-        contract = contracts.contract_for(func.overloadpacket.__name__)
-        if contract is None:
-            return
+    def _special(self, func: Any, facts: _OpFacts, args: tuple[Any, ...]) -> None:
+        if facts.embedding and args:
+            self.vocabularies.setdefault(int(args[0].shape[0]))
+        if self.precheck and facts.contract is not None:
+            self._precheck(func, facts.contract, args)
+
+    def _precheck(self, func: Any, contract: contracts.IndexContract,
+                  args: tuple[Any, ...]) -> None:
         violation = contracts.check(contract, args)
         if violation is None:
             return
@@ -122,7 +167,7 @@ class OpTracer(TorchDispatchMode):
                         precheck: str | None) -> None:
         if self.failed is not None:
             return  # the first failing op is the one that matters
-        recent, tensors = compact_calls(list(self.recent))
+        recent, tensors = compact_calls(self.recent)
         self.failed = OpInfo(
             name=op_name(func),
             args=describe_args(func, args, kwargs, value_ranges=True),
@@ -131,6 +176,35 @@ class OpTracer(TorchDispatchMode):
             recent_tensors=tensors,
             vocabularies=list(self.vocabularies),
         )
+
+
+
+def _learn(func: Any) -> _OpFacts:
+    """The facts of an OpOverload seen for the first time (remembered in _FACTS)."""
+    name = func.overloadpacket.__name__
+    call = func._op if type(func) is torch._ops.OpOverload else func  # its __call__ is _op
+    facts = _OpFacts(call, contracts.contract_for(name), name in EMBEDDING_LOOKUPS)
+    _FACTS[func] = facts
+    return facts
+
+
+def _snapshot_other(value: Any) -> Any:
+    """A non-tensor argument as recorded: a list of tensors as their metadata (the ring
+    never keeps a tensor alive), anything else as it is (the dispatcher made it for this
+    call)."""
+    if isinstance(value, (list, tuple)) and any(isinstance(v, Tensor) for v in value):
+        return [TensorMeta((v.dtype, v.shape, v.device, v.stride(), v.is_contiguous()))
+                if isinstance(v, Tensor) else v for v in value]
+    return value
+
+
+def _snapshot_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: TensorMeta((v.dtype, v.shape, v.device, v.stride(), v.is_contiguous()))
+            if isinstance(v, Tensor) else _snapshot_other(v) for k, v in kwargs.items()}
+
+
+def _described(func: Any, args: list[Any], kwargs: dict[str, Any] | None) -> TracedCall:
+    return TracedCall(op_name(func), describe_args(func, tuple(args), kwargs or {}))
 
 
 def compact_calls(calls: list[TracedCall]) -> tuple[list[OpCall], list[str]]:
@@ -176,7 +250,12 @@ def describe_args(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
 
 
 def describe_value(name: str, value: Any, value_range: bool = False) -> TensorArg:
-    """Describe one argument: a tensor by its metadata, a scalar by its value."""
+    """Describe one argument: a tensor (or a TensorMeta) by its metadata, a scalar by its
+    value."""
+    if isinstance(value, TensorMeta):
+        dtype, shape, device, stride, contiguous = value
+        return TensorArg(name=name, kind="tensor", shape=list(shape), dtype=str(dtype),
+                         device=str(device), stride=list(stride), contiguous=contiguous)
     if isinstance(value, torch.Tensor):
         return TensorArg(
             name=name, kind="tensor", shape=list(value.shape), dtype=str(value.dtype),
@@ -185,7 +264,7 @@ def describe_value(name: str, value: Any, value_range: bool = False) -> TensorAr
             value=_value_range(value) if value_range else None,
         )
     if isinstance(value, (list, tuple)):
-        tensors = [v for v in value if isinstance(v, torch.Tensor)]
+        tensors = [v for v in value if isinstance(v, (torch.Tensor, TensorMeta))]
         if tensors:
             shapes = ", ".join(f"{t.dtype}{list(t.shape)}" for t in tensors)
             return TensorArg(name=name, kind="list", value=f"[{shapes}]")

@@ -28,7 +28,9 @@ from cudadiag.explain.launchers import (
     MESSAGE_RANK,
     RANKS_IN_BLOCK,
     ProcessReport,
+    first_dump_rank,
     launcher_report,
+    names_cuda_device,
 )
 from cudadiag.generated_code import describe_generated_code
 from cudadiag.incident import Diagnosis
@@ -261,6 +263,9 @@ class _Scanner:
         """Launchers' lines about processes: (line, the line, what it says)."""
         self.nodes: dict[int | None, str] = {}
         """The node each rank's lines named first."""
+        self.device_numbered: dict[int, bool] = {}
+        """Whether a rank's number came from NCCL's `[N]` (the process's CUDA device: its
+        local rank) on the first of its candidate lines that named it."""
         self.fallback: RankError | None = None
         """The first exception line, kept in case no known signature ever matches."""
         self.ranks: set[int] = set()
@@ -323,6 +328,8 @@ class _Scanner:
             if is_candidate:
                 if node is not None and rank not in self.nodes:
                     self.nodes[rank] = node
+                if rank is not None and rank not in self.device_numbered:
+                    self.device_numbered[rank] = names_cuda_device(block[at:stop])
                 at, stop = _error_view(lowered, at, stop)
                 raw = block[at:stop]
                 self._consider(block, lowered, start, at, stop, line, rank, raw,
@@ -344,8 +351,12 @@ class _Scanner:
                 report = replace(report, rank=rank)
             if len(self.reports) < MAX_REPORTS:
                 self.reports.append((line, text.strip(), report))
-            return
-        if not (self.every_line or any(a in low for a in knowledge.LOG_ANCHORS)
+            if report.kind == "summary" and self.fallback is None:
+                self.fallback = RankError(rank=None, line=line, timestamp=None,
+                                          evidence=text.strip(), text=text)
+            if report.kind != "dump":
+                return  # a dump signal is also the rank's collective timeout
+        if not (self.every_line or any(a in low for a in knowledge.log_anchors())
                 or _EXCEPTION_LINE.match(text)):
             return
         if not self.sticky_evidence and mentions_sticky_error(text):
@@ -433,6 +444,8 @@ class _Scanner:
         for error in [*errors, *self.later]:
             error.diagnosis = classify(error.text)
             error.node = error.node or self.nodes.get(error.rank)
+            error.local = error.local or (error.rank is not None
+                                          and self.device_numbered.get(error.rank, False))
         deaths = self._deaths()
         named = self._named_first(deaths)
         first = _first_failure(errors, self.root_cause_rank, named, deaths)
@@ -456,6 +469,7 @@ class _Scanner:
         advise_log(diagnosis, first.text if first is not None else "")
         if first is not None and first.diagnosis is not None and first.exit_code is not None:
             diagnosis.details["exit_code"] = first.exit_code
+            _check_how_it_ended(diagnosis, first.exit_code)
         only_collective = bool(ranks) and bool(errors) and not deaths and all(
             is_consequence(e.diagnosis) for e in errors)
         failed = {e.rank for e in errors}
@@ -466,8 +480,7 @@ class _Scanner:
             consequences=sorted(others, key=lambda e: e.line),
             ranks_seen=sorted(ranks), root_cause_rank=self.root_cause_rank,
             stopped_by_launcher=sum(1 for _, _, r in self.reports if r.kind == "stopped"),
-            first_dump_rank=next((r.rank for _, _, r in self.reports
-                                  if r.kind == "first_dump"), None),
+            first_dump_rank=first_dump_rank(r for _, _, r in self.reports),
             only_collective_failures=only_collective,
             silent_ranks=sorted(r for r in ranks if r not in failed),
             lines=self.lines, sticky_evidence=self.sticky_evidence,
@@ -526,7 +539,7 @@ def _error_view(lowered: bytes, at: int, stop: int) -> tuple[int, int]:
     error printed after a long unbroken output), else its start."""
     if stop - at <= MAX_LINE_BYTES:
         return at, stop
-    found = [p for p in (lowered.find(a, at, stop) for a in knowledge.LOG_ANCHORS) if p >= 0]
+    found = [p for p in (lowered.find(a, at, stop) for a in knowledge.log_anchors()) if p >= 0]
     begin = max(at, min(found) - VIEW_CONTEXT_BYTES) if found else at
     return begin, min(stop, begin + MAX_LINE_BYTES)
 
@@ -590,7 +603,7 @@ def _death(*, rank: int | None, line: int, evidence: str, exit_code: int | None,
     (knowledge.PROCESS_ENDS: `killed by signal 9 (SIGKILL) — often the host's out-of-memory
     killer; check `dmesg``)."""
     diagnosis = classify("")
-    who = ("local rank " if local else "rank ") + str(rank) if rank is not None else "a process"
+    who = describe_process(rank, local=local, node=node)
     if exit_code is not None:
         diagnosis.summary = f"{who} {knowledge.process_end_words(exit_code)}"
         diagnosis.details["exit_code"] = exit_code
@@ -599,6 +612,26 @@ def _death(*, rank: int | None, line: int, evidence: str, exit_code: int | None,
     diagnosis.evidence = evidence
     return RankError(rank=rank, line=line, timestamp=None, evidence=evidence, text=evidence,
                      diagnosis=diagnosis, node=node, exit_code=exit_code, local=local)
+
+
+CONSEQUENCES_OF_A_DEATH = ("The other ranks' errors after it (the launcher's closing signal "
+                           "SIGTERM, connections reset by peer, collective timeouts) are "
+                           "consequences of this one.")
+
+
+def _check_how_it_ended(diagnosis: Diagnosis, exit_code: int) -> None:
+    """Give a process that ended with no error of its own (a death by signal, an exit status
+    without a traceback) the first checks of how it ended (knowledge.PROCESS_ENDS)."""
+    end = knowledge.PROCESS_ENDS_BY_CODE.get(exit_code)
+    if diagnosis.family == "unknown" and end is not None and end.checks:
+        diagnosis.first_checks = [*end.checks, CONSEQUENCES_OF_A_DEATH]
+
+
+def describe_process(rank: int | None, *, local: bool, node: str | None) -> str:
+    """`rank 3`, `local rank 3 on node7`, or `a process` when no rank is known."""
+    if rank is None:
+        return "a process" + (f" on {node}" if node else "")
+    return ("local rank " if local else "rank ") + str(rank) + (f" on {node}" if node else "")
 
 
 KILLED_CODES = frozenset({-9, 137})

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from cudadiag.incident import Incident, LoopContext, RunInfo, exception_chain
 from cudadiag.isolate import program_files, rankfiles, spawn
 from cudadiag.isolate.eager import disable_compilation_if_asked
-from cudadiag.isolate.envreads import describes_the_machine, environ_reads
 from cudadiag.isolate.job import Job, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import NVIDIA_BLOCKING, ROCM_BLOCKING
 from cudadiag.isolate.output import REPLAY, TARGET, cell_marker
@@ -209,6 +208,8 @@ def _environ_read(job: Job, modules: Iterable[str], environ: dict[str, str]
     it started with them: None when unset, a secret-named one's value masked (the log never
     holds it); those that describe the machine, and those cudadiag set for the run (the
     blocking variables), are left out."""
+    from cudadiag.isolate.envreads import describes_the_machine, environ_reads  # IPython's
+
     sources = [cell.source for cell in job.cells]
     files = [*([job.script.target] if job.script and not job.script.module else []), *modules]
     for path in files:
