@@ -435,3 +435,17 @@ def test_the_hip_name_of_search_for_decides_a_reworded_hip_error():
                  "in https://docs.nvidia.com/cuda/cuda-runtime-api/group__HIPRT__TYPES.html for "
                  "more information.")
     assert (d.family, d.details["backend"]) == ("op_unavailable", "rocm")
+
+
+def test_a_shorter_message_inside_the_deciding_one_is_no_second_opinion():
+    d = classify("RuntimeError: CUDA error: operation not permitted when stream is capturing")
+    assert d.family == "cuda_graph"
+    assert d.alternatives == [] and "not confident" not in d.summary
+
+
+def test_the_same_shorter_message_elsewhere_on_the_line_still_is_one():
+    d = classify("RuntimeError: CUDA error: operation not permitted when stream is capturing; "
+                 "then CUDA error: operation not permitted")
+    assert d.family == "cuda_graph"
+    assert [a.family for a in d.alternatives] == ["driver"]
+    assert d.summary.endswith("not confident: the same message also fits driver")

@@ -26,10 +26,12 @@ it (split `fresh` there: compiled 3/17, cuda_graph 1/3)."""
 FLOORS = {
     "unseen": {"compiled": 17 / 19, "cuda_graph": 19 / 19, "extension_binary": 14 / 17,
                "rocm_accelerator": 16 / 18},
-    "fresh": {"compiled": 8 / 17, "cuda_graph": 1 / 3},
+    "fresh": {"compiled": 12 / 17, "cuda_graph": 1 / 3},
 }
 """After the rows from the primary sources (commit 6c615c4); `fresh` is the blind figure of
-those rows. No class may fall below."""
+those rows (compiled 8/17 then), and compiled 12/17 after the rows of the next step, written from
+torch's, Triton's and XLA's sources for four of its misses (tests/data/README.md, step 5: no
+longer blind for those). No class may fall below."""
 
 
 def _records(path: Path) -> list[dict]:

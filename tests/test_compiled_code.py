@@ -95,6 +95,33 @@ def test_explain_of_inductors_cpu_bounds_check_names_the_condition_and_the_kerne
     assert diagnosis.summary.startswith("Index or target out of range: `0 <= tmp13 < 10L`")
 
 
+@pytest.mark.parametrize("bounds", ["tmp1 < 2L", "0 <= tmp7", "tmp3 < 1 + ks0"])
+def test_explain_of_a_one_sided_bounds_check_names_the_condition_and_the_kernels_file(bounds):
+    # Inductor checks only the bound it cannot prove (Kernel.indirect_assert's cond_print)
+    explanation = explain_text("Compiled raised: RuntimeError: kernel, /tmp/torchinductor_u/q5/"
+                               f"cq522kvm.main.cpp:13, index out of bounds: {bounds}\n")
+    diagnosis = explanation.diagnosis
+    assert diagnosis.family == "index_out_of_bounds"
+    assert diagnosis.details["bounds"] == bounds
+    assert diagnosis.details["generated_file"].endswith("cq522kvm.main.cpp")
+    assert diagnosis.summary.startswith(f"Index or target out of range: `{bounds}`")
+
+
+@pytest.mark.parametrize("message, capability", [
+    ("ptxas fatal   : Value 'sm_120' is not defined for option 'gpu-name'", "sm_120"),
+    ("ptxas-blackwell fatal   : Value 'sm_110a' is not defined for option 'gpu-name'",
+     "sm_110a"),
+    ("subprocess.CalledProcessError: Command '['/env/lib/python3.10/site-packages/triton/"
+     "backends/nvidia/bin/ptxas', '-lineinfo', '-v', '--gpu-name=sm_120', '/tmp/t.ptx', '-o', "
+     "'/tmp/t.ptx.o']' returned non-zero exit status 255.", "sm_120"),
+])
+def test_ptxas_refusing_the_target_is_a_missing_kernel_without_tritons_wrapper(message,
+                                                                               capability):
+    diagnosis = explain_text(message).diagnosis
+    assert diagnosis.family == "op_unavailable"
+    assert diagnosis.details["capability"] == capability
+
+
 def test_an_eager_rerun_without_error_puts_the_fault_in_the_compiled_path():
     original = incident_from_recorded_error("RuntimeError", CPU_CHECK, CPU_CHECK,
                                             RunInfo(mode="kernel"))

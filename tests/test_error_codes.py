@@ -133,7 +133,7 @@ def test_an_unknown_error_says_its_type_its_code_its_line_and_how_to_report_it()
     error.error_code = 1
     d = classify(error)
     assert d.family == "unknown"
-    assert "torch.AcceleratorError" in d.summary and "cudaErrorInvalidValue 1" in d.summary
+    assert "torch.AcceleratorError" in d.summary and "hipErrorInvalidValue 1" in d.summary
     assert d.evidence == "torch.AcceleratorError: HIP error: invalid argument"
     assert d.details["backend"] == "rocm"
     assert any(re.search(r"report.*issue tracker.*first error line", c) for c in d.first_checks)
@@ -157,3 +157,37 @@ def test_hip_table_holds_the_codes_rocm_7_added_with_the_header_they_came_from()
         assert "ROCm/rocm-systems@" in row.source and "ROCm 7" in row.source, name
     cluster = table.code_named("hipErrorInvalidClusterSize")
     assert cluster.text == "a kernel launch error has occurred due to cluster misconfiguration"
+
+
+@pytest.mark.parametrize("name", ["triton.compiler.errors.CompilationError",
+                                  "triton.compiler.errors.CompileTimeAssertionFailure",
+                                  "triton.compiler.errors.UnsupportedLanguageConstruct"])
+def test_tritons_compilation_errors_are_a_kernel_this_triton_cannot_build(name):
+    assert table.exception_class(name).family == "op_unavailable"
+    assert not table.exception_class(name).wrapper
+
+
+def test_a_compilation_error_is_read_in_the_form_triton_formats_it():
+    d = classify("triton.compiler.errors.CompilationError: at 8:11:\n"
+                 "def triton_(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n"
+                 "    tmp1 = tmp0.to(tl.float32)\n           ^")
+    assert d.family == "op_unavailable"
+    assert d.details["exception_class"] == "triton.compiler.errors.CompilationError"
+    assert d.details["compiled"] == "triton"
+    assert classify("other.errors.CompilationError: the plan has no step").family == "unknown"
+
+
+def test_a_message_naming_the_hip_error_reports_hips_name_and_number():
+    d = classify("torch.AcceleratorError: HIP error: a kernel launch error has occurred due to "
+                 "cluster misconfiguration\nSearch for `hipErrorInvalidClusterSize' in "
+                 "https://rocm.docs.amd.com/ for more information.")
+    assert d.details["cuda_error"] == "hipErrorInvalidClusterSize"
+    assert d.details["error_code"] == table.code_named("hipErrorInvalidClusterSize").code == 1054
+    assert "hipErrorInvalidClusterSize 1054" in d.summary and "912" not in d.summary
+    d = classify("RuntimeError: HIP error: hipErrorNoBinaryForGpu: Unable to find code object")
+    assert (d.family, d.details["cuda_error"]) == ("op_unavailable", "hipErrorNoBinaryForGpu")
+
+
+def test_a_cuda_message_keeps_the_cuda_name_and_number():
+    d = classify("RuntimeError: CUDA error: an illegal memory access was encountered")
+    assert (d.details["cuda_error"], d.details["error_code"]) == ("cudaErrorIllegalAddress", 700)

@@ -13,6 +13,7 @@ from typing import Any
 
 from cudadiag import knowledge
 from cudadiag.advice import fitted
+from cudadiag.error_codes import table as error_codes
 from cudadiag.incident import (
     Alternative,
     Diagnosis,
@@ -25,6 +26,7 @@ STICKY_TAIL = " — the CUDA context is unusable: restart the process"
 """How a summary ends when the error leaves the process's CUDA context unusable."""
 _SIZE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
+_HIP_ERROR_NAME = re.compile(r"\bhipError\w+")
 _SIZE_KEYS = ("requested", "total", "free", "allocated", "reserved_unallocated", "reserved",
               "process_in_use")
 
@@ -244,6 +246,8 @@ def _diagnosis(
         details.update(error_code=code.code, cuda_error=code.name)
     details.update(_family_details(family, whole, found.match.start() if found else 0))
     details.update({k: v for k, v in _hints(whole).items() if k not in details})
+    if "cuda_error" in details:
+        _name_the_hip_error(details, whole)
     if "cuda_error" in details and details.get("cuda_error_name") == details["cuda_error"]:
         details.pop("cuda_error_name")
     if _says_hip(whole) or details.get("api") == "HIP":
@@ -281,7 +285,9 @@ def _diagnosis(
 
 def _alternatives(found: _Match | None, family: str) -> list[Alternative]:
     """Other families whose signatures match the same line as the deciding one: as strong a
-    clue, so the diagnosis names them instead of picking one silently."""
+    clue, so the diagnosis names them instead of picking one silently. A match that lies
+    inside the deciding one is no second opinion: it reads part of the same message
+    (`operation not permitted` inside `operation not permitted when stream is capturing`)."""
     if found is None or found.signature.wrapper:
         return []
     text, start = found.text, found.match.start()
@@ -289,16 +295,31 @@ def _alternatives(found: _Match | None, family: str) -> list[Alternative]:
     line_end = text.find("\n", start)
     line = text[line_start: line_end if line_end >= 0 else len(text)]
     lowered = line.lower()
+    deciding = (start - line_start, found.match.end() - line_start)
     seen: dict[str, Alternative] = {}
     for signature in knowledge.SIGNATURES:
         if (signature.family in (family, "unknown") or signature.family in seen
                 or signature.wrapper or signature.catch_all
                 or not signature.may_match(lowered)):
             continue
-        m = signature.pattern.search(line)
+        m = next((m for m in signature.pattern.finditer(line)
+                  if not deciding[0] <= m.start() <= m.end() <= deciding[1]), None)
         if m:
             seen[signature.family] = Alternative(signature.family, m.group(0).strip())
     return list(seen.values())
+
+
+def _name_the_hip_error(details: dict[str, Any], text: str) -> None:
+    """When `text` names the HIP twin of the decided CUDA error (`hipErrorInvalidClusterSize`
+    for cudaErrorInvalidClusterSize), report HIP's name and number (hipError_t's row of
+    error_codes), not CUDA's: the HIP numbers differ from CUDA's for HIP's own codes."""
+    decided = knowledge.CUDA_ERRORS_BY_NAME.get(str(details["cuda_error"]))
+    for m in _HIP_ERROR_NAME.finditer(text):
+        row = error_codes.code_named(m.group(0))
+        if (row is not None and row.library == "hip"
+                and knowledge.CUDA_ERRORS_BY_NAME.get(row.name) is decided):
+            details.update(cuda_error=row.name, error_code=row.code)
+            return
 
 
 def _family_details(family: str, text: str, start: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from cudadiag.classify import STICKY_TAIL
 from cudadiag.incident import Diagnosis, exception_chain
-from cudadiag.knowledge import FAMILIES, OPERATOR_ADVICE
+from cudadiag.knowledge import FAMILIES, INDUCTOR_BOUNDS, OPERATOR_ADVICE
 
 GENERATED_DIR = re.compile(r"torchinductor_[^/\\]*[/\\]")
 """Inductor's cache folder: every generated file lies under it."""
@@ -25,7 +25,7 @@ _KERNEL_NAME = re.compile(r"\b(?:cpp|triton_(?:poi|red|per|tem|for))_fused_(?P<o
 _CALLED_KERNEL = re.compile(r"^\s*(?P<kernel>(?:cpp|triton_\w+?)_fused_\w+?_\d+)(?:\.run)?\(")
 _SOURCE_NODES = re.compile(r"#\s*(?:Topologically Sorted )?Source Nodes: \[(?P<nodes>[^\]]*)\]"
                            r"(?:, Original ATen: \[(?P<aten>[^\]]*)\])?")
-_BOUNDS = re.compile(r"index out of bounds: (?P<bounds>-?\w+ <= \w+ < \w+)")
+_BOUNDS = re.compile(rf"index out of bounds: (?P<bounds>{INDUCTOR_BOUNDS})")
 _COMMENT_WINDOW = 12
 """How many lines above a kernel's call or definition its Source Nodes comment may lie."""
 _MAX_READ = 4_000_000

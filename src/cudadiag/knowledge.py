@@ -608,6 +608,14 @@ CUDA_ERRORS_BY_NAME.update({row.name: CUDA_ERRORS_BY_CODE[row.code]
 (`hipErrorNoBinaryForGpu`) is the CUDA error with its number and family."""
 
 
+INDUCTOR_BOUNDS = (r"-?\w+ <= \w+(?: < [\w +*()-]{0,80}\w)?"
+                   r"|\w+ < [\w +*()-]{0,80}\w")
+"""The condition of Inductor's bounds check as its message prints it: `{lower} <= {var} <
+{upper}`, `{lower} <= {var}` or `{var} < {upper}` when only one bound needs checking (the
+`cond_print` of Kernel.indirect_assert, torch/_inductor/codegen/common.py, and of
+CppVecKernel.indirect_assert, codegen/cpp.py); a bound is a sympy expression (`10L`, `1 + ks0`)."""
+
+
 @dataclass(frozen=True)
 class Signature:
     """A message pattern that decides a family. Named groups become `details`. The pattern
@@ -744,13 +752,22 @@ def _status_name_signatures() -> list[Signature]:
 
 
 _COMPILER_NAMESPACES = ("torch._inductor.", "torch._dynamo.", "triton.")
+_MESSAGE_STARTS = {
+    # CompilationError._format_message (triton/compiler/errors.py): "at {lineno}:{col}:" and
+    # the kernel's source; its subclasses format theirs the same way
+    "triton.compiler.errors.CompilationError": r"at \d+:\d+:",
+    "triton.compiler.errors.CompileTimeAssertionFailure": r"at \d+:\d+:",
+    "triton.compiler.errors.UnsupportedLanguageConstruct": r"at \d+:\d+:",
+}
+"""How the message of a class whose short name other libraries use too always starts."""
 
 
 def _compiler_class_signatures() -> list[Signature]:
     """`CppCompileError: ...`, `triton.runtime.errors.OutOfResources: ...`: an exception class
     of the compiler's namespaces with a family of its own (error_codes' class table, the
     wrappers excepted: what they carry decides), named where a message starts."""
-    return [_sig(row.family, rf"(?<![\w]){re.escape(row.name.rsplit('.', 1)[-1])}: ",
+    return [_sig(row.family, rf"(?<![\w]){re.escape(row.name.rsplit('.', 1)[-1])}: "
+                             rf"{_MESSAGE_STARTS.get(row.name, '')}",
                  compiled="inductor" if row.name.startswith("torch.") else "triton",
                  exception_class=row.name)
             for row in error_codes.EXCEPTION_CLASSES
@@ -995,14 +1012,13 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("shape_mismatch", r"Dimension out of range \(expected to be in range of"),
     # --- begin: compiled code and CUDA graphs (issue 24 items 2, 3) ----------------------------
     # Inductor's C++ kernels check their indices on the CPU with TORCH_CHECK
-    # (torch/_inductor/codegen/cpp.py, `index out of bounds: {lower} <= {var} < {upper}`)
+    # (torch/_inductor/codegen/cpp.py, `index out of bounds: {cond_print}`: INDUCTOR_BOUNDS)
     _sig("index_out_of_bounds",
          r"kernel, (?P<generated_file>[^\s,]{1,400}\.cpp):(?P<line>\d+), index out of bounds: "
-         r"(?P<bounds>-?\w+ <= \w+ < \w+)", compiled="inductor_cpp"),
+         rf"(?P<bounds>{INDUCTOR_BOUNDS})", compiled="inductor_cpp"),
     # ... and without the kernel's place: TORCH_CHECK's c10::Error says only the message
-    # (`index out of bounds: {cond_print}`, the bounds a sympy expression: `1 + ks0`)
-    _sig("index_out_of_bounds", r"(?<![`\"])\bindex out of bounds: (?P<bounds>-?\w+ <= \w+"
-                                r"(?: < [\w +*()-]{1,80}\w)?)", compiled="inductor_cpp"),
+    _sig("index_out_of_bounds", rf"(?<![`\"])\bindex out of bounds: (?P<bounds>{INDUCTOR_BOUNDS})",
+         compiled="inductor_cpp"),
     # Inductor's Triton kernels assert the same condition on the device (tl.device_assert);
     # the assertion line itself is read by the device_assert signatures above
     _sig("device_assert", r"Assertion `index out of bounds: (?P<bounds>[^`\n]{1,200})` failed",
@@ -1017,8 +1033,17 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("op_unavailable", r"OutOfResources: out of resource: (?P<resource>[\w ]+), Required: "
                            r"(?P<required>\d+), Hardware limit: (?P<limit>\d+)",
          compiled="triton"),
-    _sig("op_unavailable", r"ptxas(?: fatal)? *: Value '(?P<capability>sm_\w+)' is not defined "
-                           r"for option 'gpu-name'", compiled="triton"),
+    # ptxas's own line when it does not know the target (as XLA's CompileGpuAsmUsingPtxAs,
+    # xla/stream_executor/cuda/cuda_asm_compiler.cc, recognises it: "ptxas fatal   : Value '"
+    # and "is not defined for option 'gpu-name'"), whoever ran it; Triton runs `ptxas-blackwell`
+    # for sm_100 and later (triton/backends/nvidia/compiler.py get_ptxas)
+    _sig("op_unavailable", r"ptxas(?:-blackwell)?(?: fatal)? *: Value '(?P<capability>sm_\w+)' "
+                           r"is not defined for option 'gpu-name'", compiled="triton"),
+    # Triton's ptxas run as Python reports its failure when no PTXASError wraps it (make_cubin:
+    # `subprocess.run([ptxas, ..., f'--gpu-name={arch}', ...], check=True)`)
+    _sig("op_unavailable", r"[/\\]ptxas(?:-blackwell)?(?:\.exe)?', [^\]\n]{0,400}"
+                           r"'--gpu-name=(?P<capability>sm_\w+)'[^\]\n]{0,400}\]' returned "
+                           r"non-zero exit status", compiled="triton"),
     # devices below Triton's minimum (torch/_inductor/exc.py GPUTooOldForTriton, earlier
     # torch/_inductor/scheduler.py), a Triton that is missing (exc.py TritonMissing) or does
     # not know the CUDA toolkit it found (triton/backends/nvidia/compiler.py ptx_get_version)

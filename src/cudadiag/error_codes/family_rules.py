@@ -76,6 +76,12 @@ EXCEPTION_RULES: tuple[tuple[str, str, bool], ...] = (
     (r"TritonMissing$|GPUTooOldForTriton$|TritonUnavailableError$|InvalidCxxCompiler$"
      r"|CppCompileError$|CUDACompileError$|XPUCompileError$|PTXASError$|OutOfResources$"
      r"|MissingOperatorWith(?:out)?Decomp$|InvalidBackend$", "op_unavailable", False),
+    # Triton's front end could not turn the kernel's source into IR for this target: every
+    # error while visiting the kernel's AST is re-raised as CompilationError with the source
+    # line (triton/compiler/code_generator.py CodeGenerator.visit; errors.py), as an
+    # unsupported construct or a failed static_assert are (its subclasses)
+    (r"^triton\.compiler\.errors\.(?:CompilationError|CompileTimeAssertionFailure"
+     r"|UnsupportedLanguageConstruct)$", "op_unavailable", False),
     (r"^torch\.cuda\.DeferredCudaCallError$", "driver", False),
     # torchrun's report of a child that died, and the collectives' errors that carry NCCL's
     (r"^torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError$", "unknown",
