@@ -151,15 +151,20 @@ def warm_interpreter(request, file_warm_interpreter):
 
 
 @pytest.fixture
-def shell(warm_interpreter):
+def shell(warm_interpreter, request):
     """The process's IPython InteractiveShell with cudadiag loaded, its warm interpreter the
-    file's (see FileWarmInterpreter); unloaded and reset (a new history session) afterwards."""
+    file's (see FileWarmInterpreter), ready before the test when it is marked `isolates`;
+    unloaded and reset (a new history session) afterwards."""
     from IPython.core.interactiveshell import InteractiveShell
+
+    from cudadiag.isolate import warm
 
     ip = InteractiveShell.instance()
     warm_interpreter.lend()
     ip.run_cell("%load_ext cudadiag", store_history=True)
     warm_interpreter.note()
+    if request.node.get_closest_marker("isolates"):
+        assert warm.wait_ready(180), "the kernel's warm interpreter did not start"
     yield ip
     ip.run_cell("_sim = globals().get('sim')\nif _sim is not None: _sim.stop()")
     warm_interpreter.take_back()

@@ -21,7 +21,7 @@ from cudadiag import incidents
 from cudadiag.incident import Incident
 from scenarios import GUIDE_SCRIPT, MODEL, SETUP, run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.isolates]
 
 WORKLOADS = Path(__file__).parent / "workloads"
 TARGET_CHECK = "Class targets must lie in [0, C)"
@@ -197,13 +197,6 @@ def test_explain_an_indexing_assertion_reads_a_new_category_before_an_off_by_one
 
 
 # --- %cuda_isolate in a real IPython shell ----------------------------------------------------
-
-@pytest.fixture
-def shell(shell):
-    from cudadiag.isolate import warm
-
-    assert warm.wait_ready(180), "the kernel's warm interpreter did not start"
-    return shell
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from cudadiag.incident import RunInfo
 from cudadiag.isolate.verdict import verdict_line
 from scenarios import run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.isolates]
 
 COMPILED = ("import torch\n"
             "@torch.compile\n"
@@ -26,14 +26,6 @@ TRITON_LINE = ("/tmp/torchinductor_u/ab/cabq3.py:22: triton_poi_fused_embedding_
                "[0,0,0], thread: [3,0,0] Assertion `index out of bounds: 0 <= tmp3 < 10` "
                "failed.\n")
 
-
-@pytest.fixture
-def shell(shell):
-    """The shell once its warm interpreter is ready: the isolated runs fork from it."""
-    from cudadiag.isolate import warm
-
-    assert warm.wait_ready(180), "the kernel's warm interpreter did not start"
-    return shell
 
 
 def test_an_index_fault_in_compiled_code_is_an_incident_and_its_eager_rerun_names_the_value(

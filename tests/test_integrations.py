@@ -168,16 +168,20 @@ def test_cuda_isolate_batch_last_replays_one_trainer_step_not_the_training(
     assert isolated.diagnosis.first_checks[0].startswith("The model has config.num_labels = 3")
 
 
-SCRIPT = """\
-import torch
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
-from cudadiag.integrations.transformers import Callback
-DATASET
+TINY_BERT_AND_ARGS = """\
 config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                     intermediate_size=37, vocab_size=64, num_labels=3)
 args = TrainingArguments(output_dir="out", per_device_train_batch_size=8, num_train_epochs=2,
                          report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no",
                          disable_tqdm=True, seed=1)
+"""
+"""The tiny BERT config and the Trainer's arguments both scripts train with (offline)."""
+SCRIPT = """\
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+from cudadiag.integrations.transformers import Callback
+DATASET
+""" + TINY_BERT_AND_ARGS + """\
 Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=Labels(),
         callbacks=[Callback()]).train()
 """
@@ -247,11 +251,7 @@ TOKENS = (
 TOKEN_SCRIPT = TOKENS + """\
 from transformers import BertConfig, BertForTokenClassification, Trainer, TrainingArguments
 from cudadiag.integrations.transformers import Callback
-config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                    intermediate_size=37, vocab_size=64, num_labels=3)
-args = TrainingArguments(output_dir="out", per_device_train_batch_size=8, num_train_epochs=2,
-                         report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no",
-                         disable_tqdm=True, seed=1)
+""" + TINY_BERT_AND_ARGS + """\
 Trainer(model=BertForTokenClassification(config), args=args, train_dataset=Tokens(),
         callbacks=[Callback()]).train()
 """

@@ -16,15 +16,7 @@ from cudadiag import incidents, run_isolated
 from cudadiag.isolate.launcher import blocking_settings
 from scenarios import MODEL, SETUP, run
 
-pytestmark = pytest.mark.slow
-
-@pytest.fixture
-def shell(shell):
-    """The shell once its warm interpreter is ready: these isolated runs fork from it."""
-    from cudadiag.isolate import warm
-
-    assert warm.wait_ready(180), "the kernel's warm interpreter did not start"
-    return shell
+pytestmark = [pytest.mark.slow, pytest.mark.isolates]
 
 
 PLOT = "history = []\nlabel = 'unrelated plotting cell'"

@@ -18,20 +18,12 @@ from cudadiag import incidents
 from scenarios import MODEL, SETUP, run
 from test_isolate_magics import _alive
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.isolates]
 
 GRANDCHILD = ("import subprocess\n"
               "p = subprocess.Popen(['sleep', '30'])  # inherits stdout: keeps the pipe open\n"
               "print('grandchild', p.pid, flush=True)")
 
-
-@pytest.fixture
-def shell(shell):
-    """The shell once its warm interpreter is ready: these isolated runs fork from it."""
-    from cudadiag.isolate import warm
-
-    assert warm.wait_ready(180), "the kernel's warm interpreter did not start"
-    return shell
 
 
 def _pids(text: str, word: str) -> list[int]:

@@ -31,6 +31,9 @@ class BarForm:
     source: str
 
 
+TQDM_POSTFIX = re.compile(r",\s*(?P<name>[\w./-]+)=(?P<value>[^,\]]+)")
+"""One `, name=value` of tqdm's postfix (set_postfix's `{k}={v}`, joined by ', ')."""
+
 PROGRESS_BARS = (
     BarForm(
         name="tqdm",
@@ -38,7 +41,7 @@ PROGRESS_BARS = (
             r"(?:(?P<stage>[^|\r\n]{1,200}?):\s*)?(?:\s*\d{1,3}%)?\|[^|\r\n]{0,400}\|\s*"
             r"(?P<done>\d+)/(?P<total>\d+|\?)\s*\[[^\],\r\n]*(?:,\s*[^\],\r\n]*?it/s|"
             r",\s*[^\],\r\n]*?s/it|,\s*\?it/s)?(?P<metrics>[^\]\r\n]{0,1000})\]"),
-        metric=re.compile(r",\s*(?P<name>[\w./-]+)=(?P<value>[^,\]]+)"),
+        metric=TQDM_POSTFIX,
         source="tqdm's default bar_format: '{l_bar}{bar}{r_bar}', l_bar '{desc}: "
                "{percentage:3.0f}%|', r_bar '| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, "
                "{rate_fmt}{postfix}]' (tqdm/std.py, format_meter); the Trainer's "
@@ -48,7 +51,7 @@ PROGRESS_BARS = (
         pattern=re.compile(
             r"(?:(?P<stage>[^|\r\n:]{1,200}):(?:\s*:)?\s*)?(?P<done>\d+)it \[[\d:]+"
             r"(?:,\s*[^\],\r\n]*?(?:it/s|s/it))?(?P<metrics>[^\]\r\n]{0,1000})\]"),
-        metric=re.compile(r",\s*(?P<name>[\w./-]+)=(?P<value>[^,\]]+)"),
+        metric=TQDM_POSTFIX,
         source="tqdm's bar_format when the total is unknown: '{l_bar}{n_fmt}{unit} "
                "[{elapsed}, {rate_fmt}{postfix}]' (tqdm/std.py, format_meter), as Lightning "
                "draws it for an iterable dataset: 'Epoch 3: : 67190it [6:05:52,  3.06it/s, "
