@@ -20,7 +20,14 @@ from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
 from cudadiag.log.options import add_listing_options
 from cudadiag.options.commands import add_command
 from cudadiag.options.option import add_options
-from cudadiag.options.runs import NO_BLOCKING, NO_PRECHECK, NPROC_PER_NODE, TIMEOUT
+from cudadiag.options.runs import (
+    NO_BLOCKING,
+    NO_PRECHECK,
+    NODE_RANK,
+    NPROC_PER_NODE,
+    RECORD_DIR,
+    TIMEOUT,
+)
 from cudadiag.repro.options import add_export_options
 
 if TYPE_CHECKING:
@@ -189,16 +196,21 @@ def _parser() -> argparse.ArgumentParser:
 def _add_run_options(run: argparse.ArgumentParser) -> None:
     add_options(run, NO_BLOCKING, TIMEOUT)
     run.add_argument("--json", metavar="PATH", help="also write the incident as JSON here")
-    add_options(run, NO_PRECHECK, NPROC_PER_NODE)
+    add_options(run, NO_PRECHECK, NPROC_PER_NODE, NODE_RANK, RECORD_DIR)
+
+
+NNODES = ("--nnodes",)
+"""torchrun's option that makes a run a node's part of a job across nodes."""
 
 
 def _multi_rank_run(words: list[str]) -> argparse.Namespace | None:
-    """For `run --nproc-per-node N [torchrun options] -- SCRIPT ...`: the arguments, with
-    the options cudadiag does not know (torchrun's) kept apart; None for anything else."""
+    """For `run --nproc-per-node N [torchrun options] -- SCRIPT ...` (or `--nnodes N`):
+    the arguments, with the options cudadiag does not know (torchrun's) kept apart; None for
+    anything else."""
     if words[:1] != ["run"] or "--" not in words:
         return None
     head = words[1:words.index("--")]
-    if not any(w.split("=")[0] in NPROC_PER_NODE.flags for w in head):
+    if not any(w.split("=")[0] in (*NPROC_PER_NODE.flags, *NNODES) for w in head):
         return None
     run = argparse.ArgumentParser(prog="cudadiag run", allow_abbrev=False)
     _add_run_options(run)
@@ -267,15 +279,23 @@ def _write_json(path: Path, text: str) -> None:
 
 
 def _torchrun_job(args: argparse.Namespace, python: str | None) -> TorchrunJob | None:
-    """The torchrun job for `--nproc-per-node N`, None without it. Raises
-    TorchrunOptionsError (a ValueError) for options torchrun would refuse."""
-    if args.nproc_per_node is None:
+    """The torchrun job for `--nproc-per-node N` (a node's part of a job across nodes with
+    `--nnodes N`), None without either. Raises TorchrunOptionsError (a ValueError) for
+    options torchrun would refuse or a job across nodes that cannot meet."""
+    if args.nproc_per_node is None and not args.torchrun and args.node_rank is None and \
+            args.record_dir is None:
         return None
+    from cudadiag.isolate.nodeplan import plan_nodes
+    from cudadiag.isolate.nodes import NodesJob
     from cudadiag.isolate.ranks import TorchrunJob, check_torchrun_options, with_own_rendezvous
 
-    options = ["--nproc-per-node", args.nproc_per_node, *args.torchrun]
+    options = [*(["--nproc-per-node", args.nproc_per_node] if args.nproc_per_node else []),
+               *args.torchrun]
     check_torchrun_options(options)
-    return TorchrunJob(with_own_rendezvous(options), python or sys.executable)
+    options, plan = plan_nodes(options, args.node_rank, args.record_dir, os.environ)
+    if plan is None:
+        return TorchrunJob(with_own_rendezvous(options), python or sys.executable)
+    return NodesJob(options, python or sys.executable, plan=plan)
 
 
 def _exit_status(result: IsolatedResult) -> int:

@@ -106,3 +106,8 @@ class RanksAfterCudaError(CudadiagError, RuntimeError):
     """Raised in an isolated run when the cells start their processes with
     torch.multiprocessing after CUDA was initialised: a forked rank cannot use that
     context."""
+
+
+class NodesError(CudadiagError, OSError):
+    """A job across nodes that cannot start here: no rendezvous store answers at the
+    endpoint, the node rank is taken by another agent, the record folder is unusable."""

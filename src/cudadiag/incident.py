@@ -484,6 +484,8 @@ class RankRecord:
     node: str
     """The host the rank ran on."""
     pid: int | None = None
+    node_rank: int | None = None
+    """In a job across nodes: the node whose agent started the rank (its `--node-rank`)."""
     outcome: str = "unknown"
     """`raised` (a Python exception), `finished` (exit status 0 or sys.exit), `stopped` (killed
     while still running, e.g. by torchrun after another rank failed), `died` (ended without an

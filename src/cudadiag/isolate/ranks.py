@@ -64,17 +64,17 @@ OUTCOME_WORDS = {
 }
 """How a rank other than the first is described in the summary, by outcome."""
 MISSING_WORDS = {
-    "stopped": "rank {rank} was still {place} when it was stopped",
-    "finished": "rank {rank} had already ended (exit status {status})",
-    "died": "rank {rank} had ended without a Python exception ({status})",
-    "unknown": "rank {rank} left no trace (it may never have started)",
+    "stopped": "{rank} was still {place} when it was stopped",
+    "finished": "{rank} had already ended (exit status {status})",
+    "died": "{rank} had ended without a Python exception ({status})",
+    "unknown": "{rank} left no trace (it may never have started)",
 }
 """How a rank that was not in the failed collective is described."""
 
 
 def check_torchrun_options(options: list[str]) -> None:
     """Check `options` with torchrun's own parser. Raises TorchrunOptionsError for an
-    unknown option or a bad value, for more than one node, and for `-m`, `--no-python` and
+    unknown option or a bad value, and for `-m`, `--no-python` and
     `--run-path`: cudadiag puts its worker there (the script, or `-m module`, goes after
     `--`)."""
     from torch.distributed.run import get_args_parser
@@ -89,10 +89,6 @@ def check_torchrun_options(options: list[str]) -> None:
         raise TorchrunOptionsError(
             f"torchrun does not know {' '.join(unknown)} (see `torchrun --help`); cudadiag's "
             "own options and torchrun's go before `--`, the script after it")
-    if str(known.nnodes).split(":")[-1] != "1":
-        raise TorchrunOptionsError(
-            f"--nnodes {known.nnodes}: cudadiag runs one node per command (its ranks' records "
-            "are collected on this machine); leave --nnodes out, or run the job on one node")
     if known.module or known.no_python or known.run_path:
         raise TorchrunOptionsError(
             "-m, --no-python and --run-path are cudadiag's to set (each rank runs cudadiag's "
@@ -175,8 +171,9 @@ class RankJob(ABC):
         self.folder.mkdir(mode=0o700)
         job.ranks = str(self.folder)
 
-    def collect(self, stopped: bool) -> JobResult | None:
-        """After the launcher ended (`stopped`: by cudadiag's timeout or Ctrl-C): stop the
+    def collect(self, stopped: bool, launcher_status: int | None = None) -> JobResult | None:
+        """After the launcher ended (`stopped`: by cudadiag's timeout or Ctrl-C;
+        `launcher_status`: its exit status, unused here but by a job across nodes): stop the
         ranks it left running, read every rank's record and return the result of the job:
         the first failure's incident, None when no rank raised or died (a subclass may have
         no result at all: None)."""
@@ -188,9 +185,7 @@ class RankJob(ABC):
         failures = self._launcher_failures()
         ranks = sorted(set(files) | set(failures))
         self.records = [_record(r, files.get(r), failures.get(r), stopped) for r in ranks]
-        causes = [r for r in self.records if _is_cause(r)]
-        raised = [r for r in self.records if r.outcome == "raised"]
-        first = min(causes or raised, key=lambda r: r.at or "", default=None)
+        first = first_failure(self.records)
         if first is None:
             return JobResult(None, 0)
         self._first = first
@@ -310,12 +305,12 @@ class SpawnJob(RankJob):
         self._result_path = job.result_path
         return launcher or SubprocessLauncher()
 
-    def collect(self, stopped: bool) -> JobResult | None:
+    def collect(self, stopped: bool, launcher_status: int | None = None) -> JobResult | None:
         """The first failing rank's incident (RankJob.collect), else the child's own result
         (None when it wrote none); the child's check of its blocking variables either way."""
         assert self._result_path is not None, "prepare() first"
         own = JobResult.read(self._result_path)
-        ranks = super().collect(stopped)
+        ranks = super().collect(stopped, launcher_status)
         if ranks is None or ranks.incident is None:
             return own
         ranks.blocking_check = own.blocking_check if own else ""
@@ -385,6 +380,15 @@ def _diagnosis_of(state: RankState) -> Diagnosis:
     return classify(f"{state.error_type}: {state.text}")
 
 
+def first_failure(records: list[RankRecord]) -> RankRecord | None:
+    """The rank that failed first in time on its own (an error of its own, a death), else
+    the first that raised at all (a collective's failure); None when none failed. Ties go
+    to the lower rank, so every node of a job picks the same one from the same records."""
+    causes = [r for r in records if _is_cause(r)]
+    raised = [r for r in records if r.outcome == "raised"]
+    return min(causes or raised, key=lambda r: (r.at or "", r.rank), default=None)
+
+
 def _is_cause(record: RankRecord) -> bool:
     """A rank that failed on its own: an error that is no collective's failure, or an end
     without a Python exception (a crash, os._exit, sys.exit with a status) while others ran."""
@@ -414,8 +418,8 @@ def _first_failure_summary(incident: Incident, first: RankRecord,
     """`rank 1 failed first at step 3 (nll_loss, target 4); rank 0 failed afterwards in
     all_reduce — consequences`."""
     what = _how_it_ended(first) if first.outcome == "died" else _what_failed(incident)
-    head = f"rank {first.rank} failed first{_step_words(incident)} ({what})"
-    described = [f"rank {r.rank} " + OUTCOME_WORDS[r.outcome].format(
+    head = f"{who(first)} failed first{_step_words(incident)} ({what})"
+    described = [f"{who(r)} " + OUTCOME_WORDS[r.outcome].format(
         place=_place(r.where), status=r.signal or r.exit_status)
         for r in others if r.outcome != "finished" or r.exit_status or r.signal]
     if not described:
@@ -427,7 +431,7 @@ def _collective_only_summary(first: RankRecord, others: list[RankRecord]) -> str
     """Only collectives failed: say so, and name the ranks that were not in them."""
     failed = [first, *(r for r in others if r.outcome == "raised")]
     missing = [_missing(r) for r in others if r.outcome in MISSING_WORDS]
-    ranks = ", ".join(f"rank {r.rank} {_place(r.where)}" for r in failed)
+    ranks = ", ".join(f"{who(r)} {_place(r.where)}" for r in failed)
     line = (f"no rank raised an error of its own: only collectives failed ({ranks}: a "
             "timeout, an aborted communicator or a peer gone)")
     if missing:
@@ -474,15 +478,22 @@ def _state(record: RankRecord) -> str:
     """`rank 0 at train.py:12 in main`, `rank 1 in all_reduce`, `rank 2 had already ended
     (exit status 0)`: where a rank was when the job ended."""
     if record.outcome in ("stopped", "raised") and record.where:
-        return f"rank {record.rank} {_place(record.where)}"
+        return f"{who(record)} {_place(record.where)}"
     return _missing(record)
 
 
 def _missing(record: RankRecord) -> str:
     """How a rank that was not in the failed collective is described (MISSING_WORDS)."""
     words = MISSING_WORDS.get(record.outcome, MISSING_WORDS["unknown"])
-    return words.format(rank=record.rank, place=_place(record.where),
+    return words.format(rank=who(record), place=_place(record.where),
                         status=record.signal or record.exit_status)
+
+
+def who(record: RankRecord) -> str:
+    """`rank 1`, or `rank 1 on node 1` in a job across nodes."""
+    if record.node_rank is None:
+        return f"rank {record.rank}"
+    return f"rank {record.rank} on node {record.node_rank}"
 
 
 def _place(where: str | None) -> str:

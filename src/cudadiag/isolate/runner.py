@@ -170,7 +170,7 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
         wall = time.perf_counter() - started
         child_result: JobResult | None
         if ranks is not None:
-            child_result = ranks.collect(pump.timed_out or pump.interrupted)
+            child_result = ranks.collect(pump.timed_out or pump.interrupted, process.returncode)
         else:
             child_result = JobResult.read(job.result_path)
         result = IsolatedResult(

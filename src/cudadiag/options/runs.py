@@ -5,7 +5,7 @@ that apply to them from here."""
 from __future__ import annotations
 
 from cudadiag.options.option import option
-from cudadiag.options.types import positive_seconds, processes_per_node
+from cudadiag.options.types import node_index, positive_seconds, processes_per_node
 
 TIMEOUT = option("--timeout", type=positive_seconds, metavar="S",
                  help="kill a run (its whole process group) after S seconds")
@@ -23,6 +23,14 @@ NPROC_PER_NODE = option(
          "incident names the rank that failed first, the others' errors are its "
          "consequences. Cells that call torch.multiprocessing.spawn need no option: each "
          "process they start is a rank")
+NODE_RANK = option(
+    "--node-rank", "--node_rank", type=node_index, metavar="K", dest="node_rank",
+    help="in a job across nodes (--nnodes N, one `cudadiag run` per node): which node this "
+         "is, 0 to N-1 (under SLURM: SLURM_NODEID when left out)")
+RECORD_DIR = option(
+    "--record-dir", metavar="DIR", dest="record_dir",
+    help="in a job across nodes: a folder every node sees (a shared filesystem), where the "
+         "nodes' agents leave their reports instead of the rendezvous store")
 SHIP = option("--ship", default="auto", metavar="auto|none|a,b",
               help="values sent to the child instead of replaying the cells that made them: "
                    "auto (only what the analysis shows untouched), none, or names")

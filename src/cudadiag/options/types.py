@@ -61,3 +61,11 @@ def processes_per_node(text: str) -> str:
     raise argparse.ArgumentTypeError(
         f"expected a number of processes (1 or more) or one of {', '.join(PROCESS_COUNT_WORDS)}"
         f", like torchrun; got {text!r}")
+
+
+def node_index(text: str) -> int:
+    """Return `text` as a node's rank; raises argparse.ArgumentTypeError unless it is a
+    whole number of at least 0."""
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected a node rank (0, 1, ...), got {text!r}")
