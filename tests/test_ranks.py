@@ -307,8 +307,8 @@ def test_a_ranks_own_error_is_no_consequence(text):
     (["--max-restarts", "many"], "torchrun would refuse this: argument "
                                  "--max-restarts/--max_restarts: invalid int value: 'many'"),
     (["-m"], "-m, --no-python and --run-path are cudadiag's to set"),
-    (["--nnodes", "2"], "--nnodes 2: cudadiag runs one node per command"),
-    (["--nnodes=1:4"], "--nnodes 1:4: cudadiag runs one node per command"),
+    (["--nnodes", "2"], "--nnodes 2: say which node this agent is: --node-rank K (0 to 1)"),
+    (["--nnodes=1:4"], "--nnodes 1:4: an elastic node count is not supported"),
 ])
 def test_options_torchrun_would_refuse_exit_2_before_anything_runs(tmp_path, monkeypatch,
                                                                    capsys, options, message):

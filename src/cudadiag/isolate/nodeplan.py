@@ -45,14 +45,16 @@ def plan_nodes(options: list[str], node_rank: int | None, record_dir: str | None
 
     given, _ = get_args_parser().parse_known_args([*options, "script.py"])
     default, _ = get_args_parser().parse_known_args(["script.py"])
-    slurm = slurm_node(environ) if "--nnodes" not in _flags(options) else None
-    if slurm is not None and slurm.nnodes > 1:
-        added = _slurm_options(given, default, slurm)
+    slurm = slurm_node(environ)
+    added: list[str] = []
+    has_nnodes = "--nnodes" in _flags(options)
+    if slurm is not None and slurm.nnodes > 1 and (not has_nnodes or str(given.nnodes) != "1"):
+        added = _slurm_options(given, default, slurm, has_nnodes)
         options = [*options, *added]
         given, _ = get_args_parser().parse_known_args([*options, "script.py"])
-        node_rank = slurm.node_id if node_rank is None else node_rank
-    else:
-        added = []
+        if node_rank is None:
+            node_rank = slurm.node_id
+            added = ["--node-rank", str(node_rank), *added]
     nnodes = _node_count(str(given.nnodes))
     if nnodes == 1:
         if node_rank or record_dir:
@@ -121,9 +123,10 @@ def _join_timeout(conf: str) -> float:
     return JOIN_TIMEOUT_S
 
 
-def _slurm_options(given: Any, default: Any, slurm: SlurmNode) -> list[str]:
+def _slurm_options(given: Any, default: Any, slurm: SlurmNode, has_nnodes: bool
+                   ) -> list[str]:
     """The options SLURM's variables give that the user left out."""
-    added = ["--nnodes", str(slurm.nnodes)]
+    added = [] if has_nnodes else ["--nnodes", str(slurm.nnodes)]
     if given.rdzv_backend == default.rdzv_backend:
         added += ["--rdzv-backend", "c10d"]
     if not given.rdzv_endpoint:

@@ -158,9 +158,9 @@ class NodeLink:
                 return sorted(silent)
             if found is not None and not said and time.monotonic() - started > \
                     SAY_WAITING_AFTER_S:
-                print("cudadiag: waiting for the report of node "
-                      f"{', '.join(map(str, sorted(waiting)))} (its job is still ending)",
-                      file=sys.stderr, flush=True)
+                print("cudadiag: waiting for the report of " + ", ".join(
+                    f"node {n} ({'its job is still ending' if heard[n][0] else 'not heard from'}"
+                    ")" for n in sorted(waiting)), file=sys.stderr, flush=True)
                 said = True
             time.sleep(0.2)
         return []
@@ -194,8 +194,8 @@ class NodesJob(TorchrunJob):
         self.link = NodeLink(self.plan)
         self.link.start()
         if self.plan.from_slurm:
-            print(f"cudadiag: from SLURM: node {self.plan.node_rank}, "
-                  f"{' '.join(self.plan.from_slurm)}", file=sys.stderr, flush=True)
+            print(f"cudadiag: from SLURM: {' '.join(self.plan.from_slurm)}", file=sys.stderr,
+                  flush=True)
         return super().prepare(job, launcher)
 
     def collect(self, stopped: bool, launcher_status: int | None = None) -> JobResult | None:
