@@ -33,7 +33,8 @@ from cudadiag.repro.options import add_export_options
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from cudadiag.incident import EnvInfo
+    from cudadiag.commands import ExportOptions
+    from cudadiag.incident import EnvInfo, Incident
     from cudadiag.isolate.ranks import TorchrunJob
     from cudadiag.isolate.result import IsolatedResult
     from cudadiag.log.store import IncidentStore
@@ -335,6 +336,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from cudadiag import commands
     from cudadiag.repro.export import stored_inputs
+    from cudadiag.repro.rankjob import is_multi_rank
     from cudadiag.repro.view import render_export
 
     options = commands.ExportOptions(
@@ -349,6 +351,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     except CudadiagError as exc:
         print(f"cudadiag export: {exc}", file=sys.stderr)
         return 1
+    if is_multi_rank(incident):
+        return _export_rank_job(incident, path, options)
     try:
         inputs = stored_inputs(incident, store)
         print(commands.export_intro(incident, inputs, options.timeout), flush=True)
@@ -367,6 +371,39 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return 1
     print(render_export(minimized, exported))
     return 0 if exported.reproduces is not False else 1
+
+
+RANK_JOB_VERIFY_S = 300.0
+"""The least time a multi-rank repro's check gets: every rank imports torch."""
+
+
+def _export_rank_job(incident: Incident, path: Path, options: ExportOptions) -> int:
+    """`cudadiag export` of a multi-rank job: the job as a repro, or why it cannot be."""
+    from cudadiag.repro.rankjob import export_rank_job, refusal
+    from cudadiag.repro.view import render_rank_export
+
+    if path.suffix != ".py":
+        print(f"cudadiag export: {path}: a multi-rank job is exported as a script that runs "
+              "it under torchrun: give PATH.py", file=sys.stderr)
+        return 2
+    reason = refusal(incident)
+    if reason is not None:
+        print(f"cudadiag export: incident {incident.id} cannot be exported as a repro: {reason}",
+              file=sys.stderr)
+        return 1
+    print(f"exporting incident {incident.id} as a job of its ranks under torchrun (not "
+          "minimized: the ranks need each other)...", flush=True)
+    try:
+        export = export_rank_job(incident, path, verify=options.verify,
+                                 timeout=max(options.timeout, RANK_JOB_VERIFY_S))
+    except KeyboardInterrupt:
+        print("\ncudadiag export: stopped: nothing was written", file=sys.stderr)
+        return 130
+    except CudadiagError as exc:
+        print(f"cudadiag export: {exc}", file=sys.stderr)
+        return 1
+    print(render_rank_export(export))
+    return 0 if export.reproduces is not False else 1
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:

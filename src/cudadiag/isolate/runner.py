@@ -186,6 +186,7 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
             _complete(result.incident, output, wall, process.returncode, numbered, script)
             if ranks is not None:
                 ranks.complete(result.incident)
+                result.incident.run.cwd = os.getcwd()  # where the launcher ran the script
             if script is not None and ranks is None:
                 result.unrelated = _unrelated_to_pytorch(result.incident, child_result)
             result.incident.run.shipped = sorted(ship) if isinstance(ship, dict) else []

@@ -21,6 +21,7 @@ from cudadiag.repro.document import Program, build_document
 from cudadiag.repro.minimize import TRIAL_FACTOR, MinimizeResult, Progress, minimize
 from cudadiag.repro.notebook import VERIFY_TIMEOUT_S, ExportResult, write_and_verify
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS, DEFAULT_TIMEOUT_S, SUFFIXES
+from cudadiag.repro.rankjob import is_multi_rank, refusal
 from cudadiag.repro.script import write_and_verify_script
 from cudadiag.repro.staging import check_target
 
@@ -115,6 +116,11 @@ def stored_inputs(incident: Incident, store: IncidentStore | None = None) -> Rep
     """The inputs an isolated or `cudadiag run` incident left in the log: its cells (or its
     script), and the RNG states, batch and shipped values kept beside it. Raises ExportError
     when the incident has nothing to replay, or its shipped values were not kept."""
+    if is_multi_rank(incident):
+        raise ExportError(
+            f"incident {incident.id} is a multi-rank job's: "
+            + (refusal(incident) or "export it as a job from a terminal: cudadiag export "
+               f"{incident.id} repro.py"))
     if incident.run.mode == "cli":
         return _script_inputs(incident)
     if not incident.run.sources:

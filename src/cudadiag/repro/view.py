@@ -30,3 +30,18 @@ def render_export(minimized: Any, exported: Any) -> str:
         names = {f.relative_to(folder).parts[0] for f in exported.side_files}
         lines.append(f"  beside it: {', '.join(sorted(names))}")
     return "\n".join(lines)
+
+
+def render_rank_export(export: Any) -> str:
+    """Return the text shown after a multi-rank job's export (repro/rankjob.py)."""
+    verdict = {True: "yes", False: "no", None: "not checked"}[export.reproduces]
+    seen = export.observed
+    observed = ", ".join(filter(None, [seen.note, seen.ename, seen.family]))
+    return "\n".join([
+        f"\ncudadiag repro script: {export.path}",
+        f"  reproduces: {verdict}" + (f" (observed: {observed})" if observed else ""),
+        f"  the job as {export.ranks} ranks under torchrun on this machine: torchrun "
+        f"{' '.join(export.command)}",
+        "  not minimized: the ranks of a job need each other",
+        f"  beside it: {export.program.name}",
+    ])
