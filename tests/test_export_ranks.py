@@ -49,6 +49,10 @@ for step in range(5):
 """
 
 
+READS_DATA = "CLASSES = int(open('data/classes.txt').read())  # relative to the job's folder\n"
+"""A first line for each job's script: it opens a file by a relative path."""
+
+
 def cudadiag(*args: str, cwd: Path, env: dict[str, str] | None = None
              ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cudadiag.cli", *args], cwd=cwd, env=env,
@@ -56,10 +60,12 @@ def cudadiag(*args: str, cwd: Path, env: dict[str, str] | None = None
 
 
 def failed_job(tmp_path: Path, script: str) -> Incident:
-    """Run `script` as two ranks from tmp_path/job (its script in a sub-folder); return
-    the incident."""
+    """Run `script` as two ranks from tmp_path/job (its script in a sub-folder, reading
+    data/classes.txt); return the incident."""
     (tmp_path / "job" / "src").mkdir(parents=True)
-    (tmp_path / "job" / "src" / "train.py").write_text(script)
+    (tmp_path / "job" / "data").mkdir()
+    (tmp_path / "job" / "data" / "classes.txt").write_text("4\n")
+    (tmp_path / "job" / "src" / "train.py").write_text(READS_DATA + script)
     ran = cudadiag("run", "--nproc-per-node", "2", "--", "src/train.py", cwd=tmp_path / "job",
                    env={**os.environ, "NODE": "1", "BAD_LOCAL": "1"})
     assert ran.returncode == 1, ran.stderr[-3000:]
@@ -79,10 +85,10 @@ def test_a_two_rank_job_is_exported_as_two_ranks_under_torchrun_and_reproduces(t
     assert "device_assert" in exported.stdout
     assert ("the job as 2 ranks under torchrun on this machine: torchrun --standalone "
             "--nproc-per-node 2 repro_program.py") in exported.stdout
-    assert (elsewhere / "repro_program.py").read_text() == BAD_TARGET
+    assert (elsewhere / "repro_program.py").read_text() == READS_DATA + BAD_TARGET
     (stored,) = incidents()
     assert stored.repro.reproduces is True and stored.repro.path == str(elsewhere / "repro.py")
-    again = subprocess.run([sys.executable, str(elsewhere / "repro.py")], cwd=tmp_path,
+    again = subprocess.run([sys.executable, str(elsewhere / "repro.py")], cwd=tmp_path / "job",
                            capture_output=True, text=True, timeout=AGENT_LIMIT_S)
     assert again.returncode == 1  # torchrun's status
     assert "device-side assert triggered" in again.stderr

@@ -441,12 +441,14 @@ def _collective_only_summary(first: RankRecord, others: list[RankRecord]) -> str
 
 
 def _step_words(incident: Incident) -> str:
-    """` at step 3` from watch(), else the loop variables of the innermost loop around the
-    failing line (` at epoch 1, batch_idx 3`); '' when neither is known."""
+    """` at step 3` from watch(), else the counters of the loops around the failing line in
+    its function (` at epoch 1, batch_idx 3`: tensors and other objects left out); '' when
+    neither is known."""
     if incident.step is not None and incident.step.iteration is not None:
         return f" at step {incident.step.iteration}"
     frames = [f for f in (incident.loop.frames if incident.loop else []) if f.loops]
-    values = frames[-1].loops[-1].values if frames else {}
+    values = {k: v for loop in (frames[-1].loops if frames else [])
+              for k, v in loop.values.items() if not v.startswith("<")}
     return " at " + ", ".join(f"{k} {v}" for k, v in values.items()) if values else ""
 
 

@@ -160,9 +160,12 @@ def _launcher_script(incident: Incident, export: RankExport) -> str:
 
 
 def _verify(incident: Incident, launcher: Path, timeout: float) -> tuple[bool, Observed]:
-    """Run the repro in its folder; read its output as a job's log."""
+    """Run the repro in the folder the job ran in (files it opens by relative paths are
+    there), else in its own; read its output as a job's log."""
+    cwd = incident.run.cwd if incident.run.cwd and os.path.isdir(incident.run.cwd) else \
+        launcher.parent
     try:
-        done = subprocess.run([sys.executable, launcher.name], cwd=launcher.parent,
+        done = subprocess.run([sys.executable, str(launcher)], cwd=cwd,
                               capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
