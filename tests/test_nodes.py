@@ -40,8 +40,8 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 grads = torch.ones(3)
 dist.all_reduce(grads)
-if os.environ["NODE"] == "1":
-    print("node 1 is waiting", flush=True)
+if os.environ["NODE"] == os.environ.get("WAITING_NODE", "1"):
+    print(f"node {os.environ['NODE']} is waiting", flush=True)
     time.sleep(600)  # meanwhile its agent is killed
 dist.all_reduce(grads)
 """
@@ -120,6 +120,19 @@ def test_a_node_lost_whole_is_named_by_the_agent_that_is_left(tmp_path):
     assert summary.endswith("node 1 sent no report (its agent was killed or the node lost: "
                             "look at its own log)")
     assert node0.incident().diagnosis.summary == summary
+
+
+@pytest.mark.slow
+def test_when_the_node_holding_the_store_is_lost_the_other_says_it_saw_alone(tmp_path):
+    node0, node1 = two_nodes(tmp_path, NODE1_WAITS, env={"WAITING_NODE": "0"})
+    wait_until(lambda: "node 0 is waiting" in node0.out.read_text(), "node 0's rank waits")
+    node0.kill()
+    node1.wait()
+    _, summary = node1.summary()
+    assert "rank 1 on node 1 " in summary or "rank 0 on node 1 " in summary
+    assert summary.endswith("is gone (the agent that held it ended): this is what node 1 saw "
+                            "alone"), summary
+    assert node1.incident().diagnosis.summary == summary
 
 
 @pytest.mark.slow

@@ -77,6 +77,8 @@ class NodeLink:
         self.plan = plan
         self.store: Store | None = None
         self.holds_store = False
+        self.lost = False
+        """The board could not be read to the end (the store's holder ended)."""
         self._stop = threading.Event()
         self._beating: threading.Thread | None = None
         self.board = self._open()
@@ -121,12 +123,17 @@ class NodeLink:
         nodes that went silent without one. The agent that holds the store keeps it until
         the others have read theirs."""
         k = self.plan.node_rank
-        self.board.put(f"report/{k}", mine.to_json())
-        reports, gone = self._gather(k, mine)
-        self.board.put(f"read/{k}", b"1")
-        if self.holds_store:
-            self._wait_for(f"read/{k}", [r.node_rank for r in reports if r.node_rank != k])
-        self._stop.set()
+        try:
+            self.board.put(f"report/{k}", mine.to_json())
+            reports, gone = self._gather(k, mine)
+            self.board.put(f"read/{k}", b"1")
+            if self.holds_store:
+                self._wait_for(f"read/{k}", [r.node_rank for r in reports if r.node_rank != k])
+        except (RuntimeError, OSError):  # the store's holder ended: its node was lost
+            self.lost = True
+            reports, gone = [mine], [n for n in range(self.plan.nnodes) if n != k]
+        finally:
+            self._stop.set()
         return reports, gone
 
     def _gather(self, k: int, mine: NodeReport) -> tuple[list[NodeReport], list[int]]:
@@ -232,8 +239,14 @@ class NodesJob(TorchrunJob):
                  f"{signal.Signals(-r.launcher_status).name}"
                  for r in self.reports if r.launcher_status is not None and
                  r.launcher_status < 0 and -r.launcher_status in signal.valid_signals()]
-        notes += [f"node {n} sent no report (its agent was killed or the node lost: look at "
-                  "its own log)" for n in self.gone]
+        assert self.plan is not None and self.link is not None
+        if self.link.lost:
+            notes.append(f"the rendezvous store at {self.plan.host}:{self.plan.port} is gone "
+                         "(the agent that held it ended): this is what node "
+                         f"{self.plan.node_rank} saw alone")
+        else:
+            notes += [f"node {n} sent no report (its agent was killed or the node lost: "
+                      "look at its own log)" for n in self.gone]
         if notes:
             incident.diagnosis.summary = f"{incident.diagnosis.summary}; {'; '.join(notes)}"
 
