@@ -18,36 +18,7 @@ from cudadiag.errors import ExportError
 from cudadiag.incident import ErrorInfo, Incident, RankRecord, RunInfo
 from cudadiag.repro.export import stored_inputs
 from node_agents import AGENT_LIMIT_S, BAD_TARGET, two_nodes
-
-ONLY_COLLECTIVES = """\
-import datetime
-import time
-
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3))
-grads = torch.ones(3)
-if dist.get_rank() == 0:
-    time.sleep(120)  # a rank that never reaches the collective
-dist.all_reduce(grads)
-"""
-
-RANK1_KILLED = """\
-import os
-import signal
-
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-grads = torch.ones(3)
-for step in range(5):
-    if dist.get_rank() == 1 and step == 3:
-        os.kill(os.getpid(), signal.SIGKILL)  # as the host's out-of-memory killer does
-    dist.all_reduce(grads)
-"""
-
+from test_ranks import RANK0_HANGS, RANK1_KILLED
 
 READS_DATA = "CLASSES = int(open('data/classes.txt').read())  # relative to the job's folder\n"
 """A first line for each job's script: it opens a file by a relative path."""
@@ -97,7 +68,7 @@ def test_a_two_rank_job_is_exported_as_two_ranks_under_torchrun_and_reproduces(t
 
 @pytest.mark.slow
 def test_a_job_where_only_collectives_failed_is_refused_plainly(tmp_path):
-    incident = failed_job(tmp_path, ONLY_COLLECTIVES)
+    incident = failed_job(tmp_path, RANK0_HANGS)
     assert incident.diagnosis.family == "distributed"
     exported = cudadiag("export", incident.id, str(tmp_path / "repro.py"), cwd=tmp_path)
     assert exported.returncode == 1

@@ -221,3 +221,19 @@ def test_slurm_fills_what_the_user_left_out_and_keeps_what_they_gave():
     assert "gpu-10:29400" not in options
     assert plan_nodes(["--nproc-per-node", "8"], None, None,
                       {**environ, "SLURM_NNODES": "1"}) == (["--nproc-per-node", "8"], None)
+
+
+def test_a_node_rank_already_claimed_in_the_record_folder_is_refused(tmp_path):
+    (tmp_path / "job.py").write_text("raise SystemExit('it ran')\n")
+    (tmp_path / "shared" / "cudadiag-job").mkdir(parents=True)
+    (tmp_path / "shared" / "cudadiag-job" / "claim-1").write_text("")  # an earlier job's
+    ran = subprocess.run(
+        [sys.executable, "-m", "cudadiag.cli", "run", "--nnodes", "2", "--node-rank", "1",
+         "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:29400", "--rdzv-id", "job",
+         "--record-dir", str(tmp_path / "shared"), "--", "job.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=AGENT_LIMIT_S)
+    assert ran.returncode == 2, ran.stderr
+    assert ("cudadiag run: --node-rank 1 is taken: another agent of job 'job' claimed it in "
+            f"{tmp_path / 'shared'} (or an earlier job with this id left "
+            f"{tmp_path / 'shared' / 'cudadiag-job'}: remove it)") in ran.stderr
+    assert "it ran" not in ran.stderr + ran.stdout

@@ -94,7 +94,9 @@ class NodeLink:
         claimed it already."""
         k = self.plan.node_rank
         if not self.board.claim(f"claim/{k}"):
-            where = (f"in {self.plan.record_dir}" if self.plan.record_dir is not None
+            where = (f"in {self.plan.record_dir} (or an earlier job with this id left "
+                     f"{self.plan.record_dir / ('cudadiag-' + self.plan.run_id)}: remove it)"
+                     if self.plan.record_dir is not None
                      else f"at {self.plan.host}:{self.plan.port}")
             raise NodesError(
                 f"--node-rank {k} is taken: another agent of job {self.plan.run_id!r} "
