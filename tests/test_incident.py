@@ -80,7 +80,7 @@ def _every_field_set() -> Incident:
                     local_modules={"mingpt.model": "/w/mingpt/model.py"},
                     environ={"GPT_SMALL": "1", "FAULT": None}, shipped=["model"],
                     launcher=["--nproc-per-node", "2"],
-                    ranks=[RankRecord(rank=1, local_rank=1, node="gpu3", pid=812,
+                    ranks=[RankRecord(rank=1, local_rank=1, node="gpu3", pid=812, node_rank=1,
                                       outcome="raised", at="t", exit_status=1,
                                       signal="SIGABRT", error_type="RuntimeError",
                                       message="m", family="device_assert",
