@@ -142,7 +142,11 @@ def _parser() -> argparse.ArgumentParser:
                     "it adds --standalone (a free port, where torchrun's default 29500 would "
                     "collide with another job on the machine). The incident "
                     "names the rank that failed first; the other ranks' errors are marked "
-                    "consequences. The exit status is then torchrun's.",
+                    "consequences. The exit status is then torchrun's. With --nnodes N "
+                    "--node-rank K --rdzv-backend c10d --rdzv-endpoint HOST:PORT, one such "
+                    "command per node, the nodes' agents agree on the job's first failure "
+                    "through the rendezvous store (or --record-dir) and each prints the same "
+                    "summary; under srun, SLURM's variables give what is left out.",
     )
     _add_run_options(run)
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="[--] SCRIPT [ARGS...]")
