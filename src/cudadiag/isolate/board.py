@@ -6,6 +6,8 @@ agent only (its own node's), so no two agents ever write the same key."""
 from __future__ import annotations
 
 import os
+import socket
+import time
 from abc import ABC, abstractmethod
 from datetime import timedelta
 from pathlib import Path
@@ -13,6 +15,9 @@ from typing import TYPE_CHECKING
 
 from cudadiag.durable import PRIVATE_FILE, replace_atomically
 from cudadiag.errors import NodesError
+
+RETRY_S = 1.0
+"""How often a node that waits for the store's holder tries again."""
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
@@ -126,12 +131,29 @@ def join(plan: NodePlan) -> Store:
     from torch._C._distributed_c10d import TCPStore
 
     try:
+        _wait_for_listener(plan.host, plan.port, plan.join_timeout)
         return TCPStore(plan.host, plan.port, is_master=False,
                         timeout=timedelta(seconds=plan.join_timeout))
-    except (RuntimeError, ValueError, TimeoutError) as exc:
+    except (RuntimeError, ValueError, OSError) as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
         raise NodesError(
             f"no rendezvous store answered at {plan.host}:{plan.port} within "
             f"{plan.join_timeout:g} s (node {plan.node_rank} of {plan.nnodes}): start the "
             "agent of the endpoint's host, check the address, the port and the firewall "
             f"(--rdzv-conf join_timeout=S waits longer). {first}") from None
+
+
+def _wait_for_listener(host: str, port: int, timeout: float) -> None:
+    """Return once something accepts connections at host:port; raises OSError (TimeoutError
+    among them) when nothing does within `timeout` seconds. Asked before the store's client
+    is made, whose own retries print pages of C++ frames."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"nothing accepted a connection at {host}:{port}")
+        try:
+            socket.create_connection((host, port), timeout=min(left, RETRY_S * 5)).close()
+            return
+        except OSError:
+            time.sleep(min(RETRY_S, max(deadline - time.monotonic(), 0)))
