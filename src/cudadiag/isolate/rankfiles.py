@@ -152,8 +152,10 @@ def note_exception(exc: BaseException) -> None:
     text, state = str(exc), _this.state
     state.outcome, state.at, state.error_type = "raised", now(), qualified_type_name(exc)
     state.message, state.text = (text.strip().splitlines() or [""])[0], text[:4000]
-    state.where = failing_call([(f.filename, f.lineno or 0, f.name)
-                                for f in traceback.extract_tb(exc.__traceback__)])
+    # frames without their source lines: reading files (linecache) would widen the moment
+    # in which torchrun's SIGTERM, sent once a peer failed, finds the rank not yet recorded
+    state.where = failing_call([(f.f_code.co_filename, line, f.f_code.co_name)
+                                for f, line in traceback.walk_tb(exc.__traceback__)])
     _this.write()
     get_error_handler().record_exception(exc)
 
