@@ -20,7 +20,8 @@ with no index contract, an embedding that has one):
 - the Kineto profiler, CPU activity only, with input shapes.
 
 The contract-op kernel here records the call and does not precheck: the figure is the
-interception's own cost.
+interception's own cost. Times are this process's CPU time (the loops run on one thread; on a
+shared machine wall time also counts other processes' turns).
 
     python bench/trace_alternatives.py [--rounds 9] [--ops 2000]
 """
@@ -144,10 +145,10 @@ def embedding_loop(n: int) -> None:
 
 
 def per_op(loop: Callable[[int], None], n: int, mode: AbstractContextManager[Any]) -> float:
-    start = time.perf_counter()
+    start = time.process_time()
     with mode:
         loop(n)
-    return (time.perf_counter() - start) / n
+    return (time.process_time() - start) / n
 
 
 def main() -> None:

@@ -4,7 +4,8 @@ Runs the same small-op loop untraced, under a dispatch mode that only calls the 
 of any tracer written as a Python dispatch mode), traced, and traced with prechecks on an
 index-taking op, alternating rounds so all four see the same machine noise; prints medians
 per op, what each adds and the targets (<= 2 us added per op without an index contract,
-<= 5 us for an op whose precheck runs).
+<= 5 us for an op whose precheck runs). Times are this process's CPU time: on a shared machine
+wall time also counts the turns of other processes, and these loops run on one thread.
 
     python bench/trace_overhead.py [--rounds 15] [--ops 2000]
 """
@@ -44,10 +45,10 @@ def indexed_loop(n: int) -> None:
 
 
 def per_op(loop, n: int, mode) -> float:
-    start = time.perf_counter()
+    start = time.process_time()
     with mode:
         loop(n)
-    return (time.perf_counter() - start) / n
+    return (time.process_time() - start) / n
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from types import CodeType
 from typing import Any, NamedTuple
 
 import torch
@@ -91,12 +92,36 @@ _Recorded = tuple[Any, list[Any], dict[str, Any] | None]
 """One call in the ring: its OpOverload, its arguments (tensors as TensorMeta), its kwargs."""
 
 
+def _skipped_by_compilation(code: CodeType) -> bool:
+    """Mark `code`, and every frame it calls, as never compiled by torch.compile, as
+    torch._dynamo.disable(recursive=True) does, but in the frame evaluator itself (no Python
+    wrapper around each call); return False where this torch has no such setting."""
+    try:
+        from torch._C._dynamo.eval_frame import (
+            _FrameAction,
+            _FrameExecStrategy,
+            set_code_exec_strategy,
+        )
+    except ImportError:
+        return False
+    set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+    return True
+
+
 class OpTracer(TorchDispatchMode):
     """Records the last `keep` aten calls; `failed` holds the call that raised, if any.
 
     Each call costs a dictionary lookup and a snapshot of its tensors' metadata (no strings,
     no data read): the calls are described only when they are read (`recent`, a failure).
     """
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """Asked once, as the class is made: whether TorchDispatchMode must wrap each call of
+        __torch_dispatch__ in torch._dynamo.disable (so that torch.compile never compiles
+        the tracer's own frames). Not where the tracer's code is marked as skipped for it in
+        C (`_skipped_by_compilation`): the wrapper cost about 1 us on every op."""
+        return not _skipped_by_compilation(cls.__dict__["__torch_dispatch__"].__code__)
 
     def __init__(self, keep: int = RECENT_OPS, precheck: bool = True) -> None:
         super().__init__()
