@@ -26,7 +26,13 @@ from cudadiag.trace import OpTracer
 
 
 class CallOnly(TorchDispatchMode):
-    """A dispatch mode that records nothing: what Python dispatch costs by itself."""
+    """A dispatch mode that records nothing: what Python dispatch costs by itself (without
+    torch._dynamo.disable's wrapper around each call, which the op tracer does without too;
+    nothing here is compiled)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))

@@ -71,12 +71,15 @@ def serve(fd: int) -> None:
 
 
 def _warm_worker_paths() -> None:
-    """Take once, here, the first-use costs every child's worker would pay again: a dispatch
-    mode's first use (it imports torch._dynamo), torch.load's (rng.pt: it imports its
-    configuration module, which reads its own source), the error table's literal anchors
-    (computed for all its signatures on the first classification: about 200 ms) and the
-    resolved paths of the modules imported so far (program_files.local_modules)."""
+    """Take once, here, the first-use costs every child's worker would pay again:
+    torch._dynamo (imported by the first call of any dispatch mode that torch wraps in
+    torch._dynamo.disable, as the simulator's are: seconds), the op tracer's first call,
+    torch.load's (rng.pt: it imports its configuration module, which reads its own source),
+    the error table's literal anchors (computed for all its signatures on the first
+    classification: about 200 ms) and the resolved paths of the modules imported so far
+    (program_files.local_modules)."""
     import torch
+    import torch._dynamo
 
     from cudadiag.classify import classify
     from cudadiag.isolate import program_files
