@@ -18,13 +18,22 @@ def test_records_recent_ops_with_argument_metadata():
     with OpTracer(keep=3) as tracer:
         a = torch.ones(4, 6)[:, ::2]
         (a * 2).sum()
+        torch.cat([a, a])
     names = [c.name for c in tracer.recent]
-    assert len(names) == 3 and names[-1] == "aten::sum"
+    assert len(names) == 3 and names[-1] == "aten::cat"
     mul = next(c for c in tracer.recent if c.name == "aten::mul.Tensor")
     strided = mul.args[0]
-    assert strided.shape == [4, 3] and strided.stride == [6, 2] and strided.contiguous is False
+    assert strided.shape == [4, 3] and strided.kind == "tensor"
     assert strided.dtype == "torch.float32" and strided.device == "cpu"
     assert mul.args[1].kind == "scalar" and mul.args[1].value == "2"
+    assert tracer.recent[-1].args[0].value == "[torch.float32[4, 3], torch.float32[4, 3]]"
+
+
+def test_the_failing_call_keeps_its_arguments_strides_and_contiguity():
+    with pytest.raises(RuntimeError), OpTracer(precheck=False) as tracer:
+        torch.ones(4, 6)[:, ::2] @ torch.ones(4, 5)
+    strided = tracer.failed.args[0]
+    assert strided.shape == [4, 3] and strided.stride == [6, 2] and strided.contiguous is False
 
 
 def test_the_op_that_raises_is_named_with_its_arguments():
