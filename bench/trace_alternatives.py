@@ -22,6 +22,7 @@ with no index contract, an embedding that has one):
 The contract-op kernel here records the call and does not precheck: the figure is the
 interception's own cost. Times are this process's CPU time (the loops run on one thread; on a
 shared machine wall time also counts other processes' turns).
+The loops, the floor and the timing are trace_overhead.py's.
 
     python bench/trace_alternatives.py [--rounds 9] [--ops 2000]
 """
@@ -32,15 +33,13 @@ import argparse
 import collections
 import os
 import statistics
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.library import Library, fallthrough_kernel
-from torch.utils._python_dispatch import TorchDispatchMode
+from trace_overhead import CallOnly, elementwise_loop, indexed_loop, per_op
 
 from cudadiag.trace import OpTracer
 
@@ -48,19 +47,6 @@ CONTRACT_KEY = "TESTING_ONLY_GenericMode"
 EVERY_OP_KEY = "TESTING_ONLY_GenericWrapper"
 RING: collections.deque[Any] = collections.deque(maxlen=64)
 _LIBRARIES: list[Library] = []
-
-
-class CallOnly(TorchDispatchMode):
-    """A dispatch mode that records nothing: what Python dispatch costs by itself (without
-    torch._dynamo.disable's wrapper around each call, which the op tracer does without too;
-    nothing here is compiled)."""
-
-    @classmethod
-    def _should_skip_dynamo(cls):
-        return False
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return func(*args, **(kwargs or {}))
 
 
 class IncludedKey:
@@ -138,25 +124,6 @@ SIDES: dict[str, Callable[[], AbstractContextManager[Any]]] = {
 }
 
 
-def elementwise_loop(n: int) -> None:
-    x = torch.ones(64)
-    for _ in range(n):
-        x = x.mul(1.0)
-
-
-def embedding_loop(n: int) -> None:
-    weight, idx = torch.randn(100, 16), torch.randint(0, 100, (32,))
-    for _ in range(n):
-        F.embedding(idx, weight)
-
-
-def per_op(loop: Callable[[int], None], n: int, mode: AbstractContextManager[Any]) -> float:
-    start = time.process_time()
-    with mode:
-        loop(n)
-    return (time.process_time() - start) / n
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
@@ -166,7 +133,7 @@ def main() -> None:
     sides = list(SIDES.items())
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     for name, loop in (("x.mul (no contract)", elementwise_loop),
-                       ("F.embedding (contract)", embedding_loop)):
+                       ("F.embedding (contract)", indexed_loop)):
         times: dict[str, list[float]] = {side: [] for side in SIDES}
         for round_number in range(args.rounds):  # each side leads in turn
             shift = round_number % len(sides)
