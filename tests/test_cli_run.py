@@ -282,6 +282,24 @@ def test_ctrl_c_at_any_moment_of_a_run_says_interrupted_in_one_line_and_exits_13
         assert not _alive(int(out.split()[1]))
 
 
+def test_a_ctrl_c_that_an_import_swallowed_still_stops_the_run_before_the_script_starts(
+        tmp_path, ctrl_c_as_in_a_terminal):
+    # Importing torch can take a Ctrl-C for a missing optional module and go on (torch 2.13,
+    # SIGINT 0.7 s into `import torch`); here an import that does so stands in for it
+    (tmp_path / "quick.py").write_text("print('the script started', flush=True)\n")
+    swallowing_import = (
+        "import signal, sys\nfrom cudadiag import cli\nparser = cli._parser\n"
+        "def swallowing():\n    try:\n        signal.raise_signal(signal.SIGINT)\n"
+        "    except KeyboardInterrupt:\n        pass\n    return parser()\n"
+        "cli._parser = swallowing\nsys.exit(cli.main(['run', 'quick.py']))")
+    done = subprocess.run([sys.executable, "-c", swallowing_import], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          **ctrl_c_as_in_a_terminal)
+    assert "the script started" not in done.stdout
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "cudadiag: interrupted\n"
+
+
 def _demo(tmp_path, *args):
     scratch = tmp_path / "tmp"
     scratch.mkdir()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from cudadiag.durable import unwritable, write_failure
 from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
+from cudadiag.interrupts import interrupt_pressed, remember_interrupts, restore_interrupts
 from cudadiag.log.options import add_listing_options
 from cudadiag.options.commands import add_command
 from cudadiag.options.option import add_options
@@ -51,6 +52,7 @@ DEMO_CELLS = (
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `cudadiag` command; returns its exit status (2 for bad arguments, 130 when
     interrupted)."""
+    previous = remember_interrupts()
     try:
         parser = _parser()
         words = list(sys.argv[1:] if argv is None else argv)
@@ -61,13 +63,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("cudadiag: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     except ImportError as error:
-        if not _raised_by_an_interrupt(error):
+        if not (interrupt_pressed() or _raised_by_an_interrupt(error)):
             raise
         print("cudadiag: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     except BrokenPipeError:  # `cudadiag show ID | head`: the reader left, as with any tool
         _silence_stdout()
         return 128 + signal.SIGPIPE
+    finally:
+        restore_interrupts(previous)
 
 
 def _raised_by_an_interrupt(error: BaseException) -> bool:

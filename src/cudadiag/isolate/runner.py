@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from cudadiag.diagnose import add_device_lines, incident_of_dead_process, is_diagnosable
 from cudadiag.incident import Incident, RunInfo
+from cudadiag.interrupts import interrupt_pressed
 from cudadiag.isolate.job import Job, JobCell, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import (
     NVIDIA_BLOCKING,
@@ -162,6 +163,8 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
         what = ("the job" if ranks is not None else "the script" if script is not None
                 else "the isolated run")
         with _interrupt_deferred() as interrupted:
+            if interrupted:  # a Ctrl-C that an import swallowed: the program never starts
+                raise KeyboardInterrupt
             process = (launcher or SubprocessLauncher()).start(str(job.path), child_env)
             pump = _Pump(process, timeout, output, what)
         if output.stream and process.fallback:
@@ -338,9 +341,10 @@ class _Pump:
 def _interrupt_deferred() -> Iterator[list[bool]]:
     """Hold Ctrl-C (SIGINT) back while the child is started: an interrupt inside Popen
     would leave a child in its own session that nobody kills. Yields a list that holds True
-    once an interrupt came. Off the main thread (where no signal arrives) it holds nothing
+    once an interrupt came, also one that came earlier and whatever it interrupted swallowed
+    (cudadiag.interrupts). Off the main thread (where no signal arrives) it holds nothing
     back."""
-    received: list[bool] = []
+    received: list[bool] = [True] if interrupt_pressed() else []
     if threading.current_thread() is not threading.main_thread():
         yield received
         return
