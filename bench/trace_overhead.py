@@ -4,7 +4,8 @@ Runs the same small-op loop untraced, under a dispatch mode that only calls the 
 of any tracer written as a Python dispatch mode), traced, and traced with prechecks on an
 index-taking op, alternating rounds so all four see the same machine noise; prints medians
 per op, what each adds and the targets (<= 2 us added per op without an index contract,
-<= 5 us for an op whose precheck runs).
+<= 5 us for an op whose precheck runs). Times are this process's CPU time: on a shared machine
+wall time also counts the turns of other processes, and these loops run on one thread.
 
     python bench/trace_overhead.py [--rounds 15] [--ops 2000]
 """
@@ -25,7 +26,13 @@ from cudadiag.trace import OpTracer
 
 
 class CallOnly(TorchDispatchMode):
-    """A dispatch mode that records nothing: what Python dispatch costs by itself."""
+    """A dispatch mode that records nothing: what Python dispatch costs by itself (without
+    torch._dynamo.disable's wrapper around each call, which the op tracer does without too;
+    nothing here is compiled)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))
@@ -44,10 +51,10 @@ def indexed_loop(n: int) -> None:
 
 
 def per_op(loop, n: int, mode) -> float:
-    start = time.perf_counter()
+    start = time.process_time()
     with mode:
         loop(n)
-    return (time.perf_counter() - start) / n
+    return (time.process_time() - start) / n
 
 
 def main() -> None:

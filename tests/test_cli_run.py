@@ -329,3 +329,20 @@ def test_the_demo_with_keep_records_an_incident_that_show_finds_afterwards(tmp_p
     shown = cudadiag("show", incident_id, "--json")
     assert shown.returncode == 0
     assert json.loads(shown.stdout)["run"]["simulated"] is True
+
+
+def test_run_imports_torch_only_in_the_script_s_process_and_still_diagnoses_it(tmp_path):
+    # torch's import takes seconds, paid by the script's own process: `cudadiag run`'s
+    # process needs no torch to start it, read its result and print the diagnosis
+    (tmp_path / "train.py").write_text(TRAIN)
+    code = ("import sys\n"
+            "from cudadiag.cli import main\n"
+            "sys.argv = ['cudadiag', 'run', '--', sys.executable, 'train.py', '--bad']\n"
+            "code = main()\n"
+            "print('torch imported by cudadiag run:', 'torch' in sys.modules, file=sys.stderr)\n"
+            "sys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1
+    assert "aten::nll_loss_forward: target 4 at position 3 outside [0, 4)" in done.stderr
+    assert done.stderr.rstrip().endswith("torch imported by cudadiag run: False"), done.stderr

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,13 +18,22 @@ def test_records_recent_ops_with_argument_metadata():
     with OpTracer(keep=3) as tracer:
         a = torch.ones(4, 6)[:, ::2]
         (a * 2).sum()
+        torch.cat([a, a])
     names = [c.name for c in tracer.recent]
-    assert len(names) == 3 and names[-1] == "aten::sum"
+    assert len(names) == 3 and names[-1] == "aten::cat"
     mul = next(c for c in tracer.recent if c.name == "aten::mul.Tensor")
     strided = mul.args[0]
-    assert strided.shape == [4, 3] and strided.stride == [6, 2] and strided.contiguous is False
+    assert strided.shape == [4, 3] and strided.kind == "tensor"
     assert strided.dtype == "torch.float32" and strided.device == "cpu"
     assert mul.args[1].kind == "scalar" and mul.args[1].value == "2"
+    assert tracer.recent[-1].args[0].value == "[torch.float32[4, 3], torch.float32[4, 3]]"
+
+
+def test_the_failing_call_keeps_its_arguments_strides_and_contiguity():
+    with pytest.raises(RuntimeError), OpTracer(precheck=False) as tracer:
+        torch.ones(4, 6)[:, ::2] @ torch.ones(4, 5)
+    strided = tracer.failed.args[0]
+    assert strided.shape == [4, 3] and strided.stride == [6, 2] and strided.contiguous is False
 
 
 def test_the_op_that_raises_is_named_with_its_arguments():
@@ -100,3 +112,30 @@ def test_tracing_is_off_outside_a_tracer():
     with OpTracer():
         assert prechecks_active()
     assert not prechecks_active()
+
+
+def test_the_tracer_s_first_op_does_not_import_torch_dynamo():
+    # torch._dynamo takes seconds to import: a diagnostic run pays it only if the program
+    # compiles something (the tracer keeps its own frames out of compilation without it)
+    code = ("import sys, torch\n"
+            "from cudadiag.trace import OpTracer\n"
+            "with OpTracer() as tracer:\n"
+            "    torch.ones(2).add(1)\n"
+            "print([c.name for c in tracer.recent], 'torch._dynamo' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip() == "['aten::ones', 'aten::add.Tensor'] False", done.stderr
+
+
+def test_code_compiled_under_the_tracer_runs_and_its_eager_ops_are_recorded():
+    def f(x):
+        y = x.sin()
+        torch._dynamo.graph_break()
+        return y.cos() + 1
+
+    compiled = torch.compile(f, backend="eager")
+    with OpTracer() as tracer:
+        out = compiled(torch.zeros(3))
+    assert out.tolist() == [2.0, 2.0, 2.0]
+    assert [c.name for c in tracer.recent][-3:] == ["aten::sin", "aten::cos",
+                                                     "aten::add.Tensor"]

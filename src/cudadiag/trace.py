@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from types import CodeType
 from typing import Any, NamedTuple
 
 import torch
@@ -59,21 +60,19 @@ class TracedCall(NamedTuple):
     args: list[TensorArg]
 
 
-class TensorMeta(tuple[Any, ...]):
-    """A tensor argument as the tracer saw it, read without its data and without keeping
-    the tensor alive: (dtype, shape, device, stride, contiguous)."""
+class _TensorMark:
+    """The first item of a recorded tensor's tuple in the ring."""
 
-    __slots__ = ()
 
-    @property
-    def dtype(self) -> torch.dtype:
-        """The tensor's dtype."""
-        return self[0]  # type: ignore[no-any-return]
+_TENSOR = _TensorMark()
+RecordedTensor = tuple[_TensorMark, torch.dtype, torch.Size, torch.device]
+"""A tensor argument as the ring keeps it, without its data and without keeping the tensor
+alive: (_TENSOR, dtype, shape, device). A plain tuple is the cheapest thing to make on every
+call; strides and contiguity are read only for the failing call (its live arguments)."""
 
-    @property
-    def shape(self) -> torch.Size:
-        """The tensor's shape."""
-        return self[1]  # type: ignore[no-any-return]
+
+def _is_recorded(value: Any) -> bool:
+    return type(value) is tuple and len(value) == 4 and value[0] is _TENSOR
 
 
 class _OpFacts(NamedTuple):
@@ -88,15 +87,41 @@ _FACTS: dict[Any, _OpFacts] = {}
 """Per OpOverload: looked up once per call instead of parsing its name each time."""
 
 _Recorded = tuple[Any, list[Any], dict[str, Any] | None]
-"""One call in the ring: its OpOverload, its arguments (tensors as TensorMeta), its kwargs."""
+"""One call in the ring: its OpOverload, its arguments (tensors as RecordedTensor), its
+kwargs."""
+
+
+def _skipped_by_compilation(code: CodeType) -> bool:
+    """Mark `code`, and every frame it calls, as never compiled by torch.compile, as
+    torch._dynamo.disable(recursive=True) does, but in the frame evaluator itself (no Python
+    wrapper around each call); return False where this torch has no such setting."""
+    try:
+        from torch._C._dynamo.eval_frame import (
+            _FrameAction,
+            _FrameExecStrategy,
+            set_code_exec_strategy,
+        )
+    except ImportError:
+        return False
+    set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+    return True
 
 
 class OpTracer(TorchDispatchMode):
     """Records the last `keep` aten calls; `failed` holds the call that raised, if any.
 
-    Each call costs a dictionary lookup and a snapshot of its tensors' metadata (no strings,
-    no data read): the calls are described only when they are read (`recent`, a failure).
+    Each call costs a dictionary lookup and a snapshot of its tensors' dtype, shape and device
+    (no strings, no data read): the calls are described only when they are read (`recent`, a
+    failure). The failing call is described from its live arguments, strides included.
     """
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """Asked once, as the class is made: whether TorchDispatchMode must wrap each call of
+        __torch_dispatch__ in torch._dynamo.disable (so that torch.compile never compiles
+        the tracer's own frames). Not where the tracer's code is marked as skipped for it in
+        C (`_skipped_by_compilation`): the wrapper cost about 1 us on every op."""
+        return not _skipped_by_compilation(cls.__dict__["__torch_dispatch__"].__code__)
 
     def __init__(self, keep: int = RECENT_OPS, precheck: bool = True) -> None:
         super().__init__()
@@ -130,8 +155,9 @@ class OpTracer(TorchDispatchMode):
         facts = _FACTS.get(func) or _learn(func)
         if facts.contract is not None or facts.embedding:
             self._special(func, facts, args)
-        snapshot = [TensorMeta((a.dtype, a.shape, a.device, a.stride(), a.is_contiguous()))
-                    if isinstance(a, Tensor) else _snapshot_other(a) for a in args]
+        snapshot = [(_TENSOR, a.dtype, a.shape, a.device) if isinstance(a, Tensor)
+                    else _snapshot_list(a) if isinstance(a, (list, tuple)) else a
+                    for a in args]
         try:
             out = facts.call(*args, **kwargs) if kwargs else facts.call(*args)
         except Exception:
@@ -188,19 +214,20 @@ def _learn(func: Any) -> _OpFacts:
     return facts
 
 
-def _snapshot_other(value: Any) -> Any:
-    """A non-tensor argument as recorded: a list of tensors as their metadata (the ring
-    never keeps a tensor alive), anything else as it is (the dispatcher made it for this
+def _snapshot_list(value: list[Any] | tuple[Any, ...]) -> Any:
+    """A list argument as recorded: its tensors as RecordedTensor (the ring never keeps a
+    tensor alive), or the list itself when it holds none (the dispatcher made it for this
     call)."""
-    if isinstance(value, (list, tuple)) and any(isinstance(v, Tensor) for v in value):
-        return [TensorMeta((v.dtype, v.shape, v.device, v.stride(), v.is_contiguous()))
-                if isinstance(v, Tensor) else v for v in value]
+    if any(isinstance(v, Tensor) for v in value):
+        return [(_TENSOR, v.dtype, v.shape, v.device) if isinstance(v, Tensor) else v
+                for v in value]
     return value
 
 
 def _snapshot_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: TensorMeta((v.dtype, v.shape, v.device, v.stride(), v.is_contiguous()))
-            if isinstance(v, Tensor) else _snapshot_other(v) for k, v in kwargs.items()}
+    return {k: (_TENSOR, v.dtype, v.shape, v.device) if isinstance(v, Tensor)
+            else _snapshot_list(v) if isinstance(v, (list, tuple)) else v
+            for k, v in kwargs.items()}
 
 
 def _described(func: Any, args: list[Any], kwargs: dict[str, Any] | None) -> TracedCall:
@@ -250,12 +277,12 @@ def describe_args(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
 
 
 def describe_value(name: str, value: Any, value_range: bool = False) -> TensorArg:
-    """Describe one argument: a tensor (or a TensorMeta) by its metadata, a scalar by its
-    value."""
-    if isinstance(value, TensorMeta):
-        dtype, shape, device, stride, contiguous = value
+    """Describe one argument: a tensor by its metadata (a recorded one by its dtype, shape
+    and device), a scalar by its value."""
+    if _is_recorded(value):
+        _, dtype, shape, device = value
         return TensorArg(name=name, kind="tensor", shape=list(shape), dtype=str(dtype),
-                         device=str(device), stride=list(stride), contiguous=contiguous)
+                         device=str(device))
     if isinstance(value, torch.Tensor):
         return TensorArg(
             name=name, kind="tensor", shape=list(value.shape), dtype=str(value.dtype),
@@ -264,9 +291,10 @@ def describe_value(name: str, value: Any, value_range: bool = False) -> TensorAr
             value=_value_range(value) if value_range else None,
         )
     if isinstance(value, (list, tuple)):
-        tensors = [v for v in value if isinstance(v, (torch.Tensor, TensorMeta))]
+        tensors = [(v.dtype, v.shape) if isinstance(v, torch.Tensor) else (v[1], v[2])
+                   for v in value if isinstance(v, torch.Tensor) or _is_recorded(v)]
         if tensors:
-            shapes = ", ".join(f"{t.dtype}{list(t.shape)}" for t in tensors)
+            shapes = ", ".join(f"{dtype}{list(shape)}" for dtype, shape in tensors)
             return TensorArg(name=name, kind="list", value=f"[{shapes}]")
         return TensorArg(name=name, kind="list", value=cut_list(value, LIST_ITEMS_SHOWN))
     if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device)):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import re
 import tokenize
 from collections.abc import Iterable, Mapping
@@ -150,12 +151,21 @@ def analyse_cell(number: int, raw: str, known: KnownNames | None = None) -> Cell
 def python_source(raw: str) -> tuple[str, list[str]]:
     """Return the cell as plain Python and the magic / shell lines it replaced by `pass`.
 
+    A pure function of `raw`, cached: every isolated run plans over the whole history, and
+    IPython's transformers took about a millisecond per cell each time.
+
     IPython's own input transformers turn the cell into Python first (`%xmode Minimal` into
     `get_ipython().run_line_magic('xmode', 'Minimal')`, `z?` into a `pinfo` call); each
     such call is then replaced: `%time STATEMENT` by the statement, a setting `%env` by the
     assignment to os.environ, `%%time` and `%%capture` by their body, `%load_ext cudadiag`
     silently by `pass`, anything else by `pass` with the line as typed in the list.
     """
+    source, skipped = _python_source(raw)
+    return source, list(skipped)
+
+
+@functools.lru_cache(maxsize=4096)
+def _python_source(raw: str) -> tuple[str, tuple[str, ...]]:
     transformed = _transformed(raw)
     lines = transformed.splitlines()
     typed = raw.splitlines()
@@ -169,7 +179,8 @@ def python_source(raw: str) -> tuple[str, list[str]]:
             continue
         indent = line[: len(line) - len(line.lstrip())]
         if call.name == "run_cell_magic":
-            return _cell_magic_source(call, raw)
+            body, magic_lines = _cell_magic_source(call, raw)
+            return body, tuple(magic_lines)
         statement = _python_statement(call)
         if statement is not None:
             kept.append(f"{indent}{statement}")
@@ -177,7 +188,7 @@ def python_source(raw: str) -> tuple[str, list[str]]:
         if call.args[:2] != ("load_ext", "cudadiag"):
             skipped.append(as_typed.strip())
         kept.append(f"{indent}pass")
-    return "\n".join(kept), skipped
+    return "\n".join(kept), tuple(skipped)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import io
 import os
 import random
 import select
@@ -44,22 +45,19 @@ from cudadiag.isolate.procgroup import kill_group
 POLL_S = 0.01
 """How often children are checked on where the system has no pidfd."""
 WORKER_IMPORTS = ("ctypes", "cloudpickle", "cudadiag.batch", "cudadiag.diagnose",
-                  "cudadiag.incident", "cudadiag.loopvars", "cudadiag.isolate.cellfacts")
+                  "cudadiag.incident", "cudadiag.loopvars", "cudadiag.isolate.cellfacts",
+                  "cudadiag.integrations.attach")
 """What the worker imports as it runs and reports: imported once in the server instead."""
 
 
 def serve(fd: int) -> None:
     """Import torch, warm the op tracer, say `ready`, then answer runs until the parent
     closes the control socket; every child still running is then killed."""
-    import torch
-
     from cudadiag.isolate import worker
-    from cudadiag.trace import OpTracer
 
     for name in WORKER_IMPORTS:
         importlib.import_module(name)
-    with OpTracer():  # a dispatch mode's first use imports torch._dynamo: pay it once, here
-        torch.ones(1).add(1)
+    _warm_worker_paths()
 
     control = socket.socket(fileno=fd)
     server = _Server(control, worker)
@@ -70,6 +68,31 @@ def serve(fd: int) -> None:
         pass  # the parent went away: stop quietly
     finally:
         server.kill_all()
+
+
+def _warm_worker_paths() -> None:
+    """Take once, here, the first-use costs every child's worker would pay again:
+    torch._dynamo (imported by the first call of any dispatch mode that torch wraps in
+    torch._dynamo.disable, as the simulator's are: seconds), the op tracer's first call,
+    torch.load's (rng.pt: it imports its configuration module, which reads its own source),
+    the error table's literal anchors (computed for all its signatures on the first
+    classification: about 200 ms) and the resolved paths of the modules imported so far
+    (program_files.local_modules)."""
+    import torch
+    import torch._dynamo
+
+    from cudadiag.classify import classify
+    from cudadiag.isolate import program_files
+    from cudadiag.trace import OpTracer
+
+    with OpTracer():
+        torch.ones(1).add(1)
+    buffer = io.BytesIO()
+    torch.save({0: {"torch": torch.get_rng_state()}}, buffer)
+    buffer.seek(0)
+    torch.load(buffer, weights_only=False)
+    classify(RuntimeError("CUDA error: device-side assert triggered"))
+    program_files.local_modules([])
 
 
 @dataclass

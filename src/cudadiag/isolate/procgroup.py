@@ -23,7 +23,15 @@ POLL_S = 0.01
 def group_members(pgid: int) -> list[tuple[int, str]]:
     """Return (pid, command name) of each live process in process group `pgid`, by pid;
     zombies (already dead, waiting for their parent) are left out. Reads /proc where there
-    is one, else asks `ps`; returns [] when neither is available."""
+    is one, else asks `ps`; returns [] when neither is available, or at once when no
+    process of the group exists (the common case: reading every process's entry took
+    milliseconds on a busy machine)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass  # it exists: someone else's process took the group id; the scan will say
     proc = Path("/proc")
     if (proc / "self" / "stat").exists():
         found = (_proc_entry(path) for path in proc.iterdir() if path.name.isdigit())

@@ -5,6 +5,7 @@ to run anywhere (repro/bundle.py copies them).
 
 from __future__ import annotations
 
+import functools
 import os
 import site
 import sys
@@ -61,7 +62,14 @@ def local_modules(exclude: list[str]) -> dict[str, str]:
         path = getattr(module, "__file__", None)
         if name == "__main__" or not isinstance(path, str) or not path.endswith(".py"):
             continue
-        path = os.path.realpath(path)
+        path = _resolved(path)
         if not path.startswith(skip) and "/." not in path and os.path.isfile(path):
             found[name] = path
     return found
+
+
+@functools.cache
+def _resolved(path: str) -> str:
+    """os.path.realpath, remembered: the thousands of modules torch imports were resolved
+    again in every run (a fork server resolves them once; its children inherit them)."""
+    return os.path.realpath(path)
