@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 
 from cudadiag import knowledge, probes
 from cudadiag.advice import advise
+from cudadiag.batch.positions import position_in_batch
 from cudadiag.classify import classify, first_error_line
 from cudadiag.contracts import Violation
 from cudadiag.env import collect_env
@@ -103,8 +104,6 @@ def _locate_in_batch(incident: Incident, violation: Violation) -> None:
     operator's targets."""
     if incident.op is None or incident.batch is None:
         return
-    # Imported here: the package cudadiag.batch imports torch, and %load_ext must not.
-    from cudadiag.batch.positions import position_in_batch
     names = [*(incident.model.label_names or [] if incident.model else []),
              *knowledge.BATCH_KEYS["class_target"], *knowledge.BATCH_KEYS["token_target"]]
     found = position_in_batch(violation, incident.batch, names)
