@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+from types import ModuleType
 
 import pytest
 
@@ -185,7 +186,9 @@ def test_a_warm_import_that_initialises_cuda_is_refused_then_left_to_the_child(
 @pytest.mark.slow
 @pytest.mark.own_warm_interpreter  # asserts on what the server imported
 def test_warm_imports_preload_installed_unconditional_imports_never_user_files(
-        shell, capsys, monkeypatch, tmp_path):
+        shell, capsys, monkeypatch, tmp_path, request):
+    shadowed = {name: sys.modules.get(name) for name in ("colorsys", "helpers")}
+    request.addfinalizer(lambda: _put_back_modules(shadowed))  # later tests import stdlib's
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend("")  # as in a Jupyter kernel: the notebook's folder imports
     (tmp_path / "colorsys.py").write_text("NAME = 'the user colorsys'\n")  # shadows stdlib
@@ -201,6 +204,16 @@ def test_warm_imports_preload_installed_unconditional_imports_never_user_files(
         maps = f.read()
     assert "_sqlite3" in maps  # imported in the server: the child had it for free
     assert "/syslog." not in maps  # imported under a condition: left to the child
+
+
+def _put_back_modules(modules: dict[str, ModuleType | None]) -> None:
+    """Undo the shell's imports of the user's files: the test process's `colorsys` is the
+    user's after the test, and mpmath (torch.optim's import of sympy) needs the stdlib's."""
+    for name, module in modules.items():
+        if module is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = module
 
 
 @pytest.mark.slow
