@@ -7,7 +7,6 @@ displayed object's mime bundle still carries `text/html` and `text/plain` render
 
 from __future__ import annotations
 
-from html import escape
 from operator import itemgetter
 from typing import Any
 
@@ -23,7 +22,7 @@ from cudadiag.ui import render, results
 PAGE_SIZE = 50
 """Incidents per page of the selector (newest first)."""
 TABS = (
-    ("First error", ("error", "loop")),
+    ("First error", ("restart", "error", "loop")),
     ("Batch", ("batch",)),
     ("Next checks", ("checks", "avoid")),
     ("Environment", ("compat", "env")),
@@ -48,7 +47,6 @@ class Panel(widgets.VBox):
         self.incident = self._pick(incident)
         self.page = 0
         self.header = widgets.HTML()
-        self.banner = widgets.HTML()
         self.tabs = widgets.Tab()
         self.output = widgets.Output()
         self.report = widgets.Textarea(layout=widgets.Layout(width="100%", height="12em",
@@ -82,20 +80,20 @@ class Panel(widgets.VBox):
         self.copy.on_click(self._on_copy)
         self.export.on_click(self._on_export)
         self._fill_selector()
+        # what a user reads first comes first (at most render.LEAD_BUDGET lines before the
+        # tabs); browsing the log comes last
         self.children = [
-            widgets.HBox([self.selector, self.family]),
-            widgets.HBox([self.newer, self.position, self.older]),
             self.header,
-            self.banner,
             self.tabs,
             widgets.HBox([self.rerun, self.copy, self.export]),
             self.report,
             self.output,
+            widgets.HBox([self.selector, self.family, self.newer, self.position, self.older]),
         ]
         self.show(self.incident)
 
     def show(self, incident: Incident | None) -> None:
-        """Show `incident` in the header, the banner and the tabs; the report box and the
+        """Show `incident` in the lead and the tabs; the report box and the
         actions' output of another incident are closed, so that nothing on the panel
         belongs to an incident it no longer shows."""
         if self._output_of is not None and (incident is None or self._output_of != incident.id):
@@ -103,15 +101,11 @@ class Panel(widgets.VBox):
         self.incident = incident
         if incident is None:
             self.header.value = "<b>cudadiag: no incident recorded yet</b>"
-            self.banner.value = ""
             self.tabs.children = []
             self.rerun.disabled = self.copy.disabled = self.export.disabled = True
             return
         parts = {p.key: p for p in render.sections(incident)}
-        head = render.header_lines(incident)
-        self.header.value = "<b>{}</b>{}".format(
-            escape(head[0]), "".join(f"<div>{escape(x)}</div>" for x in head[1:]))
-        self.banner.value = render.section_html(parts["restart"]) if "restart" in parts else ""
+        self.header.value = render.lead_html(incident)
         tabs, titles = [], []
         for title, keys in TABS:
             html = "".join(render.section_html(parts[k]) for k in keys if k in parts)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
+from cudadiag.classify import STICKY_TAIL
 from cudadiag.incident import (
     BatchInfo,
     CompatCheck,
@@ -97,22 +98,141 @@ SHOW_IN_TERMINAL = "cudadiag show"
 
 
 def render_short(incident: Incident, *, show: str | None) -> str:
-    """Return the few lines shown under a failing cell. `show` is the command that opens the
+    """Return the few lines shown under a failing cell: the lead (lead_lines), wrapped to
+    LEAD_WIDTH columns, at most LEAD_BUDGET lines. `show` is the command that opens the
     incident where this text is read (SHOW_IN_IPYTHON, SHOW_IN_TERMINAL), None when it cannot
     be opened (it was not saved): then no hint is given."""
-    d = incident.diagnosis
-    lines = [f"cudadiag [{incident.id}] {d.summary}" + simulated_tag(incident)]
+    lead = lead_lines(incident)
+    lead[0] = LeadLine("headline", f"cudadiag [{incident.id}] {lead[0].text}")
+    if show:
+        lead.append(LeadLine("details", f"details: {show} {incident.id}"))
+    lines = _fitted(lead, LEAD_BUDGET)
+    return "\n".join(line for n, item in enumerate(lines)
+                     for line in _wrapped(item.text, first="" if n == 0 else "  "))
+
+
+LEAD_BUDGET = 12
+"""Lines under a failing cell before the tabs (the text form: all its lines)."""
+LEAD_WIDTH = 100
+"""Columns of the text form's lines."""
+
+
+@dataclass(frozen=True)
+class LeadLine:
+    """One line of what a user sees first under a failing cell."""
+
+    kind: str
+    """`headline`, `noticed`, `restart`, `stopped`, `next`, `loop`, `locals`, `watch`,
+    `details`."""
+    text: str
+
+
+_KEPT_FIRST = ("headline", "restart", "stopped", "next", "details", "noticed", "watch", "loop",
+               "locals")
+"""The order in which lines keep their room when the lead is over its budget."""
+
+
+def lead_lines(incident: Incident) -> list[LeadLine]:
+    """The first screen under a failing cell, in reading order: the headline (family, the
+    operator or kernel, the offending value when known), where the error was noticed or
+    raised, the restart line when the context is gone (or the good news that a precheck kept
+    it), the loop position, the next action."""
+    d, e = incident.diagnosis, incident.error
+    summary = d.summary.removesuffix(STICKY_TAIL)
+    lines = [LeadLine("headline", f"{d.family} — {summary}" + simulated_tag(incident))]
     death = death_line(incident)
     if death:
-        lines.append(f"  {death}")
-    lines += [f"  {line}" for line in header_lines(incident)[1:]]
-    if d.first_checks:
-        lines.append(f"  check first: {d.first_checks[0]}")
+        lines.append(LeadLine("noticed", death))
+    if e.reported_at:
+        place = e.reported_at.location() + (
+            "" if e.reported_at.function == "<module>" else f" in {e.reported_at.function}")
+        code = f": {e.reported_at.source}" if e.reported_at.source else ""
+        lines.append(LeadLine("noticed", (
+            f"noticed at {place}{code} — where CUDA reported it, not necessarily the cause"
+            if noticed_later(incident) else f"raised at {place}{code}")))
     if d.sticky:
-        lines.append("  " + restart_reminder(incident))
-    if show:
-        lines.append(f"  details: {show} {incident.id}")
-    return "\n".join(lines)
+        kind = "stopped" if stopped_before_it_ran(incident) else "restart"
+        lines.append(LeadLine(kind, restart_line(incident)))
+    lines += _iteration(incident)
+    step = next_step(incident)
+    if step:
+        lines.append(LeadLine("next", step))
+    return lines
+
+
+def restart_line(incident: Incident) -> str:
+    """The restart reminder in one line (restart_reminder() is the paragraph)."""
+    cell, simulated = _cell_label(incident), " (simulated)" if incident.run.simulated else ""
+    if incident.op is not None and stopped_before_it_ran(incident):
+        return (f"Stopped before it ran: the precheck stopped {incident.op.name} in {cell}, so "
+                f"that run's CUDA context{simulated} stayed usable")
+    if incident.run.mode != "kernel":
+        return (f"The CUDA context{simulated} of that run was unusable from {cell} on: the "
+                "process could only end")
+    return (f"Restart required: the CUDA context{simulated} has been unusable since {cell} — "
+            "restart the kernel; a restart fixes no bad target or index")
+
+
+def next_step(incident: Incident) -> str | None:
+    """What to do next, in one line: re-run isolated when the kernel saw the error after
+    the fact, else the first check (its first sentence); None when there is neither."""
+    run, d = incident.run, incident.diagnosis
+    if run.mode == "kernel" and run.cells and noticed_later(incident):
+        return (f"next: %cuda_isolate re-runs {_cell_label(incident)} in a fresh process with "
+                "blocking launches: the operator, the offending value, its position")
+    if d.first_checks:
+        first = d.first_checks[0]
+        end = first.find(". ")
+        return "check first: " + (first[: end + 1] if end > 0 else first)
+    return None
+
+
+def _fitted(lines: list[LeadLine], budget: int) -> list[LeadLine]:
+    """`lines` in at most `budget` wrapped lines: the lines that come last in _KEPT_FIRST
+    are cut to one line (ending in …) first, then left out."""
+    lines = list(lines)
+    by_rank = sorted(range(len(lines)), key=lambda n: (
+        -_KEPT_FIRST.index(lines[n].kind), -n))
+    for n in by_rank:
+        if sum(len(_wrapped(x.text)) for x in lines) <= budget:
+            break
+        if len(_wrapped(lines[n].text)) > 1:
+            lines[n] = LeadLine(lines[n].kind,
+                                textwrap.shorten(lines[n].text, LEAD_WIDTH - 4, placeholder=" …"))
+    while sum(len(_wrapped(x.text)) for x in lines) > budget:
+        lines.pop(max(range(len(lines)), key=lambda n: (_KEPT_FIRST.index(lines[n].kind), n)))
+    return lines
+
+
+def _wrapped(text: str, first: str = "  ") -> list[str]:
+    return textwrap.wrap(text, width=LEAD_WIDTH, initial_indent=first,
+                         subsequent_indent=first + "    ", break_on_hyphens=False) or [first]
+
+
+def lead_html(incident: Incident) -> str:
+    """The lead (lead_lines) as HTML: one block per line, the headline bold, the restart
+    line framed in the theme's error colour, the good news in its success colour."""
+    out = [f'<div class="cd-lead" data-incident="{escape(incident.id)}">']
+    for line in _fitted(lead_lines(incident), LEAD_BUDGET):
+        text = escape(line.text)
+        if line.kind == "headline":
+            text = f"<b>{text}</b>"
+        out.append(f'<div class="cd-{_LEAD_CLASS.get(line.kind, line.kind)}"'
+                   f' style="{_LEAD_STYLES.get(line.kind, _LINE_STYLE)}">{text}</div>')
+    out.append("</div>")
+    return "".join(out)
+
+
+_LEAD_CLASS = {"restart": "restart-line", "stopped": "stopped-line"}
+_LINE_STYLE = "margin: 1px 0; line-height: 1.4"
+_LEAD_STYLES = {
+    "headline": "font-size: 1.1em; margin: 2px 0; line-height: 1.4",
+    "restart": ("border-left: 4px solid var(--jp-error-color1, #d32f2f); padding: 1px 8px; "
+                "margin: 3px 0; font-weight: 600; line-height: 1.4"),
+    "stopped": ("border-left: 4px solid var(--jp-success-color1, #388e3c); padding: 1px 8px; "
+                "margin: 3px 0; line-height: 1.4"),
+    "next": "margin: 3px 0 1px; line-height: 1.4",
+}
 
 
 @dataclass
@@ -157,21 +277,24 @@ def iteration_lines(incident: Incident) -> list[str]:
     """Where in its loops the failure happened, in a line or three: the loop variables of
     each user frame (outermost first), the raising frame's other scalars, and the step,
     flags and dataset indices of an active watch()."""
+    return [line.text for line in _iteration(incident)]
+
+
+def _iteration(incident: Incident) -> list[LeadLine]:
     lines = []
     frames = incident.loop.frames if incident.loop else []
     looped = [f for f in frames if f.loops]
     if looped:
-        where = ("loop when the error was noticed (the failing kernel may belong to an "
-                 "earlier step)" if noticed_later(incident) else "loop")
-        lines.append(f"{where}: " + " › ".join(
-            f"{_loop_values(f)} ({_frame_place(f)})" for f in looped))
+        where = "loop when the error was noticed" if noticed_later(incident) else "loop"
+        lines.append(LeadLine("loop", f"{where}: " + " › ".join(
+            f"{_loop_values(f)} ({_frame_place(f)})" for f in looped)))
     if frames and frames[-1].scalars:
         last = frames[-1]
-        lines.append(f"locals of {_frame_place(last)}: "
-                     + cut_pairs(_unsecret(last.scalars.items()), SHORT_VALUES,
-                                 last.scalars_omitted))
+        lines.append(LeadLine("locals", f"locals of {_frame_place(last)}: "
+                              + cut_pairs(_unsecret(last.scalars.items()), SHORT_VALUES,
+                                          last.scalars_omitted)))
     if incident.step:
-        lines.append(_watch_line(incident.step, incident.batch))
+        lines.append(LeadLine("watch", _watch_line(incident.step, incident.batch)))
     return lines
 
 
@@ -367,12 +490,9 @@ def render_text(incident: Incident) -> str:
 
 def render_html(incident: Incident) -> str:
     """Return the report as one self-contained HTML block (the static fallback of the panel:
-    nbconvert, GitHub, a reopened notebook)."""
-    head = header_lines(incident)
+    nbconvert, GitHub, a reopened notebook): the lead (lead_html), then the sections."""
     out = [f'<div class="cudadiag-report" data-incident="{escape(incident.id)}">',
-           f'<div class="cd-header"><b>{escape(head[0])}</b>']
-    out += [f"<div>{escape(line)}</div>" for line in head[1:]]
-    out.append("</div>")
+           lead_html(incident)]
     out += [section_html(part) for part in sections(incident)]
     out.append("</div>")
     return "\n".join(out)
