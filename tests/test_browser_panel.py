@@ -105,7 +105,7 @@ def test_panel_in_jupyterlab(lab):
             expect(panel).to_be_visible(timeout=90_000)
             expect(panel).to_contain_text("device_assert")
             expect(panel.locator(".cd-restart")).to_contain_text("Restart required")
-            expect(panel).to_contain_text("observation point")
+            expect(panel.locator(".cd-noticed")).to_contain_text("not necessarily the cause")
 
             panel.get_by_role("tab", name="Batch").click()
             table = panel.locator(".cd-batch-table")

@@ -33,6 +33,9 @@ from cudadiag.spawn_report import read_spawn_report
 
 RNG_CELLS_KEPT = 256
 STATE_ATTRIBUTE = "_cudadiag_kernel_state"
+OWN_COMMANDS = ("%cuda_isolate", "%cuda_compare", "%%cuda_compare", "%cudadiag",
+                "%%blocking_launch")
+"""cudadiag's magics: a cell that starts with one gets no restart reminder."""
 DIAGNOSED = "_cudadiag_diagnosed"
 """Set on an error the traceback handler filed before its traceback: post_run_cell leaves
 it alone."""
@@ -148,10 +151,13 @@ class KernelCapture:
         return self.current if self.current and self.current.diagnosis.sticky else None
 
     def pre_run_cell(self, info: Any = None, **_: Any) -> None:
-        """Record the RNG states this cell starts from; warn when the context is poisoned."""
+        """Record the RNG states this cell starts from; warn when the context is poisoned,
+        unless the cell is one of cudadiag's own commands (they run in fresh processes or
+        read the log: the reminder would only land in the middle of their output)."""
         self._rng_at_start = self._read_rng_states()
         probes.new_cell()
-        if self.poisoned_by is not None:
+        raw = str(getattr(info, "raw_cell", "") or "").lstrip()
+        if self.poisoned_by is not None and not raw.startswith(OWN_COMMANDS):
             self.announcer.poisoned(self.poisoned_by)
 
     def post_run_cell(self, result: Any = None, **_: Any) -> None:

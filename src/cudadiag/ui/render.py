@@ -181,10 +181,15 @@ def next_step(incident: Incident) -> str | None:
         return (f"next: %cuda_isolate re-runs {_cell_label(incident)} in a fresh process with "
                 "blocking launches: the operator, the offending value, its position")
     if d.first_checks:
-        first = d.first_checks[0]
-        end = first.find(". ")
-        return "check first: " + (first[: end + 1] if end > 0 else first)
+        return "check first: " + first_sentence(d.first_checks[0])
     return None
+
+
+def first_sentence(text: str) -> str:
+    """Return `text` up to the end of its first sentence (". "), all of it when it has one
+    sentence."""
+    end = text.find(". ")
+    return text[: end + 1] if end > 0 else text
 
 
 def _fitted(lines: list[LeadLine], budget: int) -> list[LeadLine]:
@@ -502,7 +507,8 @@ def section_html(part: Section) -> str:
     """Return one section as HTML (the panel shows each in its own tab)."""
     if part.key == "restart":
         body = "".join(f"<div>{escape(line)}</div>" for line in part.lines)
-        return (f'<div class="cd-restart" style="{_BANNER_STYLE}"><b>{escape(part.title)}'
+        style = f"{_BANNER_STYLES.get(part.title, '')}; {_BANNER_LAYOUT}"
+        return (f'<div class="cd-restart" style="{style}"><b>{escape(part.title)}'
                 f"</b>{body}</div>")
     if part.preformatted:
         code = "\n".join(part.lines)
@@ -634,8 +640,13 @@ def environment_table(env: EnvInfo) -> str:
     return "\n".join(f"{name + ':':{width + 1}} {value}" for name, value in fields.items())
 
 
-_BANNER_STYLE = ("border: 2px solid #c62828; background: #ffebee; color: #b71c1c; "
-                 "padding: 6px 10px; margin: 6px 0; border-radius: 4px")
+_BANNER_STYLES = {
+    "Restart required": "border: 2px solid var(--jp-error-color1, #d32f2f)",
+    "Stopped before it ran": "border: 2px solid var(--jp-success-color1, #388e3c)",
+}
+"""The restart box in the theme's colours (JupyterLab's variables, light and dark): an alarm,
+or good news when a precheck kept the context usable."""
+_BANNER_LAYOUT = "padding: 6px 10px; margin: 6px 0; border-radius: 4px"
 
 
 def compat_lines(checks: Iterable[CompatCheck]) -> list[str]:
