@@ -51,8 +51,13 @@ def test_compare_validate_and_the_fix_check_across_a_restart(cudadiag_home):
     compare, validate = cells[-2], cells[-1]
     assert "reference  failed: device_assert at aten::nll_loss_forward" in shown(compare)
     assert "cpu        failed: index_out_of_bounds" in shown(compare)
-    html = next(o for o in compare.outputs if o.output_type == "execute_result").data
+    # one output per command: the table took the place of the plan and the progress lines
+    assert [o.output_type for o in compare.outputs] == ["display_data"], compare.outputs
+    assert [o.output_type for o in validate.outputs] == ["display_data"], validate.outputs
+    html = compare.outputs[0].data
     assert '<div class="cudadiag-compare"' in html["text/html"]
+    assert "plan:" not in shown(compare) and "has been unusable since" not in shown(compare)
+    assert 'style="text-align: right; white-space: nowrap">' in html["text/html"]  # wall
     assert "fails at step 3: device_assert at aten::nll_loss_forward; 24 of 30 samples" \
         in shown(validate)
     (isolated,) = [i for i in incidents() if i.run.mode == "isolated"]

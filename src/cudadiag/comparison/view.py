@@ -7,7 +7,7 @@ from __future__ import annotations
 from cudadiag.comparison.run import FAILED, NOT_APPLICABLE, Comparison, OutputDiff, Row
 from cudadiag.comparison.variants import VARIANTS
 from cudadiag.ui.displayed import Displayed, section_block
-from cudadiag.ui.render import Section
+from cudadiag.ui.render import Section, table_columns
 
 HEADER = ["variant", "outcome", "differences", "allclose", "wall", "what it changed"]
 
@@ -16,9 +16,17 @@ def comparison_section(comparison: Comparison) -> Section:
     """Return the comparison as a report section: the warnings, then one row per run."""
     against = comparison.baseline or "no baseline"
     header = [*HEADER[:2], f"{HEADER[2]} (from {against})", *HEADER[3:]]
-    table = [header, *(_cells(row) for row in comparison.rows)]
+    cells = [_cells(row) for row in comparison.rows]
+    reference = next((c for c in cells if c[0] == "reference"), None)
+    same = [c for c in cells if reference is not None and c is not reference
+            and c[-1] == "nothing" and c[1] == reference[1]]
+    lines = list(comparison.warnings)
+    if same and reference is not None:
+        lines.append(f"changed nothing here, same outcome as the reference ({reference[1]}): "
+                     + ", ".join(c[0] for c in same))
+    table = [header, *(c for c in cells if c not in same)]
     return Section("compare", f"Compare In[{comparison.cell}]: one change at a time",
-                   list(comparison.warnings), table=table)
+                   lines, table=table)
 
 
 def outcome_text(row: Row) -> str:
@@ -67,13 +75,18 @@ def render_comparison_text(comparison: Comparison) -> str:
 
 
 def text_table(table: list[list[str]]) -> list[str]:
-    """Return a table (header first) as aligned plain-text lines, a rule under the header."""
+    """Return a table (header first) as aligned plain-text lines, a rule under the header:
+    columns empty in every row left out, figures right-aligned."""
     if not table:
         return []
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    kept, figures = table_columns(table)
+    rows = [[row[n] for n in kept] for row in table]
+    right = [n in figures for n in kept]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(kept))]
     lines = []
-    for number, row in enumerate(table):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    for number, row in enumerate(rows):
+        lines.append("  ".join(c.rjust(w) if r and number else c.ljust(w)
+                               for c, w, r in zip(row, widths, right, strict=True)).rstrip())
         if number == 0:
             lines.append("  ".join("-" * w for w in widths))
     return lines

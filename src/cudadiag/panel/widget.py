@@ -7,6 +7,7 @@ displayed object's mime bundle still carries `text/html` and `text/plain` render
 
 from __future__ import annotations
 
+import textwrap
 from operator import itemgetter
 from typing import Any
 
@@ -109,10 +110,10 @@ class Panel(widgets.VBox):
         tabs, titles = [], []
         for title, keys in TABS:
             html = "".join(render.section_html(parts[k]) for k in keys if k in parts)
-            tabs.append(widgets.HTML(html or "<i>nothing recorded</i>"))
+            tabs.append(_tab(html or "<i>nothing recorded</i>"))
             titles.append(title)
         for title, part in results.sections_for(self.shell, incident):
-            tabs.append(widgets.HTML(render.section_html(part)))
+            tabs.append(_tab(render.section_html(part)))
             titles.append(title)
         self.tabs.children = tabs
         self.tabs.titles = tuple(titles)
@@ -193,6 +194,9 @@ class Panel(widgets.VBox):
                                if shown else "no incident")
         self.newer.disabled = self.page == 0
         self.older.disabled = end >= len(shown)
+        paged = "flex" if len(shown) > PAGE_SIZE else "none"  # one page: nothing to turn
+        for control in (self.newer, self.position, self.older):
+            control.layout.display = paged
 
     def _turn(self, pages: int) -> None:
         self.page += pages
@@ -257,6 +261,14 @@ class Panel(widgets.VBox):
                   "above: select it and copy (Ctrl+C).")
 
 
+TAB_HEIGHT = "32em"
+"""Every tab is this high (its content scrolls): the buttons under the tabs stay put."""
+
+
+def _tab(html: str) -> widgets.HTML:
+    return widgets.HTML(html, layout=widgets.Layout(height=TAB_HEIGHT, overflow="auto"))
+
+
 def report_for_the_box(incident: Incident) -> str:
     """The Markdown report of `incident` as the report box holds it: a first line naming
     the incident (its id, time and cell or script), then the report."""
@@ -267,5 +279,9 @@ def report_for_the_box(incident: Incident) -> str:
 
 
 def _option_label(entry: LogEntry) -> str:
-    return (f"{entry.created_at[:19].replace('T', ' ')}  {entry.family}  {entry.where()}  "
-            f"{entry.mode}  {entry.id}")
+    """`12-04 02:38  In[4]  device_assert: target 4 at position 3 … (isolated)`: when,
+    where, and what failed in a few words (the summary without its family's title)."""
+    what = entry.summary.split(": ", 1)[-1] if ": " in entry.summary else entry.summary
+    return (f"{entry.created_at[5:16].replace('T', ' ')}  {entry.where()}  "
+            f"{entry.family or 'unknown'}: {textwrap.shorten(what, 64, placeholder=' …')}"
+            f"  ({entry.mode or '?'})")

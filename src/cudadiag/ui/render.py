@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import textwrap
 from collections.abc import Iterable
@@ -257,6 +258,9 @@ class Section:
     """Source code: laid out as written, never wrapped."""
     svg: str | None = None
     """An inline SVG picture made by cudadiag (ui.pictures), shown under the lines in HTML."""
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    """Named values after the lines: a two-column grid in HTML, `name: value` lines in
+    text."""
 
 
 def header_lines(incident: Incident) -> list[str]:
@@ -407,20 +411,19 @@ def sections(incident: Incident) -> list[Section]:
     elif d.sticky:
         parts.append(Section("restart", "Restart required",
                              [restart_reminder(incident), RESTART_FRONTENDS]))
-    error = [f"{e.type}: {e.message}"]
+    pairs = []
     if d.evidence and not d.evidence.endswith(e.message):
-        error.append(f"first message: {d.evidence}")
+        pairs.append(("first message", d.evidence))
     if incident.op:
         args = ", ".join(arg_text(a) for a in incident.op.args)
-        error.append(f"operator: {incident.op.name}({args})")
+        pairs.append(("operator", f"{incident.op.name}({args})"))
         if incident.op.precheck:
-            error.append(f"precheck: {incident.op.precheck}")
+            pairs.append(("precheck", incident.op.precheck))
         if incident.op.in_batch:
-            error.append(f"in the batch: {incident.op.in_batch.describe()}")
-    error += [f"{k}: {detail_text(k, v)}" for k, v in d.details.items()
-              if k not in UNSHOWN_DETAILS]
-    error += [f"at {frame_text(f)}" for f in e.traceback if f.user]
-    parts.append(Section("error", "First error", error))
+            pairs.append(("in the batch", incident.op.in_batch.describe()))
+    pairs += [(k, detail_text(k, v)) for k, v in d.details.items() if k not in UNSHOWN_DETAILS]
+    pairs += [("at", frame_text(f)) for f in e.traceback if f.user]
+    parts.append(Section("error", "First error", [f"{e.type}: {e.message}"], pairs=pairs))
     if incident.loop and incident.loop.frames:
         parts.append(Section("loop", "Where in the loop", loop_code(incident),
                              preformatted=True))
@@ -488,6 +491,7 @@ def render_text(incident: Incident) -> str:
             out += ["  " + line if line else "" for line in part.lines]
         else:
             out += [_wrap(line, "- " if part.bullets else "  ") for line in part.lines]
+        out += [_wrap(f"{name}: {value}") for name, value in part.pairs]
         if part.table:
             out += ["  " + " | ".join(row) for row in part.table]
     return "\n".join(out)
@@ -517,18 +521,54 @@ def section_html(part: Section) -> str:
         body = "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in part.lines) + "</ul>"
     else:
         body = "".join(f"<div>{escape(line)}</div>" for line in part.lines)
+    if part.pairs:
+        body += ('<div class="cd-grid" style="display: grid; grid-template-columns: '
+                 'max-content 1fr; gap: 2px 14px">' + "".join(
+                     f'<div style="color: var(--jp-content-font-color2, #666)">{escape(name)}'
+                     f"</div><div>{escape(value)}</div>" for name, value in part.pairs)
+                 + "</div>")
     if part.svg:
         body += f'<div class="cd-picture">{part.svg}</div>'
     if part.table:
-        header = "".join(f"<th>{escape(c)}</th>" for c in part.table[0])
-        rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
-                       for row in part.table[1:])
-        body += (f'<table class="cd-batch-table"><thead><tr>{header}</tr></thead>'
-                 f"<tbody>{rows}</tbody></table>")
+        body += _table_html(part.table, "cd-batch-table" if part.key == "batch"
+                            else f"cd-{part.key}-table")
     inner = f'<section class="cd-{part.key}"><h4>{escape(part.title)}</h4>{body}</section>'
     if part.collapsed:
         return f"<details><summary>{escape(part.title)}</summary>{inner}</details>"
     return inner
+
+
+_NUMBER = re.compile(r"^[-+−]?(\d[\d,]*(\.\d+)?(e[-+]?\d+)?|\.\d+|inf|nan)"
+                     r"( ?(ms|s|%|B|KiB|MiB|GiB))?$", re.IGNORECASE)
+"""A table cell that holds a figure (with its unit): right-aligned, kept on one line."""
+
+
+def table_columns(table: list[list[str]]) -> tuple[list[int], set[int]]:
+    """Return, for a table (header first), the columns to show (those with a value in some
+    row) and those of them that hold figures (every value a number, with its unit)."""
+    header, rows = table[0], table[1:]
+    kept = [n for n in range(len(header)) if not rows or any(row[n] for row in rows)]
+    figures = {n for n in kept if any(row[n] for row in rows)
+               and all(not row[n] or row[n] == "—" or _NUMBER.match(row[n]) for row in rows)}
+    return kept, figures
+
+
+def _table_html(table: list[list[str]], css_class: str) -> str:
+    """A table (header first) as HTML: columns empty in every row left out, text aligned
+    left, figures right and never wrapped."""
+    header, rows = table[0], table[1:]
+    kept, figures = table_columns(table)
+
+    def cell(tag: str, n: int, text: str) -> str:
+        style = ("text-align: right; white-space: nowrap" if n in figures
+                 else "text-align: left")
+        return f'<{tag} style="{style}">{escape(text)}</{tag}>'
+
+    head = "".join(cell("th", n, header[n]) for n in kept)
+    body = "".join("<tr>" + "".join(cell("td", n, row[n]) for n in kept) + "</tr>"
+                   for row in rows)
+    return (f'<table class="{css_class}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
 
 
 def _batch_section(incident: Incident) -> Section:
@@ -615,8 +655,11 @@ def environment_lines(env: EnvInfo | None) -> list[str]:
     value left out); ["not recorded"] for an incident without one."""
     if env is None:
         return ["not recorded"]
+    builds = [f"{name} {value}" for name, value in
+              (("CUDA", env.cuda), ("HIP", env.hip), ("cuDNN", env.cudnn)) if value]
     lines = [f"PyTorch {env.torch}, Python {env.python}, {env.platform}",
-             f"backend {env.backend}; CUDA {env.cuda}; HIP {env.hip}; cuDNN {env.cudnn}"]
+             f"backend {env.backend}; "
+             + ("; ".join(builds) if builds else "this build has no CUDA, HIP or cuDNN")]
     if env.device_name:
         lines.append(f"device {env.device_name}, capability {env.capability}"
                      + (f", in the build's arch list: {env.device_in_arch_list}"
