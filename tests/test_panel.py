@@ -159,3 +159,39 @@ def test_the_first_tab_shows_the_failing_statement_in_its_loop(shell):
     first_tab = panel.tabs.children[0].value
     assert "<pre># In[" in first_tab
     assert "for step in range(4):  # step=2" in first_tab
+
+
+def test_the_selector_says_what_failed_and_pages_only_when_there_is_more_than_a_page():
+    store, made = _store_with("CUDA error: device-side assert triggered",
+                              "CUDA out of memory. Tried to allocate 2.00 GiB")
+    panel = Panel(store=store)
+    labels = [label for label, _ in panel.selector.options]
+    assert labels[0].startswith("12-02 10:00  In[2]  oom: ") and "2.00 GiB" in labels[0]
+    assert labels[1].startswith("12-02 10:00  In[1]  device_assert: device-side assert")
+    assert all(made[0].id not in label for label in labels)  # words, not ids
+    assert panel.newer.layout.display == panel.older.layout.display == "none"
+
+
+def test_every_tab_is_as_high_as_the_others_and_nothing_shows_none(shell):
+    from scenarios import fail_with_device_assert
+
+    fail_with_device_assert(shell)
+    panel = Panel(store=IncidentStore())
+    assert {tab.layout.height for tab in panel.tabs.children} == {"32em"}
+    assert all(tab.layout.overflow == "auto" for tab in panel.tabs.children)
+    environment = panel.tabs.children[panel.tabs.titles.index("Environment")].value
+    assert "None" not in environment and "this build has no CUDA, HIP or cuDNN" in environment
+
+
+@pytest.mark.slow
+@pytest.mark.isolates
+def test_the_first_error_tab_is_a_grid_with_the_half_open_range(shell):
+    from scenarios import fail_with_device_assert
+
+    fail_with_device_assert(shell)
+    shell.run_cell("%cuda_isolate", store_history=True)
+    panel = Panel(store=IncidentStore())  # the newest: the isolated run
+    first = panel.tabs.children[0].value
+    grid = first.split('class="cd-grid"', 1)[1]
+    assert "<div>[0, 4)</div>" in grid and "valid_range" in grid
+    assert "valid_range: " not in first  # not a key: value dump
