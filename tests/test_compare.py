@@ -209,7 +209,7 @@ def test_the_table_folds_rows_that_changed_nothing_and_aligns_its_figures(shell)
                and not r.changes and r.outcome == table.rows[0].outcome
                and not VARIANTS[r.variant].sets_flag]
     assert nothing, [(r.variant, r.outcome, r.changes) for r in table.rows]
-    assert "changed nothing here, same outcome as the reference" in html
+    assert f"Changed nothing in this cell: {', '.join(nothing)} (the same program" in html
     body = html.split("<tbody>")[1]
     for variant in nothing:
         assert f">{variant}<" not in body  # folded: not a row of its own

@@ -13,20 +13,18 @@ HEADER = ["variant", "outcome", "differences", "allclose", "wall", "what it chan
 
 
 def comparison_section(comparison: Comparison) -> Section:
-    """Return the comparison as a report section: the warnings, then one row per run."""
+    """Return the comparison as a report section: the warnings, then one row per run
+    (none for a variant that changed nothing and ended as the reference did)."""
     against = comparison.baseline or "no baseline"
     header = [*HEADER[:2], f"{HEADER[2]} (from {against})", *HEADER[3:]]
     cells = [_cells(row) for row in comparison.rows]
     reference = next((c for c in cells if c[0] == "reference"), None)
     same = [c for c in cells if reference is not None and c is not reference
             and c[-1] == "nothing" and c[1] == reference[1]]
-    lines = list(comparison.warnings)
-    if same and reference is not None:
-        lines.append(f"changed nothing here, same outcome as the reference ({reference[1]}): "
-                     + ", ".join(c[0] for c in same))
+    # rows that changed nothing and ended as the reference did: the run's warning names them
     table = [header, *(c for c in cells if c not in same)]
     return Section("compare", f"Compare In[{comparison.cell}]: one change at a time",
-                   lines, table=table)
+                   list(comparison.warnings), table=table)
 
 
 def outcome_text(row: Row) -> str:
