@@ -57,7 +57,8 @@ def test_compare_validate_and_the_fix_check_across_a_restart(cudadiag_home):
     html = compare.outputs[0].data
     assert '<div class="cudadiag-compare"' in html["text/html"]
     assert "plan:" not in shown(compare) and "has been unusable since" not in shown(compare)
-    assert 'style="text-align: right; white-space: nowrap">' in html["text/html"]  # wall
+    assert 'style="text-align: right; white-space: nowrap; padding: 1px 8px">' in (
+        html["text/html"])  # the wall time
     assert "fails at step 3: device_assert at aten::nll_loss_forward; 24 of 30 samples" \
         in shown(validate)
     (isolated,) = [i for i in incidents() if i.run.mode == "isolated"]

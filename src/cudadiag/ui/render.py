@@ -561,7 +561,7 @@ def _table_html(table: list[list[str]], css_class: str) -> str:
 
     def cell(tag: str, n: int, text: str) -> str:
         style = ("text-align: right; white-space: nowrap" if n in figures
-                 else "text-align: left")
+                 else "text-align: left") + "; padding: 1px 8px"
         return f'<{tag} style="{style}">{escape(text)}</{tag}>'
 
     head = "".join(cell("th", n, header[n]) for n in kept)
