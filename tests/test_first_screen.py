@@ -113,3 +113,25 @@ def test_cudadiags_own_commands_get_no_restart_reminder_other_cells_do(shell, ca
     assert "has been unusable since" not in capsys.readouterr().err
     run(shell, "y = 1")
     assert "has been unusable since" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.isolates
+def test_a_replayed_batch_keeps_its_dataset_indices_and_names_the_offending_sample(
+        shell, capsys):
+    """`%cuda_isolate --batch last` on the demo: the replayed step is still the last
+    incomplete batch, and the offending target's position is turned into its dataset index."""
+    import nbformat
+
+    from scenarios import unwrapped
+
+    demo = nbformat.read("notebooks/device_assert_demo.ipynb", as_version=4)
+    for source in [c.source for c in demo.cells if c.cell_type == "code"][1:4]:
+        run(shell, source)
+    run(shell, "%cuda_isolate --batch last")
+    isolated = next(i for i in incidents() if i.run.mode == "isolated")
+    assert isolated.batch.indices == [24, 25, 26, 27, 28, 29]
+    assert isolated.step.last_incomplete
+    short = unwrapped(render_short(isolated, show=None))
+    assert "the offending element: batch[1][2] (row 2: dataset index 26)" in short
+    assert "last incomplete batch" in short and len(short.splitlines()) <= LEAD_BUDGET

@@ -123,20 +123,20 @@ class LeadLine:
     """One line of what a user sees first under a failing cell."""
 
     kind: str
-    """`headline`, `noticed`, `restart`, `stopped`, `next`, `loop`, `locals`, `watch`,
-    `details`."""
+    """`headline`, `noticed`, `sample`, `restart`, `stopped`, `next`, `loop`, `locals`,
+    `watch`, `details`."""
     text: str
 
 
-_KEPT_FIRST = ("headline", "restart", "stopped", "next", "details", "noticed", "watch", "loop",
-               "locals")
+_KEPT_FIRST = ("headline", "restart", "stopped", "sample", "next", "details", "noticed", "watch",
+               "loop", "locals")
 """The order in which lines keep their room when the lead is over its budget."""
 
 
 def lead_lines(incident: Incident) -> list[LeadLine]:
     """The first screen under a failing cell, in reading order: the headline (family, the
     operator or kernel, the offending value when known), where the error was noticed or
-    raised, the restart line when the context is gone (or the good news that a precheck kept
+    raised, the offending element in the batch and its dataset index, the restart line when the context is gone (or the good news that a precheck kept
     it), the loop position, the next action."""
     d, e = incident.diagnosis, incident.error
     summary = d.summary.removesuffix(STICKY_TAIL)
@@ -151,6 +151,9 @@ def lead_lines(incident: Incident) -> list[LeadLine]:
         lines.append(LeadLine("noticed", (
             f"noticed at {place}{code} — where CUDA reported it, not necessarily the cause"
             if noticed_later(incident) else f"raised at {place}{code}")))
+    if incident.op is not None and incident.op.in_batch is not None:
+        lines.append(LeadLine("sample", f"the offending element: "
+                                        f"{incident.op.in_batch.describe()}"))
     if d.sticky:
         kind = "stopped" if stopped_before_it_ran(incident) else "restart"
         lines.append(LeadLine(kind, restart_line(incident)))
