@@ -136,8 +136,9 @@ _KEPT_FIRST = ("headline", "restart", "stopped", "sample", "next", "details", "n
 def lead_lines(incident: Incident) -> list[LeadLine]:
     """The first screen under a failing cell, in reading order: the headline (family, the
     operator or kernel, the offending value when known), where the error was noticed or
-    raised, the offending element in the batch and its dataset index, the restart line when the context is gone (or the good news that a precheck kept
-    it), the loop position, the next action."""
+    raised, the offending element in the batch and its dataset index, the restart line when
+    the context is gone (or the good news that a precheck kept it), the loop position, the
+    next action."""
     d, e = incident.diagnosis, incident.error
     summary = d.summary.removesuffix(STICKY_TAIL)
     lines = [LeadLine("headline", f"{d.family} — {summary}" + simulated_tag(incident))]
