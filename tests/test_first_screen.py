@@ -120,7 +120,8 @@ def test_cudadiags_own_commands_get_no_restart_reminder_other_cells_do(shell, ca
 def test_a_replayed_batch_keeps_its_dataset_indices_and_names_the_offending_sample(
         shell, capsys):
     """`%cuda_isolate --batch last` on the demo: the replayed step is still the last
-    incomplete batch, and the offending target's position is turned into its dataset index."""
+    incomplete batch, and the offending target's position is turned into its dataset index,
+    the tensor named as the loop names it (`target`)."""
     import nbformat
 
     from scenarios import unwrapped
@@ -133,5 +134,7 @@ def test_a_replayed_batch_keeps_its_dataset_indices_and_names_the_offending_samp
     assert isolated.batch.indices == [24, 25, 26, 27, 28, 29]
     assert isolated.step.last_incomplete
     short = unwrapped(render_short(isolated, show=None))
-    assert "the offending element: batch[1][2] (row 2: dataset index 26)" in short
+    assert ("position 2 is target[2] (batch[1][2], row 2: dataset index 26)"
+            in short.splitlines()[0] + " " + short)  # the headline names it
+    assert "target (batch[1])" in render_html(isolated)  # the Batch table too
     assert "last incomplete batch" in short and len(short.splitlines()) <= LEAD_BUDGET

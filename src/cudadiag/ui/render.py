@@ -18,15 +18,18 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
+from cudadiag.batch.names import user_name
 from cudadiag.classify import STICKY_TAIL
 from cudadiag.incident import (
     BatchInfo,
+    BatchPosition,
     CompatCheck,
     EnvInfo,
     Frame,
     FrameContext,
     Incident,
     LaterError,
+    LoopInfo,
     ModelFacts,
     RankRecord,
     StepInfo,
@@ -123,24 +126,27 @@ class LeadLine:
     """One line of what a user sees first under a failing cell."""
 
     kind: str
-    """`headline`, `noticed`, `sample`, `restart`, `stopped`, `next`, `loop`, `locals`,
-    `watch`, `details`."""
+    """`headline`, `noticed`, `restart`, `stopped`, `next`, `loop`, `locals`, `watch`,
+    `details`."""
     text: str
 
 
-_KEPT_FIRST = ("headline", "restart", "stopped", "sample", "next", "details", "noticed", "watch",
-               "loop", "locals")
+_KEPT_FIRST = ("headline", "restart", "stopped", "next", "details", "noticed", "watch", "loop",
+               "locals")
 """The order in which lines keep their room when the lead is over its budget."""
 
 
 def lead_lines(incident: Incident) -> list[LeadLine]:
     """The first screen under a failing cell, in reading order: the headline (family, the
-    operator or kernel, the offending value when known), where the error was noticed or
-    raised, the offending element in the batch and its dataset index, the restart line when
-    the context is gone (or the good news that a precheck kept it), the loop position, the
-    next action."""
+    operator or kernel, the offending value and the element of the batch holding it, by the
+    name the user's loop gives it, when known), where the error was noticed or raised, the
+    restart line when the context is gone (or the good news that a precheck kept it), the
+    loop position, the next action."""
     d, e = incident.diagnosis, incident.error
     summary = d.summary.removesuffix(STICKY_TAIL)
+    where = incident.op.in_batch if incident.op is not None else None
+    if where is not None:  # the element by the name the user's loop gives it
+        summary = summary.replace(where.describe(), offending_element(incident, where))
     lines = [LeadLine("headline", f"{d.family} — {summary}" + simulated_tag(incident))]
     death = death_line(incident)
     if death:
@@ -152,9 +158,6 @@ def lead_lines(incident: Incident) -> list[LeadLine]:
         lines.append(LeadLine("noticed", (
             f"noticed at {place}{code} — where CUDA reported it, not necessarily the cause"
             if noticed_later(incident) else f"raised at {place}{code}")))
-    if incident.op is not None and incident.op.in_batch is not None:
-        lines.append(LeadLine("sample", f"the offending element: "
-                                        f"{incident.op.in_batch.describe()}"))
     if d.sticky:
         kind = "stopped" if stopped_before_it_ran(incident) else "restart"
         lines.append(LeadLine(kind, restart_line(incident)))
@@ -163,6 +166,21 @@ def lead_lines(incident: Incident) -> list[LeadLine]:
     if step:
         lines.append(LeadLine("next", step))
     return lines
+
+
+def offending_element(incident: Incident, where: BatchPosition) -> str:
+    """`target[2] (batch[1][2], row 2: dataset index 26)`: the element by the name the
+    user's loop gives its tensor, then as the batch holds it."""
+    named = user_name(where.tensor, _loops(incident))
+    if named is None:
+        return where.describe()
+    place = where.describe().replace(" (", ", ", 1)  # batch[1][2], row 2: dataset index 26)
+    return f"{named}[{', '.join(map(str, where.index))}] ({place}"
+
+
+def _loops(incident: Incident) -> list[LoopInfo]:
+    return [loop for frame in (incident.loop.frames if incident.loop else [])
+            for loop in frame.loops]
 
 
 def restart_line(incident: Incident) -> str:
@@ -591,8 +609,9 @@ def _batch_section(incident: Incident) -> Section:
     batch = incident.batch
     rows = []
     valid = incident.diagnosis.details.get("valid_range")
+    loops = _loops(incident)
     for t in batch.tensors if batch else []:
-        rows.append(_tensor_row(t))
+        rows.append(_tensor_row(t, user_name(t.path, loops)))
         flags += _tensor_flags(t, valid)
     if batch is not None:
         lines += _batch_lines(batch)
@@ -632,13 +651,14 @@ def value_text(v: float | None) -> str:
     return "" if v is None else str(v)
 
 
-def _tensor_row(t: TensorSummary) -> list[str]:
+def _tensor_row(t: TensorSummary, named: str | None) -> list[str]:
     if t.values_skipped:
         values = [t.values_skipped, "", "", "", "", ""]
     else:
         values = [value_text(v)
                   for v in (t.min, t.max, t.negatives, t.distinct, t.nan, t.inf)]
-    return [t.path, str(t.shape), t.dtype, t.device, str(t.stride), *values]
+    path = f"{named} ({t.path})" if named else t.path
+    return [path, str(t.shape), t.dtype, t.device, str(t.stride), *values]
 
 
 def _tensor_flags(t: TensorSummary, valid: list[int] | None) -> list[str]:
