@@ -47,6 +47,7 @@ def test_the_html_form_holds_the_lead_before_its_first_section(shell):
 def test_the_traceback_follows_the_diagnosis_folded_and_tb_still_unfolds_it(
         shell, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stderr", sys.stdout)  # one stream, in the order a terminal shows
+    shell.InteractiveTB.set_mode("Context")  # IPython's default (a test may have left Minimal)
     cell = fail_with_device_assert(shell)
     shown = ANSI.sub("", capsys.readouterr().out)
     assert shown.index("cudadiag [") < shown.index(UNFOLD)
@@ -64,6 +65,7 @@ def test_the_traceback_follows_the_diagnosis_folded_and_tb_still_unfolds_it(
 
 
 def test_an_error_cudadiag_does_not_diagnose_keeps_its_full_traceback(shell, capfd):
+    shell.InteractiveTB.set_mode("Context")  # IPython's default (a test may have left Minimal)
     run(shell, "def f():\n    return {}['missing']")
     run(shell, "f()")
     shown = ANSI.sub("", "".join(capfd.readouterr()))
@@ -99,7 +101,7 @@ def test_in_a_notebook_the_panel_comes_before_a_three_line_traceback(tmp_path, m
     assert len(plain.splitlines()) <= LEAD_BUDGET, plain
     assert plain.splitlines()[0].startswith("cudadiag [") and "Restart required" in plain
     error = next(o for o in nb.cells[2].outputs if o.output_type == "error")
-    lines = [ANSI.sub("", line) for line in error.traceback]
+    lines = ANSI.sub("", "\n".join(error.traceback)).splitlines()
     assert len(lines) == 3 and lines[0] == UNFOLD, lines
     assert lines[1] == "In[3], line 6: loss.item()"
     assert error.ename == "SimulatedAcceleratorError"  # the error itself is kept whole

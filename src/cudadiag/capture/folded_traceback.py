@@ -47,9 +47,9 @@ def without_own_frames(tb: TracebackType | None) -> TracebackType | None:
 
 
 def folded(shell: Any, value: BaseException, tb: TracebackType | None) -> list[str]:
-    """Return the three lines of a folded traceback: UNFOLD, the last frame of `tb` (its
-    place and line of code), the error's type and first line of message, coloured as
-    IPython colours them."""
+    """Return a folded traceback as IPython's structured traceback (one element): three
+    lines, UNFOLD, the last frame of `tb` (its place and line of code), the error's type and
+    first line of message, coloured as IPython colours them."""
     frames = tb_module.extract_tb(tb)
     lines = [f"{_CYAN}{UNFOLD}{_RESET}"]
     if frames:
@@ -61,7 +61,8 @@ def folded(shell: Any, value: BaseException, tb: TracebackType | None) -> list[s
     message = str(value).strip().splitlines()
     lines.append(f"{_RED}{type(value).__name__}{_RESET}"
                  + (f": {message[0]}" if message else ""))
-    return lines
+    # one element: IPython joins a traceback's elements with "" or "\n" by its mode (%xmode)
+    return ["\n".join(lines)]
 
 
 class TracebackHandler:
