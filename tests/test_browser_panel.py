@@ -90,19 +90,7 @@ def test_panel_in_jupyterlab(lab):
                                     args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
-            page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
-            page.wait_for_selector(".jp-Notebook", timeout=60_000)
-            # the kernel must be connected before "Run All Cells", or nothing runs
-            expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(
-                timeout=60_000)
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-
-            news = page.get_by_role("button", name="No", exact=True)
-            if news.is_visible():
-                news.click()  # JupyterLab's "notify me about news?" toast covers the panel
-            panel = page.locator(".cudadiag-panel").first
-            expect(panel).to_be_visible(timeout=90_000)
+            panel = _run_all_cells(page, base, token)
             expect(panel).to_contain_text("device_assert")
             expect(panel.locator(".cd-restart")).to_contain_text("Restart required")
             expect(panel.locator(".cd-noticed")).to_contain_text("not necessarily the cause")
@@ -126,6 +114,24 @@ def test_panel_in_jupyterlab(lab):
             raise
         finally:
             browser.close()
+
+
+def _run_all_cells(page, base: str, token: str):
+    """Open the demo, run all its cells; return the first panel, once it is visible."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
+    page.wait_for_selector(".jp-Notebook", timeout=60_000)
+    # the kernel must be connected before "Run All Cells", or nothing runs
+    expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=60_000)
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    news = page.get_by_role("button", name="No", exact=True)
+    if news.is_visible():
+        news.click()  # JupyterLab's "notify me about news?" toast covers the panel
+    panel = page.locator(".cudadiag-panel").first
+    expect(panel).to_be_visible(timeout=90_000)
+    return panel
 
 
 def _run_below_the_failure(page) -> None:
@@ -218,17 +224,7 @@ def test_the_diagnosis_is_on_the_first_screen_under_the_failing_cell(lab):
                                     args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": FIRST_SCREEN})
         try:
-            page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
-            page.wait_for_selector(".jp-Notebook", timeout=60_000)
-            expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(
-                timeout=60_000)
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-            news = page.get_by_role("button", name="No", exact=True)
-            if news.is_visible():
-                news.click()
-            panel = page.locator(".cudadiag-panel").first
-            expect(panel).to_be_visible(timeout=90_000)
+            panel = _run_all_cells(page, base, token)
             expect(panel).to_contain_text("Restart required")
             cell = page.locator(".jp-CodeCell").filter(has_text="cudadiag.watch(loader").first
             figures = {}
