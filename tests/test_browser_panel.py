@@ -137,7 +137,16 @@ def _run_all_cells(page, base: str, token: str):
 def _run_below_the_failure(page) -> None:
     """"Run All" stops at the failing cell (and the next one fails too: the context is
     gone): run the cells from the isolated re-run down (isolate, compare, validate, panel)."""
-    page.locator(".jp-Cell").filter(has_text="%cuda_isolate --batch last").first.click()
+    from playwright.sync_api import expect
+
+    # the panel comes before the traceback: the failing cell has ended only once its folded
+    # traceback is shown and the kernel is idle (cells sent before are aborted with it)
+    expect(page.get_by_text("Traceback folded by cudadiag").first).to_be_visible(
+        timeout=60_000)
+    expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=60_000)
+    # the cell whose code is the re-run (a panel's tabs may quote the same command)
+    page.locator(".jp-CodeCell").filter(has=page.locator(
+        ".jp-InputArea", has_text="%cuda_isolate --batch last")).first.click()
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name="Run Selected Cell and All Below", exact=True).click()
 
@@ -226,7 +235,8 @@ def test_the_diagnosis_is_on_the_first_screen_under_the_failing_cell(lab):
         try:
             panel = _run_all_cells(page, base, token)
             expect(panel).to_contain_text("Restart required")
-            cell = page.locator(".jp-CodeCell").filter(has_text="cudadiag.watch(loader").first
+            cell = page.locator(".jp-CodeCell").filter(has=page.locator(
+                ".jp-InputArea", has_text="cudadiag.watch(loader")).first
             figures = {}
             for theme in ("light", "dark"):
                 if theme == "dark":
