@@ -130,7 +130,7 @@ class NodeLink:
             reports, gone = self._gather(k, mine)
             self.board.put(f"read/{k}", b"1")
             if self.holds_store:
-                self._wait_for(f"read/{k}", [r.node_rank for r in reports if r.node_rank != k])
+                self._wait_for("read/{n}", [r.node_rank for r in reports if r.node_rank != k])
         except (RuntimeError, OSError):  # the store's holder ended: its node was lost
             self.lost = True
             reports, gone = [mine], [n for n in range(self.plan.nnodes) if n != k]
