@@ -70,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # a running script's group is killed by the runner already
         print("cudadiag: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
-    except ImportError as error:
-        if not (interrupt_pressed() or _raised_by_an_interrupt(error)):
+    except ImportError:
+        if not interrupt_pressed():  # an import that Ctrl-C cut short fails again later
             raise
         print("cudadiag: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
@@ -80,17 +80,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     finally:
         restore_interrupts(previous)
-
-
-def _raised_by_an_interrupt(error: BaseException) -> bool:
-    """Return True when `error` came from a Ctrl-C: an import that Ctrl-C cut short leaves its
-    extension module half-loaded, and the next import of it raises ImportError."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, KeyboardInterrupt):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def _silence_stdout() -> None:

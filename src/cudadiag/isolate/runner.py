@@ -162,9 +162,9 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
         started = time.perf_counter()
         what = ("the job" if ranks is not None else "the script" if script is not None
                 else "the isolated run")
+        if interrupt_pressed():  # a Ctrl-C that an import swallowed: the program never starts
+            raise KeyboardInterrupt
         with _interrupt_deferred() as interrupted:
-            if interrupted:  # a Ctrl-C that an import swallowed: the program never starts
-                raise KeyboardInterrupt
             process = (launcher or SubprocessLauncher()).start(str(job.path), child_env)
             pump = _Pump(process, timeout, output, what)
         if output.stream and process.fallback:
@@ -342,10 +342,9 @@ class _Pump:
 def _interrupt_deferred() -> Iterator[list[bool]]:
     """Hold Ctrl-C (SIGINT) back while the child is started: an interrupt inside Popen
     would leave a child in its own session that nobody kills. Yields a list that holds True
-    once an interrupt came, also one that came earlier and whatever it interrupted swallowed
-    (cudadiag.interrupts). Off the main thread (where no signal arrives) it holds nothing
+    once an interrupt came. Off the main thread (where no signal arrives) it holds nothing
     back."""
-    received: list[bool] = [True] if interrupt_pressed() else []
+    received: list[bool] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
         return
