@@ -224,10 +224,16 @@ def _snapshot_list(value: list[Any] | tuple[Any, ...]) -> Any:
     return value
 
 
+def _snapshot(value: Any) -> Any:
+    """One argument as recorded (what __torch_dispatch__ writes inline, per positional
+    argument, to spare a call on every op)."""
+    if isinstance(value, Tensor):
+        return (_TENSOR, value.dtype, value.shape, value.device)
+    return _snapshot_list(value) if isinstance(value, (list, tuple)) else value
+
+
 def _snapshot_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: (_TENSOR, v.dtype, v.shape, v.device) if isinstance(v, Tensor)
-            else _snapshot_list(v) if isinstance(v, (list, tuple)) else v
-            for k, v in kwargs.items()}
+    return {k: _snapshot(v) for k, v in kwargs.items()}
 
 
 def _described(func: Any, args: list[Any], kwargs: dict[str, Any] | None) -> TracedCall:
