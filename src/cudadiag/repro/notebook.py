@@ -142,8 +142,12 @@ def verify_notebook(nb: NotebookNode, folder: Path, signature: Signature,
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     copy = nbformat.from_dict(nb)
+    # "immediate": the check's kernel is killed, not asked to exit, both when the check ends
+    # and at the interpreter's exit (nbclient's atexit hook); a graceful exit takes seconds,
+    # in which a Jupyter server shutting the exporting kernel down sends it SIGTERM.
     client = NotebookClient(copy, timeout=int(timeout), kernel_name="python3",
-                            allow_errors=True, resources={"metadata": {"path": str(folder)}})
+                            allow_errors=True, shutdown_kernel="immediate",
+                            resources={"metadata": {"path": str(folder)}})
     with tempfile.TemporaryFile() as kernel_stderr:
         try:
             client.execute(env=env, stderr=kernel_stderr, stdout=subprocess.DEVNULL)

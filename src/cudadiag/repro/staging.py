@@ -18,6 +18,7 @@ import re
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -53,6 +54,7 @@ class Staging:
             except OSError as exc:
                 raise ExportError(_failure(target.name, target.parent, exc)) from None
             _exiting.unfinished.add(self.folder)
+        _run_first_at_exit(_remove_unfinished)
 
     def __enter__(self) -> Staging:
         return self
@@ -115,6 +117,14 @@ class _Exiting:
 
 
 _exiting = _Exiting()
+
+
+def _run_first_at_exit(hook: Callable[[], None]) -> None:
+    """Register `hook` again, so that it runs before the exit hooks registered until now
+    (they run last registered first): a launcher's stop waits for its server to end, and a
+    kernel shut down by Jupyter gets SIGTERM when its exit takes more than a few seconds."""
+    atexit.unregister(hook)
+    atexit.register(hook)
 
 
 @atexit.register
