@@ -62,3 +62,11 @@ def fail_fix_rerun(shell: Any) -> tuple[int, int]:
 
 GUIDE_SCRIPT = "\n".join([SETUP, MODEL, "print('loss', loss.item())", ""])
 """The method's worked example as a script (`cudadiag run -- python guide.py`)."""
+
+
+def unwrapped(text: str) -> str:
+    """The text cudadiag prints under a cell with each of its wrapped lines joined again
+    (render.LEAD_WIDTH columns; a continuation is indented 4 more spaces than its line)."""
+    import re
+
+    return re.sub(r"\n {4,}", " ", text)

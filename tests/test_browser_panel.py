@@ -51,7 +51,8 @@ def lab(tmp_path, cudadiag_home):
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--port={port}",
          "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
          f"--ServerApp.root_dir={root}", "--LabApp.news_url=",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         "--LabApp.expose_app_in_browser=True"],
         stdout=log, stderr=subprocess.STDOUT, env={
             **os.environ, "CUDADIAG_HOME": str(cudadiag_home),
             **{var: str(tmp_path / var.lower()) for var in (
@@ -89,22 +90,10 @@ def test_panel_in_jupyterlab(lab):
                                     args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
-            page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
-            page.wait_for_selector(".jp-Notebook", timeout=60_000)
-            # the kernel must be connected before "Run All Cells", or nothing runs
-            expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(
-                timeout=60_000)
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-
-            news = page.get_by_role("button", name="No", exact=True)
-            if news.is_visible():
-                news.click()  # JupyterLab's "notify me about news?" toast covers the panel
-            panel = page.locator(".cudadiag-panel").first
-            expect(panel).to_be_visible(timeout=90_000)
+            panel = _run_all_cells(page, base, token)
             expect(panel).to_contain_text("device_assert")
             expect(panel.locator(".cd-restart")).to_contain_text("Restart required")
-            expect(panel).to_contain_text("observation point")
+            expect(panel.locator(".cd-noticed")).to_contain_text("not necessarily the cause")
 
             panel.get_by_role("tab", name="Batch").click()
             table = panel.locator(".cd-batch-table")
@@ -127,10 +116,37 @@ def test_panel_in_jupyterlab(lab):
             browser.close()
 
 
+def _run_all_cells(page, base: str, token: str):
+    """Open the demo, run all its cells; return the first panel, once it is visible."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{base}/lab/tree/demo.ipynb?token={token}")
+    page.wait_for_selector(".jp-Notebook", timeout=60_000)
+    # the kernel must be connected before "Run All Cells", or nothing runs
+    expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=60_000)
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    news = page.get_by_role("button", name="No", exact=True)
+    if news.is_visible():
+        news.click()  # JupyterLab's "notify me about news?" toast covers the panel
+    panel = page.locator(".cudadiag-panel").first
+    expect(panel).to_be_visible(timeout=90_000)
+    return panel
+
+
 def _run_below_the_failure(page) -> None:
     """"Run All" stops at the failing cell (and the next one fails too: the context is
     gone): run the cells from the isolated re-run down (isolate, compare, validate, panel)."""
-    page.locator(".jp-Cell").filter(has_text="%cuda_isolate --batch last").first.click()
+    from playwright.sync_api import expect
+
+    # the panel comes before the traceback: the failing cell has ended only once its folded
+    # traceback is shown and the kernel is idle (cells sent before are aborted with it)
+    expect(page.get_by_text("Traceback folded by cudadiag").first).to_be_visible(
+        timeout=60_000)
+    expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=60_000)
+    # the cell whose code is the re-run (a panel's tabs may quote the same command)
+    page.locator(".jp-CodeCell").filter(has=page.locator(
+        ".jp-InputArea", has_text="%cuda_isolate --batch last")).first.click()
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name="Run Selected Cell and All Below", exact=True).click()
 
@@ -165,3 +181,87 @@ def _compare_validate_and_picture(page) -> None:
     panel.screenshot(path=str(ARTIFACTS / "panel-picture.png"))
     panel.get_by_role("tab", name="Compare").click()
     expect(panel.locator(".cd-compare")).to_contain_text("one change at a time")
+
+
+FIRST_SCREEN = 900
+"""The height of the first screen (1400×900) under the failing cell."""
+
+_MEASURE = """(cell) => {
+  const out = cell.querySelector('.jp-Cell-outputWrapper');
+  const top = out.getBoundingClientRect().top;
+  const smallest = (text) => {
+    let found = null;
+    for (const e of out.querySelectorAll('*')) {
+      const inChild = [...e.children].some(c => c.textContent.includes(text));
+      if (!found && e.offsetParent && e.textContent.includes(text) && !inChild) found = e;
+    }
+    return found;
+  };
+  const headline = out.querySelector('.cd-headline') || smallest('device_assert');
+  const restart = out.querySelector('.cd-restart-line') || smallest('Restart required');
+  const tabs = out.querySelector('.lm-TabBar, .jupyter-widget-tab, .p-TabBar');
+  const tabsTop = tabs ? tabs.getBoundingClientRect().top : out.getBoundingClientRect().bottom;
+  const lines = new Set();
+  const walker = document.createTreeWalker(out, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const node = walker.currentNode;
+    if (!node.textContent.trim() || !node.parentElement.offsetParent) continue;
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    for (const r of range.getClientRects()) {
+      if (r.height > 0 && r.bottom <= tabsTop + 1) lines.add(Math.round(r.top));
+    }
+  }
+  const below = (e) => e ? Math.round(e.getBoundingClientRect().bottom - top) : null;
+  return {headline_bottom: below(headline), restart_bottom: below(restart),
+          tabs_top: Math.round(tabsTop - top), lines_before_tabs: lines.size,
+          output_height: Math.round(out.getBoundingClientRect().height)};
+}"""
+
+
+def test_the_diagnosis_is_on_the_first_screen_under_the_failing_cell(lab):
+    """Light and dark: under the failing cell of the demo, the headline and the restart line
+    end within the first 900 px; screenshots of that screen (docs/first-screen-*.png)."""
+    import json
+
+    from playwright.sync_api import expect, sync_playwright
+
+    base, token = lab
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": FIRST_SCREEN})
+        try:
+            panel = _run_all_cells(page, base, token)
+            expect(panel).to_contain_text("Restart required")
+            cell = page.locator(".jp-CodeCell").filter(has=page.locator(
+                ".jp-InputArea", has_text="cudadiag.watch(loader")).first
+            figures = {}
+            for theme in ("light", "dark"):
+                if theme == "dark":
+                    _choose_theme(page, "JupyterLab Dark")
+                output = cell.locator(".jp-Cell-outputWrapper")
+                output.evaluate("e => e.scrollIntoView({block: 'start'})")
+                page.wait_for_timeout(500)  # the scroll settles
+                figures[theme] = cell.evaluate(_MEASURE)
+                page.screenshot(path=str(ARTIFACTS / f"first-screen-{theme}.png"))
+            (ARTIFACTS / "first-screen.json").write_text(json.dumps(figures, indent=1))
+            for theme, seen in figures.items():
+                assert seen["headline_bottom"] is not None, (theme, seen)
+                assert seen["headline_bottom"] <= FIRST_SCREEN, (theme, seen)
+                assert seen["restart_bottom"] is not None, (theme, seen)
+                assert seen["restart_bottom"] <= FIRST_SCREEN, (theme, seen)
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "first-screen-failure.png"))
+            raise
+        finally:
+            browser.close()
+
+
+def _choose_theme(page, name: str) -> None:
+    """JupyterLab's own command (Settings > Theme), then wait until the page has the theme."""
+    page.evaluate("n => window.jupyterapp.commands.execute('apputils:change-theme', "
+                  "{theme: n})", name)
+    page.wait_for_function(
+        "n => document.body.dataset.jpThemeName === n", arg=name, timeout=30_000)

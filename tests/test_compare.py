@@ -8,6 +8,7 @@ import torch
 from IPython.core.error import UsageError
 
 from cudadiag.comparison.run import CompareError, output_diff, parse_variants
+from cudadiag.comparison.variants import VARIANTS
 from cudadiag.comparison.view import render_comparison_html
 from cudadiag.own_work import outside_user_modes
 from cudadiag.panel.widget import Panel
@@ -190,3 +191,31 @@ def test_a_cell_that_appends_to_a_file_runs_once_per_row_only_when_allowed(
     assert out.index("side effect: In[") < out.index("  reference: ok")  # named first
     assert [r.outcome for r in table.rows] == ["ok", "ok", "ok"]
     assert (tmp_path / "log.txt").read_text() == "ran\n" * 4
+
+
+@pytest.mark.slow
+def test_the_table_folds_rows_that_changed_nothing_and_aligns_its_figures(shell):
+    """Every variant on a float32 model on the CPU: the ones that change nothing here fold
+    into one line; no column is empty in every row; the wall times are right-aligned and
+    never wrapped."""
+    import re
+
+    run(shell, SETUP)
+    run(shell, DATA)
+    run(shell, "loss = F.cross_entropy(model(x), y)\nprint(loss.item())")
+    table = run(shell, "%cuda_compare").result
+    html = render_comparison_html(table)
+    nothing = [r.variant for r in table.rows if r.variant != "reference"
+               and not r.changes and r.outcome == table.rows[0].outcome
+               and not VARIANTS[r.variant].sets_flag]
+    assert nothing, [(r.variant, r.outcome, r.changes) for r in table.rows]
+    assert f"Changed nothing in this cell: {', '.join(nothing)} (the same program" in html
+    body = html.split("<tbody>")[1]
+    for variant in nothing:
+        assert f">{variant}<" not in body  # folded: not a row of its own
+    rows = re.findall(r"<tr>(.*?)</tr>", body)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in rows]
+    assert all(any(row[n] for row in cells) for n in range(len(cells[0])))
+    assert re.search(r'<td style="text-align: right; white-space: nowrap[^"]*">\d+ ms</td>',
+                     body)
+    assert re.search(r'<td style="text-align: left[^"]*">reference</td>', body)

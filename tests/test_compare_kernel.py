@@ -51,8 +51,14 @@ def test_compare_validate_and_the_fix_check_across_a_restart(cudadiag_home):
     compare, validate = cells[-2], cells[-1]
     assert "reference  failed: device_assert at aten::nll_loss_forward" in shown(compare)
     assert "cpu        failed: index_out_of_bounds" in shown(compare)
-    html = next(o for o in compare.outputs if o.output_type == "execute_result").data
+    # one output per command: the table took the place of the plan and the progress lines
+    assert [o.output_type for o in compare.outputs] == ["display_data"], compare.outputs
+    assert [o.output_type for o in validate.outputs] == ["display_data"], validate.outputs
+    html = compare.outputs[0].data
     assert '<div class="cudadiag-compare"' in html["text/html"]
+    assert "plan:" not in shown(compare) and "has been unusable since" not in shown(compare)
+    assert 'style="text-align: right; white-space: nowrap; padding: 1px 8px">' in (
+        html["text/html"])  # the wall time
     assert "fails at step 3: device_assert at aten::nll_loss_forward; 24 of 30 samples" \
         in shown(validate)
     (isolated,) = [i for i in incidents() if i.run.mode == "isolated"]
@@ -86,4 +92,6 @@ def test_fail_fix_re_run_then_validate_and_the_fix_check_judge_the_re_run(cudadi
     assert "every chosen step passes: 30 of 30 samples processed" in validate
     assert f"Fix check for incident {kernel.id}\n  failed before, passes now" in check
     assert "In[4] as recorded, then In[6] as it is now, step 3 only" in check
-    assert "  not replayed: In[4] failed in this session; In[6], its new version" in validate
+    # the plan ("not replayed: In[4] failed in this session") stood while the run went; the
+    # report took its place: the re-run cell, not the failed one, is validated
+    assert validate.startswith("Validate In[6] over every step of watch 'train'")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cudadiag import incidents
-from scenarios import run
+from scenarios import run, unwrapped
 
 DATASET = (
     "import torch, cudadiag\n"
@@ -197,7 +197,7 @@ def test_a_script_run_with_cudadiag_run_names_step_epoch_index_and_num_labels(tm
     (tmp_path / "train.py").write_text(SCRIPT.replace("DATASET", DATASET))
     result = cudadiag("run", "--", sys.executable, "train.py", cwd=tmp_path)
     assert result.returncode == 1
-    diagnosis = result.stderr.partition("cudadiag [")[2]
+    diagnosis = unwrapped(result.stderr).partition("cudadiag [")[2]
     assert "transformers.Trainer: epoch 0, global step" in diagnosis
     assert "The model has config.num_labels = 3, so its classes are 0..2; labels reach 3 " \
            "(dataset index 45)" in diagnosis
@@ -274,7 +274,7 @@ def test_a_token_classification_targets_flat_position_is_named_as_row_and_token(
         f"aten::nll_loss_forward: target 3 at position {position} outside [0, 3)")
     found = incident.op.in_batch
     assert (found.tensor, found.index, found.dataset_index) == ("batch['labels']", [row, 10], 45)
-    summary = result.stderr.partition("cudadiag [")[2].splitlines()[0]
+    summary = unwrapped(result.stderr).partition("cudadiag [")[2].splitlines()[0]
     assert summary.endswith(f"; position {position} is batch['labels'][{row}, 10] "
                             f"(row {row}: dataset index 45)")
     from cudadiag.ui.render import render_text

@@ -10,7 +10,7 @@ import torch
 
 from cudadiag import incidents
 from cudadiag.capture.shell_state import capture_for
-from scenarios import fail_with_device_assert, run
+from scenarios import fail_with_device_assert, run, unwrapped
 
 
 def test_load_registers_callbacks_and_unload_removes_them(shell):
@@ -35,8 +35,8 @@ def test_device_assert_in_a_cell_becomes_the_incident(shell, capsys):
     assert incident.env.torch == torch.__version__
     err = capsys.readouterr().err
     assert f"cudadiag [{incident.id}]" in err
-    assert "an observation point, not necessarily the cause" in err
-    assert "Restart the kernel" in err
+    assert "where CUDA reported it, not necessarily the cause" in unwrapped(err)
+    assert "restart the kernel" in err
 
 
 def test_later_errors_are_consequences_not_new_incidents(shell):

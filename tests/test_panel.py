@@ -32,19 +32,37 @@ def test_shows_the_newest_incident_and_lists_all_newest_first():
     assert panel.incident.id == made[-1].id
     assert [value for _, value in panel.selector.options] == [i.id for i in reversed(made)]
     assert "device_mismatch" in panel.header.value
-    assert panel.banner.value == ""  # not sticky
+    assert "cd-restart-line" not in panel.header.value  # not sticky
     assert panel.tabs.titles == ("First error", "Batch", "Next checks", "Environment",
                                  "Later errors")
 
 
-def test_selecting_an_incident_shows_it_with_its_restart_banner():
+def test_selecting_an_incident_shows_it_with_its_restart_line_and_how_to_restart():
     store, made = _store_with("CUDA error: device-side assert triggered",
                               "CUDA out of memory. Tried to allocate 2.00 GiB")
     panel = Panel(store=store)
     panel.selector.value = made[0].id
     assert panel.incident.id == made[0].id
-    assert "Restart required" in panel.banner.value
-    assert "Kernel &gt; Restart Kernel" in panel.banner.value
+    assert 'class="cd-restart-line"' in panel.header.value
+    assert "Restart required: the CUDA context has been unusable since In[1]" in (
+        panel.header.value)
+    assert "Kernel &gt; Restart Kernel" in panel.tabs.children[0].value  # First error
+
+
+def test_the_lead_comes_first_and_holds_at_most_twelve_lines_before_the_tabs(shell):
+    """The widget form: the lead, then the tabs; browsing the log comes last."""
+    from cudadiag.ui.render import LEAD_BUDGET
+    from scenarios import fail_with_device_assert
+
+    fail_with_device_assert(shell)
+    panel = Panel(store=IncidentStore())
+    assert panel.children[0] is panel.header and panel.children[1] is panel.tabs
+    assert panel.selector in panel.children[-1].children
+    lines = panel.header.value.split("</div><div")
+    assert len(lines) <= LEAD_BUDGET
+    kinds = [line.split('class="cd-', 2)[2].split('"', 1)[0] for line in lines[:1]]
+    kinds += [line.split('class="cd-', 1)[1].split('"', 1)[0] for line in lines[1:]]
+    assert kinds == ["headline", "noticed", "restart-line", "next"], kinds
 
 
 def test_filtering_by_family():
@@ -141,3 +159,39 @@ def test_the_first_tab_shows_the_failing_statement_in_its_loop(shell):
     first_tab = panel.tabs.children[0].value
     assert "<pre># In[" in first_tab
     assert "for step in range(4):  # step=2" in first_tab
+
+
+def test_the_selector_says_what_failed_and_pages_only_when_there_is_more_than_a_page():
+    store, made = _store_with("CUDA error: device-side assert triggered",
+                              "CUDA out of memory. Tried to allocate 2.00 GiB")
+    panel = Panel(store=store)
+    labels = [label for label, _ in panel.selector.options]
+    assert labels[0].startswith("12-02 10:00  In[2]  oom: ") and "2.00 GiB" in labels[0]
+    assert labels[1].startswith("12-02 10:00  In[1]  device_assert: device-side assert")
+    assert all(made[0].id not in label for label in labels)  # words, not ids
+    assert panel.newer.layout.display == panel.older.layout.display == "none"
+
+
+def test_every_tab_is_as_high_as_the_others_and_nothing_shows_none(shell):
+    from scenarios import fail_with_device_assert
+
+    fail_with_device_assert(shell)
+    panel = Panel(store=IncidentStore())
+    assert {tab.layout.height for tab in panel.tabs.children} == {"32em"}
+    assert all(tab.layout.overflow == "auto" for tab in panel.tabs.children)
+    environment = panel.tabs.children[panel.tabs.titles.index("Environment")].value
+    assert "None" not in environment and "this build has no CUDA, HIP or cuDNN" in environment
+
+
+@pytest.mark.slow
+@pytest.mark.isolates
+def test_the_first_error_tab_is_a_grid_with_the_half_open_range(shell):
+    from scenarios import fail_with_device_assert
+
+    fail_with_device_assert(shell)
+    shell.run_cell("%cuda_isolate", store_history=True)
+    panel = Panel(store=IncidentStore())  # the newest: the isolated run
+    first = panel.tabs.children[0].value
+    grid = first.split('class="cd-grid"', 1)[1]
+    assert "<div>[0, 4)</div>" in grid and "valid_range" in grid
+    assert "valid_range: " not in first  # not a key: value dump

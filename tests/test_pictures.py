@@ -46,6 +46,9 @@ def test_targets_become_a_histogram_with_the_out_of_range_bar_in_red():
     assert [t for t in labels if t in {"0", "1", "2", "3", "4"}] == ["1", "2", "1", "1", "1",
                                                                       "0", "1", "2", "3", "4"]
     assert 'fill="currentColor"' in picture.svg  # text follows the theme's foreground
+    caption = next(t for t in ET.fromstring(picture.svg).iter(f"{SVG}text")
+                   if t.text.startswith("4 at position 2"))
+    assert caption.get("style") == "fill: var(--jp-error-color1, #d62728)"  # the theme's red
     assert picture.text.endswith("outside: 4 ×1; 4 at position 2 is outside the valid range "
                                  "(aten::nll_loss_forward, argument target)")
 

@@ -26,6 +26,7 @@ from cudadiag.ui.render import (
     render_short,
     render_text,
 )
+from scenarios import unwrapped
 
 ASSERT = "CUDA error: device-side assert triggered"
 
@@ -104,9 +105,9 @@ def _with_loop() -> Incident:
 
 
 def test_short_text_names_the_iteration_and_the_watch_step():
-    short = render_short(_with_loop(), show=SHOW_IN_IPYTHON)
-    assert ("  loop when the error was noticed (the failing kernel may belong to an earlier "
-            "step): epoch=1, i=23, x=<tensor float32[6, 8]> (In[4] in train)") in short
+    short = unwrapped(render_short(_with_loop(), show=SHOW_IN_IPYTHON))
+    assert ("  loop when the error was noticed: epoch=1, i=23, x=<tensor float32[6, 8]> "
+            "(In[4] in train)") in short
     assert "  locals of In[4] in train: lr=0.1, bs=32" in short
     assert ("  watch(train): step 3, last completed 2; last incomplete batch; dataset indices "
             "[24, 25]") in short
@@ -129,7 +130,7 @@ def test_the_loop_section_keeps_the_code_as_written():
 def test_with_blocking_launches_the_line_is_where_it_was_raised():
     inc = _with_loop()
     inc.run = RunInfo(mode="isolated", blocking=True, simulated=True)
-    short = render_short(inc, show=SHOW_IN_IPYTHON)
+    short = unwrapped(render_short(inc, show=SHOW_IN_IPYTHON))
     assert "  loop: epoch=1, i=23" in short
     assert "observation point" not in short and "noticed" not in short
     assert "running += loss.item()  # <- raised here" in render_text(inc)

@@ -674,7 +674,9 @@ _GENERATED_MARKER = "torchinductor_"
 user's code, though it lies outside the installed packages."""
 
 
-def _is_user_file(filename: str) -> bool:
+def is_user_file(filename: str) -> bool:
+    """Return True for a file of the user's code: not Python's, an installed package's,
+    cudadiag's own or torch.compile's generated modules. Raises nothing."""
     if filename.startswith("<frozen") or _GENERATED_MARKER in filename:
         return False
     return not any(marker in filename for marker in _LIBRARY_MARKERS)
@@ -697,7 +699,7 @@ def _frame_from_summary(
         function=summary.name,
         source=source or None,
         cell=cell,
-        user=cell is not None or _is_user_file(summary.filename),
+        user=cell is not None or is_user_file(summary.filename),
     )
 
 

@@ -305,10 +305,23 @@ def latest_watch() -> WatchRecord | None:
         return _records[-1] if _records else None
 
 
-def replay_batch(step: int, batch: Any) -> None:
+def replay_batch(step: int, batch: Any, indices: list[int] | None = None,
+                 full_size: int | None = None) -> None:
     """Make the next watch() in this process yield only `batch`, as step `step` (used by the
-    isolated worker for `--batch`)."""
-    _replay.update(step=step, batch=batch)
+    isolated worker for `--batch`), with the dataset `indices` it had and the size of the
+    loader's first batch (`full_size`: a smaller batch is the last incomplete one)."""
+    _replay.update(step=step, batch=batch, indices=indices, full_size=full_size)
+
+
+def replay_facts(step: int) -> tuple[list[int] | None, int | None]:
+    """Return what the latest watch() knew of its recorded step `step` besides the batch
+    (the batch a `--batch` replays comes from it): its dataset indices and the size of the
+    loader's first batch; (None, None) for what it does not know."""
+    record = latest_watch()
+    if record is None:
+        return None, None
+    kept = next((k for k in record.kept if k.step == step), None)
+    return (kept.indices if kept is not None else None), record.first_batch_size
 
 
 def model_in_flight() -> ModelFacts | None:
@@ -322,7 +335,9 @@ def take_replay() -> tuple[int, Any] | None:
     library's trainer replays it in place of its training, cudadiag.integrations)."""
     if not _replay:
         return None
-    return _replay.pop("step"), _replay.pop("batch")
+    step, batch = _replay.pop("step"), _replay.pop("batch")
+    _replay.clear()
+    return step, batch
 
 
 probes.register_watches(step_in_flight, new_cell, model_in_flight)
@@ -332,8 +347,10 @@ def _watching(iterable: Iterable[Any], record: WatchRecord) -> Iterator[Any]:
     try:
         if _replay:
             step, batch = _replay.pop("step"), _replay.pop("batch")
+            indices, full_size = _replay.pop("indices", None), _replay.pop("full_size", None)
             record.step, record.replayed_step = step - 1, step
-            record.record(batch, None)
+            record.first_batch_size = full_size
+            record.record(batch, indices)
             yield batch
             return
         iterator, pending, fetched = _iterate(iterable)

@@ -18,6 +18,7 @@ from typing import Any, Protocol, cast
 
 from cudadiag import probes
 from cudadiag.capture.fdtail import DeviceMessageTail
+from cudadiag.capture.folded_traceback import TracebackHandler
 from cudadiag.classify import classify
 from cudadiag.diagnose import (
     incident_from_exception,
@@ -32,6 +33,12 @@ from cudadiag.spawn_report import read_spawn_report
 
 RNG_CELLS_KEPT = 256
 STATE_ATTRIBUTE = "_cudadiag_kernel_state"
+OWN_COMMANDS = ("%cuda_isolate", "%cuda_compare", "%%cuda_compare", "%cudadiag",
+                "%%blocking_launch")
+"""cudadiag's magics: a cell that starts with one gets no restart reminder."""
+DIAGNOSED = "_cudadiag_diagnosed"
+"""Set on an error the traceback handler filed before its traceback: post_run_cell leaves
+it alone."""
 
 
 @dataclass
@@ -89,11 +96,15 @@ class KernelCapture:
         """The first cell that ended without error while the device printed its own lines
         (an error caught by the cell's try/except): the cell the next incident names."""
         self.device_tail = DeviceMessageTail()
+        self.tracebacks = TracebackHandler(shell, self.diagnose_before_traceback)
 
     def register(self) -> None:
-        """Register the cell callbacks on the shell and watch its output for device lines."""
+        """Register the cell callbacks on the shell, the traceback handler that shows the
+        diagnosis before the traceback, and watch the shell's output for device lines."""
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
         self.shell.events.register("post_run_cell", self.post_run_cell)
+        if hasattr(self.shell, "set_custom_exc"):
+            self.tracebacks.install()
         self.device_tail.attach(1, 2)
         atexit.register(self.device_tail.detach)  # forward what is still in the pipe
 
@@ -101,6 +112,7 @@ class KernelCapture:
         """Remove the cell callbacks (IPython cannot unregister magics; they stay)."""
         self.device_tail.detach()
         atexit.unregister(self.device_tail.detach)
+        self.tracebacks.uninstall()
         for event, callback in (("pre_run_cell", self.pre_run_cell),
                                 ("post_run_cell", self.post_run_cell)):
             try:
@@ -139,10 +151,13 @@ class KernelCapture:
         return self.current if self.current and self.current.diagnosis.sticky else None
 
     def pre_run_cell(self, info: Any = None, **_: Any) -> None:
-        """Record the RNG states this cell starts from; warn when the context is poisoned."""
+        """Record the RNG states this cell starts from; warn when the context is poisoned,
+        unless the cell is one of cudadiag's own commands (they run in fresh processes or
+        read the log: the reminder would only land in the middle of their output)."""
         self._rng_at_start = self._read_rng_states()
         probes.new_cell()
-        if self.poisoned_by is not None:
+        raw = str(getattr(info, "raw_cell", "") or "").lstrip()
+        if self.poisoned_by is not None and not raw.startswith(OWN_COMMANDS):
             self.announcer.poisoned(self.poisoned_by)
 
     def post_run_cell(self, result: Any = None, **_: Any) -> None:
@@ -158,10 +173,20 @@ class KernelCapture:
         exc = getattr(result, "error_in_exec", None)
         if isinstance(exc, Exception) and count is not None:
             self.failed_cells.add(count)
-        if exc is not None:
+        if exc is not None and not getattr(exc, DIAGNOSED, False):
             self.capture(exc, cell=count)
         else:
             self._note_device_lines(count)
+
+    def diagnose_before_traceback(self, exc: BaseException) -> bool:
+        """File `exc`, raised by the running cell, before IPython shows its traceback (the
+        traceback handler calls this). Returns True when it showed a new incident for it, so
+        that its traceback can be folded under it."""
+        with contextlib.suppress(AttributeError):
+            setattr(exc, DIAGNOSED, True)
+        before = self.poisoned_by
+        incident = self.capture(exc, cell=_running_cell(self.shell))
+        return incident is not None and incident is not before
 
     def _note_device_lines(self, cell: int | None) -> None:
         """Remember `cell`, which ended without error, as the one the device printed its
@@ -278,3 +303,14 @@ class KernelCapture:
     def _cell_source(self, cell: int) -> str | None:
         history = getattr(self.shell.history_manager, "input_hist_raw", None) or []
         return history[cell] if 0 <= cell < len(history) else None
+
+
+def _running_cell(shell: Any) -> int | None:
+    """The execution count of the cell running in `shell`: IPython 9 moves the count on
+    before the cell runs, IPython 8 after."""
+    import IPython
+
+    count = getattr(shell, "execution_count", None)
+    if not isinstance(count, int):
+        return None
+    return count - 1 if IPython.version_info[0] >= 9 else count

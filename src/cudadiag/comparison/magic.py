@@ -10,7 +10,7 @@ are left alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from IPython.core.error import UsageError
 
@@ -29,7 +29,8 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
                      quiet: bool = False) -> ComparisonView:
     """Compare cell `cell` of `shell`'s history (a number; the source of a new cell; None:
     the cell of the kernel's latest incident) as it is and once per variant; return the
-    comparison, which displays as its table. The plan is printed first (unless `quiet`),
+    comparison, which displays as its table. The plan is printed first (unless `quiet`);
+    in a notebook kernel the table then takes the place of the plan and progress lines,
     its side effects named; a cell with side effects runs once per row only with
     `allow_side_effects`.
 
@@ -44,7 +45,7 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
     )
     from cudadiag.comparison.view import ComparisonView, comparison_section
     from cudadiag.ui import results
-    from cudadiag.ui.displayed import as_view
+    from cudadiag.ui.displayed import CommandOutput, as_view
 
     try:
         variants = parse_variants(variants)
@@ -56,20 +57,21 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
         history[target] = cell
     else:
         target = cell if cell is not None else _latest_incident_cell(shell)
-    program, plan = plan_program(shell, history, target, ship=ship,
-                                 allow_side_effects=allow_side_effects, batch=batch,
-                                 rerun=comparison_rerun(variants))
-    if not quiet:
-        print(f"comparing In[{target}]: the cell as it is, then one change at a time, each "
-              "in a fresh process", flush=True)
-    check_plans([("", plan)], show=not quiet)
-    try:
-        comparison = compare_program(program, variants, timeout=timeout,
-                                     progress=None if quiet else print_row)
-    except (CompareError, OSError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
+    with CommandOutput(shell) as output:
+        program, plan = plan_program(shell, history, target, ship=ship,
+                                     allow_side_effects=allow_side_effects, batch=batch,
+                                     rerun=comparison_rerun(variants))
+        if not quiet:
+            print(f"comparing In[{target}]: the cell as it is, then one change at a time, "
+                  "each in a fresh process", flush=True)
+        check_plans([("", plan)], show=not quiet)
+        try:
+            comparison = compare_program(program, variants, timeout=timeout,
+                                         progress=None if quiet else print_row)
+        except (CompareError, OSError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
     results.remember(shell, "Compare", ("cell", comparison.cell), comparison_section(comparison))
-    return as_view(ComparisonView, comparison)
+    return cast("ComparisonView", output.replace(as_view(ComparisonView, comparison)))
 
 
 def print_row(row: Row, label: str | None = None) -> None:

@@ -356,7 +356,8 @@ def _warnings(rows: list[Row], baseline: str | None) -> list[str]:
     idle = [r.variant for r in rows[1:] if r.outcome != NOT_APPLICABLE
             and not VARIANTS[r.variant].sets_flag and not r.changes]
     if idle:
-        warnings.append(f"Changed nothing in this cell: {', '.join(idle)} (their rows "
-                        "repeat the reference).")
+        warnings.append(f"Changed nothing in this cell: {', '.join(idle)} (the same "
+                        "program as the reference: the table shows no row of its own for "
+                        "one that ended as the reference did).")
     warnings.append(TIMING_NOTE)
     return warnings

@@ -7,16 +7,22 @@ from __future__ import annotations
 from cudadiag.comparison.run import FAILED, NOT_APPLICABLE, Comparison, OutputDiff, Row
 from cudadiag.comparison.variants import VARIANTS
 from cudadiag.ui.displayed import Displayed, section_block
-from cudadiag.ui.render import Section
+from cudadiag.ui.render import Section, table_columns
 
 HEADER = ["variant", "outcome", "differences", "allclose", "wall", "what it changed"]
 
 
 def comparison_section(comparison: Comparison) -> Section:
-    """Return the comparison as a report section: the warnings, then one row per run."""
+    """Return the comparison as a report section: the warnings, then one row per run
+    (none for a variant that changed nothing and ended as the reference did)."""
     against = comparison.baseline or "no baseline"
     header = [*HEADER[:2], f"{HEADER[2]} (from {against})", *HEADER[3:]]
-    table = [header, *(_cells(row) for row in comparison.rows)]
+    cells = [_cells(row) for row in comparison.rows]
+    reference = next((c for c in cells if c[0] == "reference"), None)
+    same = [c for c in cells if reference is not None and c is not reference
+            and c[-1] == "nothing" and c[1] == reference[1]]
+    # rows that changed nothing and ended as the reference did: the run's warning names them
+    table = [header, *(c for c in cells if c not in same)]
     return Section("compare", f"Compare In[{comparison.cell}]: one change at a time",
                    list(comparison.warnings), table=table)
 
@@ -67,13 +73,18 @@ def render_comparison_text(comparison: Comparison) -> str:
 
 
 def text_table(table: list[list[str]]) -> list[str]:
-    """Return a table (header first) as aligned plain-text lines, a rule under the header."""
+    """Return a table (header first) as aligned plain-text lines, a rule under the header:
+    columns empty in every row left out, figures right-aligned."""
     if not table:
         return []
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    kept, figures = table_columns(table)
+    rows = [[row[n] for n in kept] for row in table]
+    right = [n in figures for n in kept]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(kept))]
     lines = []
-    for number, row in enumerate(table):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    for number, row in enumerate(rows):
+        lines.append("  ".join(c.rjust(w) if r and number else c.ljust(w)
+                               for c, w, r in zip(row, widths, right, strict=True)).rstrip())
         if number == 0:
             lines.append("  ".join("-" * w for w in widths))
     return lines

@@ -69,6 +69,10 @@ class Job:
     """The folder holds RNG_FILE."""
     batch_step: int | None = None
     """The folder holds BATCH_FILE, the batch of this step."""
+    batch_indices: list[int] | None = None
+    """The dataset indices of that batch, when its loader's sampler gave them."""
+    batch_full_size: int | None = None
+    """The size of its loader's first batch (a smaller one is the last incomplete batch)."""
     script: ScriptTarget | None = None
     ranks: str | None = None
     """A multi-process run: the folder where each rank writes its record (isolate/rankfiles)
@@ -113,10 +117,12 @@ class Job:
             _torch_save(wanted, self.folder / RNG_FILE)
             self.rng = True
 
-    def save_batch(self, step: int, batch: Any) -> None:
-        """Save the batch the worker's first watch() yields, as step `step`."""
+    def save_batch(self, step: int, batch: Any, indices: list[int] | None = None,
+                   full_size: int | None = None) -> None:
+        """Save the batch the worker's first watch() yields, as step `step`, with its
+        dataset `indices` and its loader's first batch size, when known."""
         _torch_save(batch, self.folder / BATCH_FILE)
-        self.batch_step = step
+        self.batch_step, self.batch_indices, self.batch_full_size = step, indices, full_size
 
     def write(self) -> None:
         """Write the job file."""

@@ -245,7 +245,9 @@ def _fill_job(job: Job, ship: dict[str, Any] | Path | None,
     if rng_states:
         job.save_rng_states(rng_states)
     if batch is not None:
-        job.save_batch(*batch)
+        from cudadiag.batch.watcher import replay_facts  # torch is loaded: a batch exists
+
+        job.save_batch(*batch, *replay_facts(batch[0]))
     job.write()
 
 

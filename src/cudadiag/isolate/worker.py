@@ -110,7 +110,8 @@ def run_job(job: Job) -> JobResult:
     if job.batch_path is not None and job.batch_step is not None:
         from cudadiag.batch import replay_batch
 
-        replay_batch(job.batch_step, torch.load(job.batch_path, weights_only=False))
+        replay_batch(job.batch_step, torch.load(job.batch_path, weights_only=False),
+                     job.batch_indices, job.batch_full_size)
     if job.script is None:  # the trainers' steps in incidents; one step for --batch
         attach.start()
     elif attach.wanted_in_scripts(os.environ):

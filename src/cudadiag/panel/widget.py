@@ -7,7 +7,7 @@ displayed object's mime bundle still carries `text/html` and `text/plain` render
 
 from __future__ import annotations
 
-from html import escape
+import textwrap
 from operator import itemgetter
 from typing import Any
 
@@ -23,7 +23,7 @@ from cudadiag.ui import render, results
 PAGE_SIZE = 50
 """Incidents per page of the selector (newest first)."""
 TABS = (
-    ("First error", ("error", "loop")),
+    ("First error", ("restart", "error", "loop")),
     ("Batch", ("batch",)),
     ("Next checks", ("checks", "avoid")),
     ("Environment", ("compat", "env")),
@@ -48,7 +48,6 @@ class Panel(widgets.VBox):
         self.incident = self._pick(incident)
         self.page = 0
         self.header = widgets.HTML()
-        self.banner = widgets.HTML()
         self.tabs = widgets.Tab()
         self.output = widgets.Output()
         self.report = widgets.Textarea(layout=widgets.Layout(width="100%", height="12em",
@@ -82,20 +81,20 @@ class Panel(widgets.VBox):
         self.copy.on_click(self._on_copy)
         self.export.on_click(self._on_export)
         self._fill_selector()
+        # what a user reads first comes first (at most render.LEAD_BUDGET lines before the
+        # tabs); browsing the log comes last
         self.children = [
-            widgets.HBox([self.selector, self.family]),
-            widgets.HBox([self.newer, self.position, self.older]),
             self.header,
-            self.banner,
             self.tabs,
             widgets.HBox([self.rerun, self.copy, self.export]),
             self.report,
             self.output,
+            widgets.HBox([self.selector, self.family, self.newer, self.position, self.older]),
         ]
         self.show(self.incident)
 
     def show(self, incident: Incident | None) -> None:
-        """Show `incident` in the header, the banner and the tabs; the report box and the
+        """Show `incident` in the lead and the tabs; the report box and the
         actions' output of another incident are closed, so that nothing on the panel
         belongs to an incident it no longer shows."""
         if self._output_of is not None and (incident is None or self._output_of != incident.id):
@@ -103,22 +102,18 @@ class Panel(widgets.VBox):
         self.incident = incident
         if incident is None:
             self.header.value = "<b>cudadiag: no incident recorded yet</b>"
-            self.banner.value = ""
             self.tabs.children = []
             self.rerun.disabled = self.copy.disabled = self.export.disabled = True
             return
         parts = {p.key: p for p in render.sections(incident)}
-        head = render.header_lines(incident)
-        self.header.value = "<b>{}</b>{}".format(
-            escape(head[0]), "".join(f"<div>{escape(x)}</div>" for x in head[1:]))
-        self.banner.value = render.section_html(parts["restart"]) if "restart" in parts else ""
+        self.header.value = render.lead_html(incident)
         tabs, titles = [], []
         for title, keys in TABS:
             html = "".join(render.section_html(parts[k]) for k in keys if k in parts)
-            tabs.append(widgets.HTML(html or "<i>nothing recorded</i>"))
+            tabs.append(_tab(html or "<i>nothing recorded</i>"))
             titles.append(title)
         for title, part in results.sections_for(self.shell, incident):
-            tabs.append(widgets.HTML(render.section_html(part)))
+            tabs.append(_tab(render.section_html(part)))
             titles.append(title)
         self.tabs.children = tabs
         self.tabs.titles = tuple(titles)
@@ -199,6 +194,9 @@ class Panel(widgets.VBox):
                                if shown else "no incident")
         self.newer.disabled = self.page == 0
         self.older.disabled = end >= len(shown)
+        paged = "flex" if len(shown) > PAGE_SIZE else "none"  # one page: nothing to turn
+        for control in (self.newer, self.position, self.older):
+            control.layout.display = paged
 
     def _turn(self, pages: int) -> None:
         self.page += pages
@@ -263,6 +261,14 @@ class Panel(widgets.VBox):
                   "above: select it and copy (Ctrl+C).")
 
 
+TAB_HEIGHT = "32em"
+"""Every tab is this high (its content scrolls): the buttons under the tabs stay put."""
+
+
+def _tab(html: str) -> widgets.HTML:
+    return widgets.HTML(html, layout=widgets.Layout(height=TAB_HEIGHT, overflow="auto"))
+
+
 def report_for_the_box(incident: Incident) -> str:
     """The Markdown report of `incident` as the report box holds it: a first line naming
     the incident (its id, time and cell or script), then the report."""
@@ -273,5 +279,9 @@ def report_for_the_box(incident: Incident) -> str:
 
 
 def _option_label(entry: LogEntry) -> str:
-    return (f"{entry.created_at[:19].replace('T', ' ')}  {entry.family}  {entry.where()}  "
-            f"{entry.mode}  {entry.id}")
+    """`12-04 02:38  In[4]  device_assert: target 4 at position 3 … (isolated)`: when,
+    where, and what failed in a few words (the summary without its family's title)."""
+    what = entry.summary.split(": ", 1)[-1] if ": " in entry.summary else entry.summary
+    return (f"{entry.created_at[5:16].replace('T', ' ')}  {entry.where()}  "
+            f"{entry.family or 'unknown'}: {textwrap.shorten(what, 64, placeholder=' …')}"
+            f"  ({entry.mode or '?'})")

@@ -20,6 +20,9 @@ WIDTH, HEIGHT = 600, 210
 LEFT, RIGHT, TOP, BOTTOM = 40, 20, 58, 170
 """The plot area inside the picture."""
 IN_RANGE, OUT_OF_RANGE = "#4c78a8", "#d62728"
+ERROR_COLOUR = f"var(--jp-error-color1, {OUT_OF_RANGE})"
+"""JupyterLab's error colour where the theme defines it (brighter in the dark theme): the
+caption stays readable on both backgrounds; `fill` stays the fallback elsewhere."""
 TICKS_ALL_UP_TO = 24
 """Up to this many slots every value gets a tick label; beyond, only the notable ones."""
 
@@ -91,16 +94,17 @@ def _frame(title: str, caption: str, body: list[str], label: str) -> str:
         _text(LEFT, 18, title, weight="bold"),
     ]
     if caption:
-        head.append(_text(LEFT, 36, caption, fill=OUT_OF_RANGE))
+        head.append(_text(LEFT, 36, caption, fill=OUT_OF_RANGE, themed=ERROR_COLOUR))
     axis = (f'<line x1="{LEFT}" y1="{BOTTOM}" x2="{WIDTH - RIGHT}" y2="{BOTTOM}" '
             'stroke="currentColor" stroke-width="1"/>')
     return "\n".join([*head, *body, axis, "</svg>"])
 
 
 def _text(x: float, y: float, text: str, *, anchor: str = "start", weight: str = "normal",
-          fill: str = "currentColor") -> str:
+          fill: str = "currentColor", themed: str | None = None) -> str:
+    style = f' style="fill: {themed}"' if themed else ""
     return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-weight="{weight}" '
-            f'fill="{fill}">{escape(text)}</text>')
+            f'fill="{fill}"{style}>{escape(text)}</text>')
 
 
 class _Scale:

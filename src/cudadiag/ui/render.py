@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import textwrap
 from collections.abc import Iterable
@@ -17,14 +18,18 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
+from cudadiag.batch.names import user_name
+from cudadiag.classify import STICKY_TAIL
 from cudadiag.incident import (
     BatchInfo,
+    BatchPosition,
     CompatCheck,
     EnvInfo,
     Frame,
     FrameContext,
     Incident,
     LaterError,
+    LoopInfo,
     ModelFacts,
     RankRecord,
     StepInfo,
@@ -97,22 +102,165 @@ SHOW_IN_TERMINAL = "cudadiag show"
 
 
 def render_short(incident: Incident, *, show: str | None) -> str:
-    """Return the few lines shown under a failing cell. `show` is the command that opens the
+    """Return the few lines shown under a failing cell: the lead (lead_lines), wrapped to
+    LEAD_WIDTH columns, at most LEAD_BUDGET lines. `show` is the command that opens the
     incident where this text is read (SHOW_IN_IPYTHON, SHOW_IN_TERMINAL), None when it cannot
     be opened (it was not saved): then no hint is given."""
-    d = incident.diagnosis
-    lines = [f"cudadiag [{incident.id}] {d.summary}" + simulated_tag(incident)]
+    lead = lead_lines(incident)
+    lead[0] = LeadLine("headline", f"cudadiag [{incident.id}] {lead[0].text}")
+    if show:
+        lead.append(LeadLine("details", f"details: {show} {incident.id}"))
+    lines = _fitted(lead, LEAD_BUDGET)
+    return "\n".join(line for n, item in enumerate(lines)
+                     for line in _wrapped(item.text, first="" if n == 0 else "  "))
+
+
+LEAD_BUDGET = 12
+"""Lines under a failing cell before the tabs (the text form: all its lines)."""
+LEAD_WIDTH = 100
+"""Columns of the text form's lines."""
+
+
+@dataclass(frozen=True)
+class LeadLine:
+    """One line of what a user sees first under a failing cell."""
+
+    kind: str
+    """`headline`, `noticed`, `restart`, `stopped`, `next`, `loop`, `locals`, `watch`,
+    `details`."""
+    text: str
+
+
+_KEPT_FIRST = ("headline", "restart", "stopped", "next", "details", "noticed", "watch", "loop",
+               "locals")
+"""The order in which lines keep their room when the lead is over its budget."""
+
+
+def lead_lines(incident: Incident) -> list[LeadLine]:
+    """The first screen under a failing cell, in reading order: the headline (family, the
+    operator or kernel, the offending value and the element of the batch holding it, by the
+    name the user's loop gives it, when known), where the error was noticed or raised, the
+    restart line when the context is gone (or the good news that a precheck kept it), the
+    loop position, the next action."""
+    d, e = incident.diagnosis, incident.error
+    summary = d.summary.removesuffix(STICKY_TAIL)
+    where = incident.op.in_batch if incident.op is not None else None
+    if where is not None:  # the element by the name the user's loop gives it
+        summary = summary.replace(where.describe(), offending_element(incident, where))
+    lines = [LeadLine("headline", f"{d.family} — {summary}" + simulated_tag(incident))]
     death = death_line(incident)
     if death:
-        lines.append(f"  {death}")
-    lines += [f"  {line}" for line in header_lines(incident)[1:]]
-    if d.first_checks:
-        lines.append(f"  check first: {d.first_checks[0]}")
+        lines.append(LeadLine("noticed", death))
+    if e.reported_at:
+        place = e.reported_at.location() + (
+            "" if e.reported_at.function == "<module>" else f" in {e.reported_at.function}")
+        code = f": {e.reported_at.source}" if e.reported_at.source else ""
+        lines.append(LeadLine("noticed", (
+            f"noticed at {place}{code} — where CUDA reported it, not necessarily the cause"
+            if noticed_later(incident) else f"raised at {place}{code}")))
     if d.sticky:
-        lines.append("  " + restart_reminder(incident))
-    if show:
-        lines.append(f"  details: {show} {incident.id}")
-    return "\n".join(lines)
+        kind = "stopped" if stopped_before_it_ran(incident) else "restart"
+        lines.append(LeadLine(kind, restart_line(incident)))
+    lines += _iteration(incident)
+    step = next_step(incident)
+    if step:
+        lines.append(LeadLine("next", step))
+    return lines
+
+
+def offending_element(incident: Incident, where: BatchPosition) -> str:
+    """`target[2] (batch[1][2], row 2: dataset index 26)`: the element by the name the
+    user's loop gives its tensor, then as the batch holds it."""
+    named = user_name(where.tensor, _loops(incident))
+    if named is None:
+        return where.describe()
+    place = where.describe().replace(" (", ", ", 1)  # batch[1][2], row 2: dataset index 26)
+    return f"{named}[{', '.join(map(str, where.index))}] ({place}"
+
+
+def _loops(incident: Incident) -> list[LoopInfo]:
+    return [loop for frame in (incident.loop.frames if incident.loop else [])
+            for loop in frame.loops]
+
+
+def restart_line(incident: Incident) -> str:
+    """The restart reminder in one line (restart_reminder() is the paragraph)."""
+    cell, simulated = _cell_label(incident), " (simulated)" if incident.run.simulated else ""
+    if incident.op is not None and stopped_before_it_ran(incident):
+        return (f"Stopped before it ran: the precheck stopped {incident.op.name} in {cell}, so "
+                f"that run's CUDA context{simulated} stayed usable")
+    if incident.run.mode != "kernel":
+        return (f"The CUDA context{simulated} of that run was unusable from {cell} on: the "
+                "process could only end")
+    return (f"Restart required: the CUDA context{simulated} has been unusable since {cell} — "
+            "restart the kernel; a restart fixes no bad target or index")
+
+
+def next_step(incident: Incident) -> str | None:
+    """What to do next, in one line: re-run isolated when the kernel saw the error after
+    the fact, else the first check (its first sentence); None when there is neither."""
+    run, d = incident.run, incident.diagnosis
+    if run.mode == "kernel" and run.cells and noticed_later(incident):
+        return (f"next: %cuda_isolate re-runs {_cell_label(incident)} in a fresh process with "
+                "blocking launches: the operator, the offending value, its position")
+    if d.first_checks:
+        return "check first: " + first_sentence(d.first_checks[0])
+    return None
+
+
+def first_sentence(text: str) -> str:
+    """Return `text` up to the end of its first sentence (". "), all of it when it has one
+    sentence."""
+    end = text.find(". ")
+    return text[: end + 1] if end > 0 else text
+
+
+def _fitted(lines: list[LeadLine], budget: int) -> list[LeadLine]:
+    """`lines` in at most `budget` wrapped lines: the lines that come last in _KEPT_FIRST
+    are cut to one line (ending in …) first, then left out."""
+    lines = list(lines)
+    by_rank = sorted(range(len(lines)), key=lambda n: (
+        -_KEPT_FIRST.index(lines[n].kind), -n))
+    for n in by_rank:
+        if sum(len(_wrapped(x.text)) for x in lines) <= budget:
+            break
+        if len(_wrapped(lines[n].text)) > 1:
+            lines[n] = LeadLine(lines[n].kind,
+                                textwrap.shorten(lines[n].text, LEAD_WIDTH - 4, placeholder=" …"))
+    while sum(len(_wrapped(x.text)) for x in lines) > budget:
+        lines.pop(max(range(len(lines)), key=lambda n: (_KEPT_FIRST.index(lines[n].kind), n)))
+    return lines
+
+
+def _wrapped(text: str, first: str = "  ") -> list[str]:
+    return textwrap.wrap(text, width=LEAD_WIDTH, initial_indent=first,
+                         subsequent_indent=first + "    ", break_on_hyphens=False) or [first]
+
+
+def lead_html(incident: Incident) -> str:
+    """The lead (lead_lines) as HTML: one block per line, the headline bold, the restart
+    line framed in the theme's error colour, the good news in its success colour."""
+    out = [f'<div class="cd-lead" data-incident="{escape(incident.id)}">']
+    for line in _fitted(lead_lines(incident), LEAD_BUDGET):
+        text = escape(line.text)
+        if line.kind == "headline":
+            text = f"<b>{text}</b>"
+        out.append(f'<div class="cd-{_LEAD_CLASS.get(line.kind, line.kind)}"'
+                   f' style="{_LEAD_STYLES.get(line.kind, _LINE_STYLE)}">{text}</div>')
+    out.append("</div>")
+    return "".join(out)
+
+
+_LEAD_CLASS = {"restart": "restart-line", "stopped": "stopped-line"}
+_LINE_STYLE = "margin: 1px 0; line-height: 1.4"
+_LEAD_STYLES = {
+    "headline": "font-size: 1.1em; margin: 2px 0; line-height: 1.4",
+    "restart": ("border-left: 4px solid var(--jp-error-color1, #d32f2f); padding: 1px 8px; "
+                "margin: 3px 0; font-weight: 600; line-height: 1.4"),
+    "stopped": ("border-left: 4px solid var(--jp-success-color1, #388e3c); padding: 1px 8px; "
+                "margin: 3px 0; line-height: 1.4"),
+    "next": "margin: 3px 0 1px; line-height: 1.4",
+}
 
 
 @dataclass
@@ -132,6 +280,9 @@ class Section:
     """Source code: laid out as written, never wrapped."""
     svg: str | None = None
     """An inline SVG picture made by cudadiag (ui.pictures), shown under the lines in HTML."""
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    """Named values after the lines: a two-column grid in HTML, `name: value` lines in
+    text."""
 
 
 def header_lines(incident: Incident) -> list[str]:
@@ -157,21 +308,24 @@ def iteration_lines(incident: Incident) -> list[str]:
     """Where in its loops the failure happened, in a line or three: the loop variables of
     each user frame (outermost first), the raising frame's other scalars, and the step,
     flags and dataset indices of an active watch()."""
+    return [line.text for line in _iteration(incident)]
+
+
+def _iteration(incident: Incident) -> list[LeadLine]:
     lines = []
     frames = incident.loop.frames if incident.loop else []
     looped = [f for f in frames if f.loops]
     if looped:
-        where = ("loop when the error was noticed (the failing kernel may belong to an "
-                 "earlier step)" if noticed_later(incident) else "loop")
-        lines.append(f"{where}: " + " › ".join(
-            f"{_loop_values(f)} ({_frame_place(f)})" for f in looped))
+        where = "loop when the error was noticed" if noticed_later(incident) else "loop"
+        lines.append(LeadLine("loop", f"{where}: " + " › ".join(
+            f"{_loop_values(f)} ({_frame_place(f)})" for f in looped)))
     if frames and frames[-1].scalars:
         last = frames[-1]
-        lines.append(f"locals of {_frame_place(last)}: "
-                     + cut_pairs(_unsecret(last.scalars.items()), SHORT_VALUES,
-                                 last.scalars_omitted))
+        lines.append(LeadLine("locals", f"locals of {_frame_place(last)}: "
+                              + cut_pairs(_unsecret(last.scalars.items()), SHORT_VALUES,
+                                          last.scalars_omitted)))
     if incident.step:
-        lines.append(_watch_line(incident.step, incident.batch))
+        lines.append(LeadLine("watch", _watch_line(incident.step, incident.batch)))
     return lines
 
 
@@ -279,20 +433,19 @@ def sections(incident: Incident) -> list[Section]:
     elif d.sticky:
         parts.append(Section("restart", "Restart required",
                              [restart_reminder(incident), RESTART_FRONTENDS]))
-    error = [f"{e.type}: {e.message}"]
+    pairs = []
     if d.evidence and not d.evidence.endswith(e.message):
-        error.append(f"first message: {d.evidence}")
+        pairs.append(("first message", d.evidence))
     if incident.op:
         args = ", ".join(arg_text(a) for a in incident.op.args)
-        error.append(f"operator: {incident.op.name}({args})")
+        pairs.append(("operator", f"{incident.op.name}({args})"))
         if incident.op.precheck:
-            error.append(f"precheck: {incident.op.precheck}")
+            pairs.append(("precheck", incident.op.precheck))
         if incident.op.in_batch:
-            error.append(f"in the batch: {incident.op.in_batch.describe()}")
-    error += [f"{k}: {detail_text(k, v)}" for k, v in d.details.items()
-              if k not in UNSHOWN_DETAILS]
-    error += [f"at {frame_text(f)}" for f in e.traceback if f.user]
-    parts.append(Section("error", "First error", error))
+            pairs.append(("in the batch", incident.op.in_batch.describe()))
+    pairs += [(k, detail_text(k, v)) for k, v in d.details.items() if k not in UNSHOWN_DETAILS]
+    pairs += [("at", frame_text(f)) for f in e.traceback if f.user]
+    parts.append(Section("error", "First error", [f"{e.type}: {e.message}"], pairs=pairs))
     if incident.loop and incident.loop.frames:
         parts.append(Section("loop", "Where in the loop", loop_code(incident),
                              preformatted=True))
@@ -360,6 +513,7 @@ def render_text(incident: Incident) -> str:
             out += ["  " + line if line else "" for line in part.lines]
         else:
             out += [_wrap(line, "- " if part.bullets else "  ") for line in part.lines]
+        out += [_wrap(f"{name}: {value}") for name, value in part.pairs]
         if part.table:
             out += ["  " + " | ".join(row) for row in part.table]
     return "\n".join(out)
@@ -367,12 +521,9 @@ def render_text(incident: Incident) -> str:
 
 def render_html(incident: Incident) -> str:
     """Return the report as one self-contained HTML block (the static fallback of the panel:
-    nbconvert, GitHub, a reopened notebook)."""
-    head = header_lines(incident)
+    nbconvert, GitHub, a reopened notebook): the lead (lead_html), then the sections."""
     out = [f'<div class="cudadiag-report" data-incident="{escape(incident.id)}">',
-           f'<div class="cd-header"><b>{escape(head[0])}</b>']
-    out += [f"<div>{escape(line)}</div>" for line in head[1:]]
-    out.append("</div>")
+           lead_html(incident)]
     out += [section_html(part) for part in sections(incident)]
     out.append("</div>")
     return "\n".join(out)
@@ -382,7 +533,8 @@ def section_html(part: Section) -> str:
     """Return one section as HTML (the panel shows each in its own tab)."""
     if part.key == "restart":
         body = "".join(f"<div>{escape(line)}</div>" for line in part.lines)
-        return (f'<div class="cd-restart" style="{_BANNER_STYLE}"><b>{escape(part.title)}'
+        style = f"{_BANNER_STYLES.get(part.title, '')}; {_BANNER_LAYOUT}"
+        return (f'<div class="cd-restart" style="{style}"><b>{escape(part.title)}'
                 f"</b>{body}</div>")
     if part.preformatted:
         code = "\n".join(part.lines)
@@ -391,18 +543,54 @@ def section_html(part: Section) -> str:
         body = "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in part.lines) + "</ul>"
     else:
         body = "".join(f"<div>{escape(line)}</div>" for line in part.lines)
+    if part.pairs:
+        body += ('<div class="cd-grid" style="display: grid; grid-template-columns: '
+                 'max-content 1fr; gap: 2px 14px">' + "".join(
+                     f'<div style="color: var(--jp-content-font-color2, #666)">{escape(name)}'
+                     f"</div><div>{escape(value)}</div>" for name, value in part.pairs)
+                 + "</div>")
     if part.svg:
         body += f'<div class="cd-picture">{part.svg}</div>'
     if part.table:
-        header = "".join(f"<th>{escape(c)}</th>" for c in part.table[0])
-        rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
-                       for row in part.table[1:])
-        body += (f'<table class="cd-batch-table"><thead><tr>{header}</tr></thead>'
-                 f"<tbody>{rows}</tbody></table>")
+        body += _table_html(part.table, "cd-batch-table" if part.key == "batch"
+                            else f"cd-{part.key}-table")
     inner = f'<section class="cd-{part.key}"><h4>{escape(part.title)}</h4>{body}</section>'
     if part.collapsed:
         return f"<details><summary>{escape(part.title)}</summary>{inner}</details>"
     return inner
+
+
+_NUMBER = re.compile(r"^[-+−]?(\d[\d,]*(\.\d+)?(e[-+]?\d+)?|\.\d+|inf|nan)"
+                     r"( ?(ms|s|%|B|KiB|MiB|GiB))?$", re.IGNORECASE)
+"""A table cell that holds a figure (with its unit): right-aligned, kept on one line."""
+
+
+def table_columns(table: list[list[str]]) -> tuple[list[int], set[int]]:
+    """Return, for a table (header first), the columns to show (those with a value in some
+    row) and those of them that hold figures (every value a number, with its unit)."""
+    header, rows = table[0], table[1:]
+    kept = [n for n in range(len(header)) if not rows or any(row[n] for row in rows)]
+    figures = {n for n in kept if any(row[n] for row in rows)
+               and all(not row[n] or row[n] == "—" or _NUMBER.match(row[n]) for row in rows)}
+    return kept, figures
+
+
+def _table_html(table: list[list[str]], css_class: str) -> str:
+    """A table (header first) as HTML: columns empty in every row left out, text aligned
+    left, figures right and never wrapped."""
+    header, rows = table[0], table[1:]
+    kept, figures = table_columns(table)
+
+    def cell(tag: str, n: int, text: str) -> str:
+        style = ("text-align: right; white-space: nowrap" if n in figures
+                 else "text-align: left") + "; padding: 1px 8px"
+        return f'<{tag} style="{style}">{escape(text)}</{tag}>'
+
+    head = "".join(cell("th", n, header[n]) for n in kept)
+    body = "".join("<tr>" + "".join(cell("td", n, row[n]) for n in kept) + "</tr>"
+                   for row in rows)
+    return (f'<table class="{css_class}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
 
 
 def _batch_section(incident: Incident) -> Section:
@@ -421,8 +609,9 @@ def _batch_section(incident: Incident) -> Section:
     batch = incident.batch
     rows = []
     valid = incident.diagnosis.details.get("valid_range")
+    loops = _loops(incident)
     for t in batch.tensors if batch else []:
-        rows.append(_tensor_row(t))
+        rows.append(_tensor_row(t, user_name(t.path, loops)))
         flags += _tensor_flags(t, valid)
     if batch is not None:
         lines += _batch_lines(batch)
@@ -462,13 +651,14 @@ def value_text(v: float | None) -> str:
     return "" if v is None else str(v)
 
 
-def _tensor_row(t: TensorSummary) -> list[str]:
+def _tensor_row(t: TensorSummary, named: str | None) -> list[str]:
     if t.values_skipped:
         values = [t.values_skipped, "", "", "", "", ""]
     else:
         values = [value_text(v)
                   for v in (t.min, t.max, t.negatives, t.distinct, t.nan, t.inf)]
-    return [t.path, str(t.shape), t.dtype, t.device, str(t.stride), *values]
+    path = f"{named} ({t.path})" if named else t.path
+    return [path, str(t.shape), t.dtype, t.device, str(t.stride), *values]
 
 
 def _tensor_flags(t: TensorSummary, valid: list[int] | None) -> list[str]:
@@ -489,8 +679,11 @@ def environment_lines(env: EnvInfo | None) -> list[str]:
     value left out); ["not recorded"] for an incident without one."""
     if env is None:
         return ["not recorded"]
+    builds = [f"{name} {value}" for name, value in
+              (("CUDA", env.cuda), ("HIP", env.hip), ("cuDNN", env.cudnn)) if value]
     lines = [f"PyTorch {env.torch}, Python {env.python}, {env.platform}",
-             f"backend {env.backend}; CUDA {env.cuda}; HIP {env.hip}; cuDNN {env.cudnn}"]
+             f"backend {env.backend}; "
+             + ("; ".join(builds) if builds else "this build has no CUDA, HIP or cuDNN")]
     if env.device_name:
         lines.append(f"device {env.device_name}, capability {env.capability}"
                      + (f", in the build's arch list: {env.device_in_arch_list}"
@@ -514,8 +707,13 @@ def environment_table(env: EnvInfo) -> str:
     return "\n".join(f"{name + ':':{width + 1}} {value}" for name, value in fields.items())
 
 
-_BANNER_STYLE = ("border: 2px solid #c62828; background: #ffebee; color: #b71c1c; "
-                 "padding: 6px 10px; margin: 6px 0; border-radius: 4px")
+_BANNER_STYLES = {
+    "Restart required": "border: 2px solid var(--jp-error-color1, #d32f2f)",
+    "Stopped before it ran": "border: 2px solid var(--jp-success-color1, #388e3c)",
+}
+"""The restart box in the theme's colours (JupyterLab's variables, light and dark): an alarm,
+or good news when a precheck kept the context usable."""
+_BANNER_LAYOUT = "padding: 6px 10px; margin: 6px 0; border-radius: 4px"
 
 
 def compat_lines(checks: Iterable[CompatCheck]) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, cast
 
 from IPython.core.error import UsageError
 
@@ -16,7 +16,7 @@ from cudadiag.options.parsing import MagicParser, split_line
 from cudadiag.options.runs import ALLOW_SIDE_EFFECTS, TIMEOUT
 from cudadiag.steps import cell_of, choose_steps, profiles, watched_in
 from cudadiag.ui import results
-from cudadiag.ui.displayed import as_view
+from cudadiag.ui.displayed import CommandOutput, as_view
 from cudadiag.validate.run import VALIDATION_RUN, validate_program
 from cudadiag.validate.view import ValidationView, validation_section
 
@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def validate_in_shell(shell: Any, line: str) -> ValidationView:
     """Run `%cudadiag validate LINE` in `shell`; return the report (it displays itself).
-    The plan is printed first, its side effects named. Raises UsageError for bad options, a
+    The plan is printed first, its side effects named; in a notebook kernel the report then
+    takes the place of the plan and progress lines. Raises UsageError for bad options, a
     cell that ran no watch(), a plan that cannot run or one that would repeat what earlier
     cells did (without --allow-side-effects); KeyboardInterrupt when interrupted."""
     args = _parser().parse_args(split_line(line))
@@ -62,20 +63,21 @@ def validate_in_shell(shell: Any, line: str) -> ValidationView:
     failing = None if record.exhausted else record.step
     chosen = None if args.all else choose_steps(seen, record.length, failing, seed=args.seed)
     scope = "every step" if chosen is None else f"steps {sorted(chosen)}"
-    print(f"validating In[{cell}] (watch {record.name!r}) over {scope} in a fresh process",
-          flush=True)
-    check_plans([("", plan)])
-    total = record.length if record.length is not None else len(seen)
-    progress = _bar(total) if args.all else None
-    try:
-        report = validate_program(program, record.name, chosen, seen, total=record.length,
-                                  timeout=args.timeout, progress=progress)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot run isolated: {exc}") from None
-    if progress is not None:
-        print(file=sys.stdout, flush=True)
+    with CommandOutput(shell) as output:
+        print(f"validating In[{cell}] (watch {record.name!r}) over {scope} in a fresh process",
+              flush=True)
+        check_plans([("", plan)])
+        total = record.length if record.length is not None else len(seen)
+        progress = _bar(total) if args.all else None
+        try:
+            report = validate_program(program, record.name, chosen, seen, total=record.length,
+                                      timeout=args.timeout, progress=progress)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot run isolated: {exc}") from None
+        if progress is not None:
+            print(file=sys.stdout, flush=True)
     results.remember(shell, "Validate", ("cell", report.cell), validation_section(report))
-    return as_view(ValidationView, report)
+    return cast(ValidationView, output.replace(as_view(ValidationView, report)))
 
 
 def _bar(total: int) -> Any:
