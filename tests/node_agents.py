@@ -19,8 +19,9 @@ from cudadiag.log.store import IncidentStore
 
 AGENT_LIMIT_S = 240
 """The most a test waits for an agent (two busy cores, four torch imports per job)."""
-SUMMARY = re.compile(r"^cudadiag \[(?P<id>\w+)\] (?P<summary>.*?)(?: \[simulated\])?$",
-                     re.MULTILINE)
+SUMMARY = re.compile(r"^cudadiag \[(?P<id>\w+)\] (?P<family>[\w-]+) — (?P<summary>.*?)"
+                     r"(?: \[simulated\])?$", re.MULTILINE)
+"""The headline `cudadiag run` prints: the incident's id, its family, its summary."""
 
 BAD_TARGET = """\
 import os
@@ -72,9 +73,9 @@ class Node:
 
     def summary(self) -> tuple[str, str]:
         """(incident id, summary) of the line the agent printed last."""
-        found = SUMMARY.findall(self.stderr())
+        found = list(SUMMARY.finditer(self.stderr()))
         assert found, self.stderr()[-4000:]
-        return found[-1]
+        return found[-1]["id"], found[-1]["summary"]
 
     def incident(self) -> Incident:
         """The one incident in this node's log."""

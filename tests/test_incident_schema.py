@@ -74,7 +74,8 @@ def test_every_view_of_an_earlier_incident_renders(log, tmp_path):
         report = render_report(incident)
         assert report.startswith(f"## {incident.diagnosis.family}: ")
     kernel, isolated, _ = found
-    assert "batch[1] | [3] | int64 | cpu | [1] | 0 | 4" in render_text(kernel)
+    named = "target (batch[1])" if kernel.loop else "batch[1]"  # the loop names the tensor
+    assert f"{named} | [3] | int64 | cpu | [1] | 0 | 4" in render_text(kernel)
     assert "**Minimized code:**" in render_report(isolated)
 
 

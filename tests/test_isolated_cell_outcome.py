@@ -180,7 +180,9 @@ def test_an_isolated_incident_names_the_cell_that_ran_and_a_precheck_kept_the_co
     assert f"was unusable from In[{calling}] on" in shown and f"In[{setup}] on" not in shown
     panel = Panel(poisoned, shell=shell)
     assert panel.rerun.tooltip == f"%cuda_isolate {calling}"
-    assert f"  In[{calling}]  isolated  {poisoned.id}" in panel.selector.options[0][0]
+    label, shown_id = panel.selector.options[0]
+    assert shown_id == poisoned.id
+    assert f"  In[{calling}]  device_assert: " in label and label.endswith("(isolated)")
 
 
 def test_same_failure_says_reproduced_first(shell, capsys):
@@ -299,7 +301,9 @@ def test_a_real_kernel_interrupt_ends_the_cell_with_keyboard_interrupt(tmp_path)
         assert reply["content"]["status"] == "error"
         assert reply["content"]["ename"] == "KeyboardInterrupt"
         assert ended - interrupted[0] < 10
-        (grandchild,) = _pids("".join(seen), "grandchild")
+        pids = _pids("".join(seen), "grandchild")
+        assert len(pids) == 1, seen
+        (grandchild,) = pids
         assert not _alive(grandchild)
         after = client.execute_interactive("print('kernel alive')", timeout=60)
         assert after["content"]["status"] == "ok"

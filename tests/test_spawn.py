@@ -84,7 +84,7 @@ def test_the_spawn_pitfall_in_a_notebook_says_so_and_points_at_cuda_isolate(
     shown, home, _ = spawn_notebook
     assert "Can't get attribute 'worker' on <module '__main__'" in shown[3]  # the child's
     assert ("A process started with the 'spawn' start method cannot load a function defined "
-            "in the notebook") in shown[3]
+            "in the notebook") in " ".join(shown[3].split())  # the lead, unwrapped
     pitfall = next(i for i in logged(home, monkeypatch, "kernel") if i.run.cells == [4])
     assert pitfall.diagnosis.details["pitfall"] == "notebook_function_in_child"
     assert pitfall.diagnosis.details["function"] == "worker"

@@ -258,7 +258,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
               "interpreter out", file=sys.stderr)
     if result.incident is not None:
         saved = IncidentStore().is_saved(result.incident.id)
-        print(render_short(result.incident, show=SHOW_IN_TERMINAL if saved else None),
+        print(render_short(result.incident, show=SHOW_IN_TERMINAL if saved else None,
+                           width=0),
               file=sys.stderr)
         if args.json:
             _write_json(Path(args.json), incident_json(result.incident))

@@ -101,18 +101,22 @@ SHOW_IN_TERMINAL = "cudadiag show"
 """How a shell user opens an incident."""
 
 
-def render_short(incident: Incident, *, show: str | None) -> str:
-    """Return the few lines shown under a failing cell: the lead (lead_lines), wrapped to
-    LEAD_WIDTH columns, at most LEAD_BUDGET lines. `show` is the command that opens the
-    incident where this text is read (SHOW_IN_IPYTHON, SHOW_IN_TERMINAL), None when it cannot
-    be opened (it was not saved): then no hint is given."""
+def render_short(incident: Incident, *, show: str | None,
+                 width: int | None = None) -> str:
+    """Return the few lines shown under a failing cell: the lead (lead_lines), at most
+    LEAD_BUDGET lines, wrapped to `width` columns (LEAD_WIDTH by default; 0 for one line per
+    fact, as `cudadiag run` prints them: a terminal wraps them itself, and a log keeps each
+    fact on the line grep finds). `show` is the command that opens the incident where this
+    text is read (SHOW_IN_IPYTHON, SHOW_IN_TERMINAL), None when it cannot be opened (it was
+    not saved): then no hint is given."""
+    width = LEAD_WIDTH if width is None else width
     lead = lead_lines(incident)
     lead[0] = LeadLine("headline", f"cudadiag [{incident.id}] {lead[0].text}")
     if show:
         lead.append(LeadLine("details", f"details: {show} {incident.id}"))
-    lines = _fitted(lead, LEAD_BUDGET)
+    lines = _fitted(lead, LEAD_BUDGET, width)
     return "\n".join(line for n, item in enumerate(lines)
-                     for line in _wrapped(item.text, first="" if n == 0 else "  "))
+                     for line in _wrapped(item.text, width, first="" if n == 0 else "  "))
 
 
 LEAD_BUDGET = 12
@@ -131,8 +135,8 @@ class LeadLine:
     text: str
 
 
-_KEPT_FIRST = ("headline", "restart", "stopped", "next", "details", "noticed", "watch", "loop",
-               "locals")
+_KEPT_FIRST = ("headline", "restart", "stopped", "next", "check", "details", "noticed", "watch",
+               "loop", "locals")
 """The order in which lines keep their room when the lead is over its budget."""
 
 
@@ -141,7 +145,7 @@ def lead_lines(incident: Incident) -> list[LeadLine]:
     operator or kernel, the offending value and the element of the batch holding it, by the
     name the user's loop gives it, when known), where the error was noticed or raised, the
     restart line when the context is gone (or the good news that a precheck kept it), the
-    loop position, the next action."""
+    loop position, what to check first, the next action."""
     d, e = incident.diagnosis, incident.error
     summary = d.summary.removesuffix(STICKY_TAIL)
     where = incident.op.in_batch if incident.op is not None else None
@@ -162,6 +166,9 @@ def lead_lines(incident: Incident) -> list[LeadLine]:
         kind = "stopped" if stopped_before_it_ran(incident) else "restart"
         lines.append(LeadLine(kind, restart_line(incident)))
     lines += _iteration(incident)
+    if incident.diagnosis.first_checks:
+        lines.append(LeadLine("check", "check first: "
+                              + first_sentence(incident.diagnosis.first_checks[0])))
     step = next_step(incident)
     if step:
         lines.append(LeadLine("next", step))
@@ -197,14 +204,12 @@ def restart_line(incident: Incident) -> str:
 
 
 def next_step(incident: Incident) -> str | None:
-    """What to do next, in one line: re-run isolated when the kernel saw the error after
-    the fact, else the first check (its first sentence); None when there is neither."""
-    run, d = incident.run, incident.diagnosis
+    """What to do next, in one line, when the kernel saw the error after the fact: re-run
+    the cell isolated; None otherwise (the first check is then the next step)."""
+    run = incident.run
     if run.mode == "kernel" and run.cells and noticed_later(incident):
         return (f"next: %cuda_isolate re-runs {_cell_label(incident)} in a fresh process with "
                 "blocking launches: the operator, the offending value, its position")
-    if d.first_checks:
-        return "check first: " + first_sentence(d.first_checks[0])
     return None
 
 
@@ -215,25 +220,31 @@ def first_sentence(text: str) -> str:
     return text[: end + 1] if end > 0 else text
 
 
-def _fitted(lines: list[LeadLine], budget: int) -> list[LeadLine]:
-    """`lines` in at most `budget` wrapped lines: the lines that come last in _KEPT_FIRST
-    are cut to one line (ending in …) first, then left out."""
+def _fitted(lines: list[LeadLine], budget: int, width: int = LEAD_WIDTH) -> list[LeadLine]:
+    """`lines` in at most `budget` lines once wrapped to `width` (0: unwrapped): the lines
+    that come last in _KEPT_FIRST are cut to one line (ending in …) first, then left out."""
     lines = list(lines)
+
+    def used() -> int:
+        return sum(len(_wrapped(x.text, width)) for x in lines)
+
     by_rank = sorted(range(len(lines)), key=lambda n: (
         -_KEPT_FIRST.index(lines[n].kind), -n))
     for n in by_rank:
-        if sum(len(_wrapped(x.text)) for x in lines) <= budget:
+        if used() <= budget:
             break
-        if len(_wrapped(lines[n].text)) > 1:
+        if len(_wrapped(lines[n].text, width)) > 1:
             lines[n] = LeadLine(lines[n].kind,
-                                textwrap.shorten(lines[n].text, LEAD_WIDTH - 4, placeholder=" …"))
-    while sum(len(_wrapped(x.text)) for x in lines) > budget:
+                                textwrap.shorten(lines[n].text, width - 4, placeholder=" …"))
+    while used() > budget:
         lines.pop(max(range(len(lines)), key=lambda n: (_KEPT_FIRST.index(lines[n].kind), n)))
     return lines
 
 
-def _wrapped(text: str, first: str = "  ") -> list[str]:
-    return textwrap.wrap(text, width=LEAD_WIDTH, initial_indent=first,
+def _wrapped(text: str, width: int = LEAD_WIDTH, first: str = "  ") -> list[str]:
+    if not width:
+        return [first + text]
+    return textwrap.wrap(text, width=width, initial_indent=first,
                          subsequent_indent=first + "    ", break_on_hyphens=False) or [first]
 
 
