@@ -140,3 +140,25 @@ def test_a_replayed_batch_keeps_its_dataset_indices_and_names_the_offending_samp
             in short.splitlines()[0] + " " + short)  # the headline names it
     assert "target (batch[1])" in render_html(isolated)  # the Batch table too
     assert "last incomplete batch" in short and len(short.splitlines()) <= LEAD_BUDGET
+
+
+def test_a_cell_that_does_not_compile_shows_only_its_syntax_error(shell, capsys):
+    run(shell, "x = (")
+    shown = ANSI.sub("", "".join(capsys.readouterr()))
+    assert "SyntaxError: incomplete input" in shown and "Cell In[" in shown
+    assert "Traceback (most recent call last)" not in shown  # no frames of IPython's parser
+    assert "ast_parse" not in shown and "interactiveshell.py" not in shown
+    assert incidents() == []
+
+
+def test_debug_opens_the_users_line_not_cudadiags_frames(shell, capsys, monkeypatch):
+    import io
+
+    cell = fail_with_device_assert(shell)
+    capsys.readouterr()
+    monkeypatch.setattr(shell.InteractiveTB, "pdb", None)  # a debugger reading this stdin
+    monkeypatch.setattr(sys, "stdin", io.StringIO("where\nq\n"))
+    run(shell, "%debug")
+    shown = ANSI.sub("", capsys.readouterr().out)
+    assert f"<ipython-input-{cell}-" in shown and "print('loss', loss.item())" in shown
+    assert "testing.py" not in shown, shown  # the simulated device's raise is cudadiag's

@@ -96,8 +96,15 @@ class TracebackHandler:
     def __call__(self, shell: Any, etype: type[BaseException], value: BaseException,
                  tb: TracebackType | None, tb_offset: int | None = None) -> None:
         """Show the error: diagnosed first, then its traceback. IPython discards what a
-        custom handler returns: the handler shows the traceback itself."""
+        custom handler returns: the handler shows the traceback itself. A cell that did not
+        compile is shown as IPython shows a syntax error (IPython calls this handler for it
+        too)."""
+        if not _ran_cell_code(shell, tb):
+            shell.showsyntaxerror()
+            return
         shown = without_own_frames(tb)
+        if shown is not tb:  # %debug opens the error's own traceback: the one shown
+            value.__traceback__ = shown
         if not self.diagnose(value):
             shell.showtraceback((etype, value, shown), tb_offset=tb_offset,
                                 running_compiled_code=True)
@@ -121,6 +128,16 @@ def _own(entry: TracebackType) -> bool:
 
 def _file(entry: TracebackType) -> str:
     return entry.tb_frame.f_code.co_filename
+
+
+def _ran_cell_code(shell: Any, tb: TracebackType | None) -> bool:
+    """True when `tb` passes through a cell's code: the error was raised while the cell ran,
+    not while IPython compiled it."""
+    while tb is not None:
+        if _cell_of(shell, _file(tb)) is not None:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _cell_of(shell: Any, filename: str) -> int | None:
