@@ -162,3 +162,20 @@ def test_debug_opens_the_users_line_not_cudadiags_frames(shell, capsys, monkeypa
     shown = ANSI.sub("", capsys.readouterr().out)
     assert f"<ipython-input-{cell}-" in shown and "print('loss', loss.item())" in shown
     assert "testing.py" not in shown, shown  # the simulated device's raise is cudadiag's
+
+
+def test_the_folded_frame_is_the_users_line_not_pytorchs(shell, capsys, monkeypatch):
+    """The walk's loop fails inside F.cross_entropy (an IndexError on CPU tensors): the
+    folded traceback names the loop's line, the last frame of the user's code."""
+    from scenarios import WALK_DATA, WALK_LOOP, WALK_SETUP
+
+    monkeypatch.setattr(sys, "stderr", sys.stdout)
+    run(shell, WALK_SETUP)
+    run(shell, WALK_DATA)
+    result, cell = run(shell, WALK_LOOP)
+    assert isinstance(result.error_in_exec, IndexError)
+    shown = ANSI.sub("", capsys.readouterr().out)
+    folded = shown[shown.index(UNFOLD):].splitlines()[:3]
+    assert folded[1] == (f"In[{cell}], line 2: "
+                         "loss = F.cross_entropy(model(features), target)"), folded
+    assert folded[2] == "IndexError: Target 4 is out of bounds."

@@ -48,12 +48,15 @@ def without_own_frames(tb: TracebackType | None) -> TracebackType | None:
 
 def folded(shell: Any, value: BaseException, tb: TracebackType | None) -> list[str]:
     """Return a folded traceback as IPython's structured traceback (one element): three
-    lines, UNFOLD, the last frame of `tb` (its place and line of code), the error's type and
-    first line of message, coloured as IPython colours them."""
+    lines, UNFOLD, the last frame of the user's code in `tb` (a cell or a file of theirs; the
+    last frame when there is none), its place and line of code, the error's type and first
+    line of message, coloured as IPython colours them."""
     frames = tb_module.extract_tb(tb)
     lines = [f"{_CYAN}{UNFOLD}{_RESET}"]
+    users = [f for f in frames
+             if _cell_of(shell, f.filename) is not None or is_user_file(f.filename)]
     if frames:
-        last = frames[-1]
+        last = (users or frames)[-1]
         cell = _cell_of(shell, last.filename)
         place = f"In[{cell}]" if cell is not None else last.filename
         code = f": {last.line}" if last.line else ""
