@@ -62,7 +62,7 @@ def test_the_lead_comes_first_and_holds_at_most_twelve_lines_before_the_tabs(she
     assert len(lines) <= LEAD_BUDGET
     kinds = [line.split('class="cd-', 2)[2].split('"', 1)[0] for line in lines[:1]]
     kinds += [line.split('class="cd-', 1)[1].split('"', 1)[0] for line in lines[1:]]
-    assert kinds == ["headline", "noticed", "restart-line", "next"], kinds
+    assert kinds == ["headline", "noticed", "restart-line", "check", "next"], kinds
 
 
 def test_filtering_by_family():
