@@ -179,3 +179,14 @@ def test_the_folded_frame_is_the_users_line_not_pytorchs(shell, capsys, monkeypa
     assert folded[1] == (f"In[{cell}], line 2: "
                          "loss = F.cross_entropy(model(features), target)"), folded
     assert folded[2] == "IndexError: Target 4 is out of bounds."
+
+
+def test_under_colors_nocolor_the_folded_traceback_has_no_colour_codes(shell, capsys):
+    colors = shell.colors
+    try:
+        run(shell, "%colors nocolor")
+        fail_with_device_assert(shell)
+    finally:
+        shell.colors = colors
+    shown = capsys.readouterr().out
+    assert UNFOLD in shown and "\x1b[" not in shown, shown  # the folded traceback is on stdout

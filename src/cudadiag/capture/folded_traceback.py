@@ -52,7 +52,9 @@ def folded(shell: Any, value: BaseException, tb: TracebackType | None) -> list[s
     last frame when there is none), its place and line of code, the error's type and first
     line of message, coloured as IPython colours them."""
     frames = tb_module.extract_tb(tb)
-    lines = [f"{_CYAN}{UNFOLD}{_RESET}"]
+    colour = str(getattr(shell, "colors", "")).lower() != "nocolor"  # `%colors nocolor`
+    cyan, green, red, reset = (_CYAN, _GREEN, _RED, _RESET) if colour else ("", "", "", "")
+    lines = [f"{cyan}{UNFOLD}{reset}"]
     users = [f for f in frames
              if _cell_of(shell, f.filename) is not None or is_user_file(f.filename)]
     if frames:
@@ -60,9 +62,9 @@ def folded(shell: Any, value: BaseException, tb: TracebackType | None) -> list[s
         cell = _cell_of(shell, last.filename)
         place = f"In[{cell}]" if cell is not None else last.filename
         code = f": {last.line}" if last.line else ""
-        lines.append(f"{_GREEN}{place}, line {last.lineno}{_RESET}{code}")
+        lines.append(f"{green}{place}, line {last.lineno}{reset}{code}")
     message = str(value).strip().splitlines()
-    lines.append(f"{_RED}{type(value).__name__}{_RESET}"
+    lines.append(f"{red}{type(value).__name__}{reset}"
                  + (f": {message[0]}" if message else ""))
     # one element: IPython joins a traceback's elements with "" or "\n" by its mode (%xmode)
     return ["\n".join(lines)]
