@@ -190,3 +190,17 @@ def test_under_colors_nocolor_the_folded_traceback_has_no_colour_codes(shell, ca
         shell.colors = colors
     shown = capsys.readouterr().out
     assert UNFOLD in shown and "\x1b[" not in shown, shown  # the folded traceback is on stdout
+
+
+def test_in_a_time_cell_the_lead_and_the_fold_name_the_cells_line(shell, capsys, monkeypatch):
+    """`%%time` runs the cell's body as `<timed exec>`: both forms name the cell and its line
+    (the body's line 4 is the cell's line 5) and show its code."""
+    monkeypatch.setattr(sys, "stderr", sys.stdout)
+    run(shell, SETUP)
+    result, cell = run(shell, "%%time\n" + MODEL + "\nloss.item()")
+    assert result.error_in_exec is not None
+    shown = ANSI.sub("", capsys.readouterr().out)
+    assert f"noticed at In[{cell}], line 7: loss.item()" in shown, shown
+    folded = shown[shown.index(UNFOLD):].splitlines()[:3]
+    assert folded[1] == f"In[{cell}], line 7: loss.item()", folded
+    assert "<timed exec>" not in shown
