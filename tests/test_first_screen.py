@@ -204,3 +204,23 @@ def test_in_a_time_cell_the_lead_and_the_fold_name_the_cells_line(shell, capsys,
     folded = shown[shown.index(UNFOLD):].splitlines()[:3]
     assert folded[1] == f"In[{cell}], line 7: loss.item()", folded
     assert "<timed exec>" not in shown
+
+
+def test_a_later_error_of_the_unusable_context_is_folded_under_its_reminder(
+        shell, capsys, monkeypatch):
+    """The second failure: the cell's reminder says the context is unusable, and the
+    traceback is folded (its asynchronous-error advice would send the user hunting); an
+    error the context does not explain keeps its full traceback."""
+    monkeypatch.setattr(sys, "stderr", sys.stdout)
+    shell.InteractiveTB.set_mode("Context")
+    fail_with_device_assert(shell)
+    capsys.readouterr()
+    _, cell = run(shell, "y = torch.ones(2).cuda() + 1")
+    shown = ANSI.sub("", capsys.readouterr().out)
+    assert shown.index("has been unusable since") < shown.index(UNFOLD), shown
+    assert f"In[{cell}], line 1: y = torch.ones(2).cuda() + 1" in shown
+    assert "CUDA_LAUNCH_BLOCKING" not in shown and "cudadiag [" not in shown
+    assert incidents()[0].error.later[-1].cell == cell
+    run(shell, "raise ValueError('mine')")
+    shown = ANSI.sub("", capsys.readouterr().out)
+    assert UNFOLD not in shown and "Traceback (most recent call last)" in shown
