@@ -215,3 +215,20 @@ def test_changing_the_filter_leaves_the_incident_shown_and_its_report_alone():
     panel.family.value = "oom"  # the incident shown is filtered out: the filter's first shows
     assert [made[1].id in lead for lead in leads] == [True]
     assert panel.report.value == "" and panel.report.layout.display == "none"
+
+
+@pytest.mark.slow
+def test_a_rerun_that_shows_its_new_incident_closes_the_report_of_the_one_before(
+        shell, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shell.run_cell("import torch, torch.nn.functional as F", store_history=True)
+    shell.run_cell("loss = F.cross_entropy(torch.randn(3, 4), torch.tensor([0, 2, 4]))",
+                   store_history=True)
+    (kernel_incident,) = incidents()
+    panel = Panel(kernel_incident, shell=shell)
+    panel.copy.click()
+    assert f"`{kernel_incident.id}`" in panel.report.value
+    panel.rerun.click()
+    assert panel.incident.run.mode == "isolated"  # the new incident is shown
+    assert kernel_incident.id not in panel.report.value
+    assert panel.report.layout.display == "none" or f"`{panel.incident.id}`" in panel.report.value

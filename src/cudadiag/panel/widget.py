@@ -128,10 +128,13 @@ class Panel(widgets.VBox):
         self.export.disabled = self.shell is None
 
     def _close_outputs(self) -> None:
-        self.report.value = ""
-        self.report.layout.display = "none"
+        self._close_report()
         self.output.clear_output()
         self._output_of = None
+
+    def _close_report(self) -> None:
+        self.report.value = ""
+        self.report.layout.display = "none"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         bundle = super()._repr_mimebundle_(**kwargs) or {}
@@ -238,6 +241,7 @@ class Panel(widgets.VBox):
             return
         cell = failing_cell(incident)
         self.rerun.disabled = True
+        self._close_report()  # the re-run may end showing its own incident
         self.output.clear_output()
         self._output_of = incident.id
         with self.output:
