@@ -140,3 +140,87 @@ def test_a_replayed_batch_keeps_its_dataset_indices_and_names_the_offending_samp
             in short.splitlines()[0] + " " + short)  # the headline names it
     assert "target (batch[1])" in render_html(isolated)  # the Batch table too
     assert "last incomplete batch" in short and len(short.splitlines()) <= LEAD_BUDGET
+
+
+def test_a_cell_that_does_not_compile_shows_only_its_syntax_error(shell, capsys):
+    run(shell, "x = (")
+    shown = ANSI.sub("", "".join(capsys.readouterr()))
+    assert "SyntaxError: incomplete input" in shown and "Cell In[" in shown
+    assert "Traceback (most recent call last)" not in shown  # no frames of IPython's parser
+    assert "ast_parse" not in shown and "interactiveshell.py" not in shown
+    assert incidents() == []
+
+
+def test_debug_opens_the_users_line_not_cudadiags_frames(shell, capsys, monkeypatch):
+    import io
+
+    cell = fail_with_device_assert(shell)
+    capsys.readouterr()
+    monkeypatch.setattr(shell.InteractiveTB, "pdb", None)  # a debugger reading this stdin
+    monkeypatch.setattr(sys, "stdin", io.StringIO("where\nq\n"))
+    run(shell, "%debug")
+    shown = ANSI.sub("", capsys.readouterr().out)
+    assert f"<ipython-input-{cell}-" in shown and "print('loss', loss.item())" in shown
+    assert "testing.py" not in shown, shown  # the simulated device's raise is cudadiag's
+
+
+def test_the_folded_frame_is_the_users_line_not_pytorchs(shell, capsys, monkeypatch):
+    """The walk's loop fails inside F.cross_entropy (an IndexError on CPU tensors): the
+    folded traceback names the loop's line, the last frame of the user's code."""
+    from scenarios import WALK_DATA, WALK_LOOP, WALK_SETUP
+
+    monkeypatch.setattr(sys, "stderr", sys.stdout)
+    run(shell, WALK_SETUP)
+    run(shell, WALK_DATA)
+    result, cell = run(shell, WALK_LOOP)
+    assert isinstance(result.error_in_exec, IndexError)
+    shown = ANSI.sub("", capsys.readouterr().out)
+    folded = shown[shown.index(UNFOLD):].splitlines()[:3]
+    assert folded[1] == (f"In[{cell}], line 2: "
+                         "loss = F.cross_entropy(model(features), target)"), folded
+    assert folded[2] == "IndexError: Target 4 is out of bounds."
+
+
+def test_under_colors_nocolor_the_folded_traceback_has_no_colour_codes(shell, capsys):
+    colors = shell.colors
+    try:
+        run(shell, "%colors nocolor")
+        fail_with_device_assert(shell)
+    finally:
+        shell.colors = colors
+    shown = capsys.readouterr().out
+    assert UNFOLD in shown and "\x1b[" not in shown, shown  # the folded traceback is on stdout
+
+
+def test_in_a_time_cell_the_lead_and_the_fold_name_the_cells_line(shell, capsys, monkeypatch):
+    """`%%time` runs the cell's body as `<timed exec>`: both forms name the cell and its line
+    (the body's line 4 is the cell's line 5) and show its code."""
+    monkeypatch.setattr(sys, "stderr", sys.stdout)
+    run(shell, SETUP)
+    result, cell = run(shell, "%%time\n" + MODEL + "\nloss.item()")
+    assert result.error_in_exec is not None
+    shown = ANSI.sub("", capsys.readouterr().out)
+    assert f"noticed at In[{cell}], line 7: loss.item()" in shown, shown
+    folded = shown[shown.index(UNFOLD):].splitlines()[:3]
+    assert folded[1] == f"In[{cell}], line 7: loss.item()", folded
+    assert "<timed exec>" not in shown
+
+
+def test_a_later_error_of_the_unusable_context_is_folded_under_its_reminder(
+        shell, capsys, monkeypatch):
+    """The second failure: the cell's reminder says the context is unusable, and the
+    traceback is folded (its asynchronous-error advice would send the user hunting); an
+    error the context does not explain keeps its full traceback."""
+    monkeypatch.setattr(sys, "stderr", sys.stdout)
+    shell.InteractiveTB.set_mode("Context")
+    fail_with_device_assert(shell)
+    capsys.readouterr()
+    _, cell = run(shell, "y = torch.ones(2).cuda() + 1")
+    shown = ANSI.sub("", capsys.readouterr().out)
+    assert shown.index("has been unusable since") < shown.index(UNFOLD), shown
+    assert f"In[{cell}], line 1: y = torch.ones(2).cuda() + 1" in shown
+    assert "CUDA_LAUNCH_BLOCKING" not in shown and "cudadiag [" not in shown
+    assert incidents()[0].error.later[-1].cell == cell
+    run(shell, "raise ValueError('mine')")
+    shown = ANSI.sub("", capsys.readouterr().out)
+    assert UNFOLD not in shown and "Traceback (most recent call last)" in shown

@@ -8,6 +8,7 @@ import pytest
 from cudadiag import Panel, classify, incidents
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
 from cudadiag.log.store import IncidentStore
+from cudadiag.panel.widget import ALL_FAMILIES
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -195,3 +196,39 @@ def test_the_first_error_tab_is_a_grid_with_the_half_open_range(shell):
     grid = first.split('class="cd-grid"', 1)[1]
     assert "<div>[0, 4)</div>" in grid and "valid_range" in grid
     assert "valid_range: " not in first  # not a key: value dump
+
+
+def test_changing_the_filter_leaves_the_incident_shown_and_its_report_alone():
+    """Refilling the selector (a filter, a page) does not pass through another incident: the
+    lead never shows one, and the report box of the incident still shown stays open."""
+    store, made = _store_with("CUDA error: device-side assert triggered",
+                              "CUDA out of memory. Tried to allocate 2.00 GiB",
+                              "CUDA error: an illegal memory access was encountered")
+    panel = Panel(made[0], store=store)
+    panel.copy.click()
+    leads = []
+    panel.header.observe(lambda change: leads.append(change["new"]), names="value")
+    panel.family.value = "device_assert"
+    panel.family.value = ALL_FAMILIES
+    assert leads == [] and panel.incident.id == made[0].id
+    assert f"`{made[0].id}`" in panel.report.value and panel.report.layout.display == "block"
+    panel.family.value = "oom"  # the incident shown is filtered out: the filter's first shows
+    assert [made[1].id in lead for lead in leads] == [True]
+    assert panel.report.value == "" and panel.report.layout.display == "none"
+
+
+@pytest.mark.slow
+def test_a_rerun_that_shows_its_new_incident_closes_the_report_of_the_one_before(
+        shell, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shell.run_cell("import torch, torch.nn.functional as F", store_history=True)
+    shell.run_cell("loss = F.cross_entropy(torch.randn(3, 4), torch.tensor([0, 2, 4]))",
+                   store_history=True)
+    (kernel_incident,) = incidents()
+    panel = Panel(kernel_incident, shell=shell)
+    panel.copy.click()
+    assert f"`{kernel_incident.id}`" in panel.report.value
+    panel.rerun.click()
+    assert panel.incident.run.mode == "isolated"  # the new incident is shown
+    assert kernel_incident.id not in panel.report.value
+    assert panel.report.layout.display == "none" or f"`{panel.incident.id}`" in panel.report.value

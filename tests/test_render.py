@@ -134,3 +134,22 @@ def test_with_blocking_launches_the_line_is_where_it_was_raised():
     assert "  loop: epoch=1, i=23" in short
     assert "observation point" not in short and "noticed" not in short
     assert "running += loss.item()  # <- raised here" in render_text(inc)
+
+
+def test_a_lead_over_its_budget_keeps_the_start_of_a_long_path_and_value():
+    """A long file path shows its last two parts and line; a long unbroken offending value is
+    cut within it, not left out whole (the headline then still names it)."""
+    from cudadiag.ui.render import LEAD_BUDGET
+
+    inc = _with_loop()
+    folders = "/".join(f"a_long_directory_name_{n}" for n in range(14))
+    inc.error.reported_at = Frame(file=f"/home/user/{folders}/train.py", line=7,
+                                  function="train_step", source="return loss.item()")
+    inc.diagnosis = replace(inc.diagnosis, summary="Target " + "1234567890" * 80
+                            + " is out of bounds.")
+    short = render_short(inc, show=SHOW_IN_IPYTHON)
+    lines = short.splitlines()
+    assert len(lines) <= LEAD_BUDGET and all(len(line) <= 100 for line in lines), short
+    assert "Target 1234567890123" in lines[0], short
+    assert ("  noticed at …/a_long_directory_name_13/train.py:7 in train_step: "
+            "return loss.item()") in short

@@ -88,10 +88,13 @@ class ErrorInfo:
         `locate_cell(filename)` returns the execution count of the cell a code object was
         compiled from (None for files); `cell_source(n)` returns that cell's source.
         """
-        frames = [
-            _frame_from_summary(summary, locate_cell, cell_source)
-            for summary in tb_module.extract_tb(exc.__traceback__)
-        ]
+        frames: list[Frame] = []
+        for summary in tb_module.extract_tb(exc.__traceback__):
+            frame = _frame_from_summary(summary, locate_cell, cell_source)
+            cells = [f.cell for f in frames if f.cell is not None]
+            if frame.file in CELL_MAGIC_BODIES and cells:
+                frame = _in_cell_magic(frame, cells[-1], cell_source)
+            frames.append(frame)
         user_frames = [f for f in frames if f.user]
         text = str(exc)
         return cls(
@@ -680,6 +683,19 @@ def is_user_file(filename: str) -> bool:
     if filename.startswith("<frozen") or _GENERATED_MARKER in filename:
         return False
     return not any(marker in filename for marker in _LIBRARY_MARKERS)
+
+
+CELL_MAGIC_BODIES = ("<timed exec>",)
+"""The file names IPython compiles a cell magic's body under (`%%time`): the cell's lines
+after its first."""
+
+
+def _in_cell_magic(frame: Frame, cell: int, cell_source: Callable[[int], str | None]) -> Frame:
+    """`frame`, of a cell magic's body, as the line of cell `cell` that holds it."""
+    line = frame.line + 1
+    lines = (cell_source(cell) or "").splitlines()
+    source = lines[line - 1].strip() if 0 < line <= len(lines) else frame.source
+    return dataclasses.replace(frame, line=line, cell=cell, source=source or None, user=True)
 
 
 def _frame_from_summary(

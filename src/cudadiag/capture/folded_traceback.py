@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback as tb_module
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from cudadiag.incident import is_user_file
+from cudadiag.incident import ErrorInfo, is_user_file
 
 UNFOLD = "Traceback folded by cudadiag (%tb shows it in full, %debug opens it):"
 """The first line of a folded traceback."""
@@ -46,20 +45,23 @@ def without_own_frames(tb: TracebackType | None) -> TracebackType | None:
     return kept
 
 
-def folded(shell: Any, value: BaseException, tb: TracebackType | None) -> list[str]:
-    """Return a folded traceback as IPython's structured traceback (one element): three
-    lines, UNFOLD, the last frame of `tb` (its place and line of code), the error's type and
-    first line of message, coloured as IPython colours them."""
-    frames = tb_module.extract_tb(tb)
-    lines = [f"{_CYAN}{UNFOLD}{_RESET}"]
-    if frames:
-        last = frames[-1]
-        cell = _cell_of(shell, last.filename)
-        place = f"In[{cell}]" if cell is not None else last.filename
-        code = f": {last.line}" if last.line else ""
-        lines.append(f"{_GREEN}{place}, line {last.lineno}{_RESET}{code}")
+def folded(shell: Any, value: BaseException) -> list[str]:
+    """Return the folded traceback of `value` (its own, `__traceback__`) as IPython's
+    structured traceback (one element): three lines, UNFOLD, the last frame of the user's
+    code (a cell, the line of a `%%time` cell, a file of theirs; the last frame when there
+    is none), its place and line of code, the error's type and first line of message,
+    coloured as IPython colours them (not at all under `%colors nocolor`)."""
+    colour = str(getattr(shell, "colors", "")).lower() != "nocolor"  # `%colors nocolor`
+    cyan, green, red, reset = (_CYAN, _GREEN, _RED, _RESET) if colour else ("", "", "", "")
+    lines = [f"{cyan}{UNFOLD}{reset}"]
+    last = ErrorInfo.from_exception(value, lambda file: _cell_of(shell, file),
+                                    lambda cell: _cell_source(shell, cell)).reported_at
+    if last is not None:
+        place = f"In[{last.cell}]" if last.cell is not None else last.file
+        code = f": {last.source}" if last.source else ""
+        lines.append(f"{green}{place}, line {last.line}{reset}{code}")
     message = str(value).strip().splitlines()
-    lines.append(f"{_RED}{type(value).__name__}{_RESET}"
+    lines.append(f"{red}{type(value).__name__}{reset}"
                  + (f": {message[0]}" if message else ""))
     # one element: IPython joins a traceback's elements with "" or "\n" by its mode (%xmode)
     return ["\n".join(lines)]
@@ -96,8 +98,15 @@ class TracebackHandler:
     def __call__(self, shell: Any, etype: type[BaseException], value: BaseException,
                  tb: TracebackType | None, tb_offset: int | None = None) -> None:
         """Show the error: diagnosed first, then its traceback. IPython discards what a
-        custom handler returns: the handler shows the traceback itself."""
+        custom handler returns: the handler shows the traceback itself. A cell that did not
+        compile is shown as IPython shows a syntax error (IPython calls this handler for it
+        too)."""
+        if not _ran_cell_code(shell, tb):
+            shell.showsyntaxerror()
+            return
         shown = without_own_frames(tb)
+        if shown is not tb:  # %debug opens the error's own traceback: the one shown
+            value.__traceback__ = shown
         if not self.diagnose(value):
             shell.showtraceback((etype, value, shown), tb_offset=tb_offset,
                                 running_compiled_code=True)
@@ -106,7 +115,7 @@ class TracebackHandler:
         sys.last_type, sys.last_value, sys.last_traceback = etype, value, shown
         if sys.version_info >= (3, 12):
             sys.last_exc = value
-        shell._showtraceback(etype, value, folded(shell, value, shown))
+        shell._showtraceback(etype, value, folded(shell, value))
         if shell.call_pdb:
             shell.debugger(force=True)
 
@@ -121,6 +130,21 @@ def _own(entry: TracebackType) -> bool:
 
 def _file(entry: TracebackType) -> str:
     return entry.tb_frame.f_code.co_filename
+
+
+def _ran_cell_code(shell: Any, tb: TracebackType | None) -> bool:
+    """True when `tb` passes through a cell's code: the error was raised while the cell ran,
+    not while IPython compiled it."""
+    while tb is not None:
+        if _cell_of(shell, _file(tb)) is not None:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _cell_source(shell: Any, cell: int) -> str | None:
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None) or []
+    return history[cell] if 0 <= cell < len(history) else None
 
 
 def _cell_of(shell: Any, filename: str) -> int | None:

@@ -180,13 +180,18 @@ class KernelCapture:
 
     def diagnose_before_traceback(self, exc: BaseException) -> bool:
         """File `exc`, raised by the running cell, before IPython shows its traceback (the
-        traceback handler calls this). Returns True when it showed a new incident for it, so
-        that its traceback can be folded under it."""
+        traceback handler calls this). Returns True when it showed a new incident for it, or
+        filed it as a probable consequence of the incident that made the CUDA context
+        unusable (the cell's reminder said so), so that its traceback can be folded."""
         with contextlib.suppress(AttributeError):
             setattr(exc, DIAGNOSED, True)
         before = self.poisoned_by
         incident = self.capture(exc, cell=_running_cell(self.shell))
-        return incident is not None and incident is not before
+        if incident is None:
+            return False
+        if incident is not before:
+            return True
+        return bool(incident.error.later) and incident.error.later[-1].probable_consequence
 
     def _note_device_lines(self, cell: int | None) -> None:
         """Remember `cell`, which ended without error, as the one the device printed its

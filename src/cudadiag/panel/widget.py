@@ -68,6 +68,8 @@ class Panel(widgets.VBox):
         # A kernel cannot write to the browser's clipboard: the report is shown ready to copy.
         self.copy = widgets.Button(description="Report to copy", icon="copy",
                                    tooltip="show the Markdown report, ready to copy")
+        self._filling = False
+        """True while the selector's options are replaced (it then selects their first)."""
         self._output_of: str | None = None
         """The incident whose report or action output the panel shows, if any."""
         self.family.observe(self._on_family, names="value")
@@ -126,10 +128,13 @@ class Panel(widgets.VBox):
         self.export.disabled = self.shell is None
 
     def _close_outputs(self) -> None:
-        self.report.value = ""
-        self.report.layout.display = "none"
+        self._close_report()
         self.output.clear_output()
         self._output_of = None
+
+    def _close_report(self) -> None:
+        self.report.value = ""
+        self.report.layout.display = "none"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         bundle = super()._repr_mimebundle_(**kwargs) or {}
@@ -184,11 +189,18 @@ class Panel(widgets.VBox):
         self.page = max(0, min(self.page, (len(shown) - 1) // PAGE_SIZE))
         start = self.page * PAGE_SIZE
         page = [e for e in shown[start: start + PAGE_SIZE] if not e.newer]
-        self.selector.options = [(_option_label(e), e.id) for e in page]
-        if current is not None and any(e.id == current for e in page):
-            self.selector.value = current
-        elif page:
-            self.selector.value = page[0].id
+        # new options select their first one: the incident shown stays until the page is set
+        self._filling = True
+        try:
+            self.selector.options = [(_option_label(e), e.id) for e in page]
+            if current is not None and any(e.id == current for e in page):
+                self.selector.value = current
+            elif page:
+                self.selector.value = page[0].id
+        finally:
+            self._filling = False
+        if self.selector.value is not None and self.selector.value != current:
+            self._open(self.selector.value)
         end = min(start + PAGE_SIZE, len(shown))
         self.position.value = (f"{start + 1:,}–{end:,} of {len(shown):,}, newest first"
                                if shown else "no incident")
@@ -206,7 +218,12 @@ class Panel(widgets.VBox):
         self._fill_selector()
 
     def _on_select(self, change: dict[str, Any]) -> None:
-        chosen = self._by_id.get(change["new"])
+        if not self._filling:
+            self._open(change["new"])
+
+    def _open(self, incident_id: str | None) -> None:
+        """Show the incident of the log whose id is `incident_id`, unless it is shown."""
+        chosen = self._by_id.get(incident_id) if incident_id is not None else None
         if chosen is None or (self.incident is not None and chosen.id == self.incident.id):
             return
         if self._given is not None and chosen.id == self._given.id:
@@ -224,6 +241,7 @@ class Panel(widgets.VBox):
             return
         cell = failing_cell(incident)
         self.rerun.disabled = True
+        self._close_report()  # the re-run may end showing its own incident
         self.output.clear_output()
         self._output_of = incident.id
         with self.output:

@@ -156,7 +156,7 @@ def lead_lines(incident: Incident) -> list[LeadLine]:
     if death:
         lines.append(LeadLine("noticed", death))
     if e.reported_at:
-        place = e.reported_at.location() + (
+        place = _place(e.reported_at) + (
             "" if e.reported_at.function == "<module>" else f" in {e.reported_at.function}")
         code = f": {e.reported_at.source}" if e.reported_at.source else ""
         lines.append(LeadLine("noticed", (
@@ -234,11 +234,34 @@ def _fitted(lines: list[LeadLine], budget: int, width: int = LEAD_WIDTH) -> list
         if used() <= budget:
             break
         if len(_wrapped(lines[n].text, width)) > 1:
-            lines[n] = LeadLine(lines[n].kind,
-                                textwrap.shorten(lines[n].text, width - 4, placeholder=" …"))
+            lines[n] = LeadLine(lines[n].kind, _cut(lines[n].text, width - 4))
     while used() > budget:
         lines.pop(max(range(len(lines)), key=lambda n: (_KEPT_FIRST.index(lines[n].kind), n)))
     return lines
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` in at most `width` characters, ending in " …" when cut: at a space when one
+    keeps three quarters of it, else within a word (a long path or value: a cut at a space
+    would leave it out whole)."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    kept = text[: width - 2]
+    space = kept.rfind(" ")
+    return (kept[:space] if space >= width * 3 // 4 else kept).rstrip() + " …"
+
+
+def _place(frame: Frame) -> str:
+    """`In[N], line L`, or `file:line` with a long path cut to its last two parts."""
+    parts = frame.file.split(os.sep)
+    if frame.cell is not None or len(frame.file) <= LONG_PATH or len(parts) <= 3:
+        return frame.location()
+    return f"…{os.sep}{os.path.join(*parts[-2:])}:{frame.line}"
+
+
+LONG_PATH = 60
+"""A file path longer than this is cut in the lead (the folded traceback keeps it whole)."""
 
 
 def _wrapped(text: str, width: int = LEAD_WIDTH, first: str = "  ") -> list[str]:
