@@ -35,7 +35,7 @@ def test_device_assert_in_a_cell_becomes_the_incident(shell, capsys):
     assert incident.env.torch == torch.__version__
     err = capsys.readouterr().err
     assert f"cudadiag [{incident.id}]" in err
-    assert "where CUDA reported it, not necessarily the cause" in unwrapped(err)
+    assert "noticed (not necessarily the cause) at" in unwrapped(err)
     assert "restart the kernel" in err
 
 

@@ -70,7 +70,7 @@ def test_the_panel_is_displayed_with_static_fallbacks(demo):
     assert 'class="cd-restart"' in html and "Restart required" in html
     assert 'class="cd-batch-table"' in html and "batch[1]" in html
     assert "last incomplete batch" in html
-    assert "where CUDA reported it, not necessarily the cause" in html
+    assert "noticed (not necessarily the cause) at" in html
     assert panel.data["text/plain"].startswith("cudadiag [")
 
 

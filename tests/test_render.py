@@ -151,5 +151,5 @@ def test_a_lead_over_its_budget_keeps_the_start_of_a_long_path_and_value():
     lines = short.splitlines()
     assert len(lines) <= LEAD_BUDGET and all(len(line) <= 100 for line in lines), short
     assert "Target 1234567890123" in lines[0], short
-    assert ("  noticed at …/a_long_directory_name_13/train.py:7 in train_step: "
-            "return loss.item()") in short
+    assert ("  noticed (not necessarily the cause) at "
+            "…/a_long_directory_name_13/train.py:7 in train_step") in short

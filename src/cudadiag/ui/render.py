@@ -160,7 +160,7 @@ def lead_lines(incident: Incident) -> list[LeadLine]:
             "" if e.reported_at.function == "<module>" else f" in {e.reported_at.function}")
         code = f": {e.reported_at.source}" if e.reported_at.source else ""
         lines.append(LeadLine("noticed", (
-            f"noticed at {place}{code} — where CUDA reported it, not necessarily the cause"
+            f"noticed (not necessarily the cause) at {place}{code}"
             if noticed_later(incident) else f"raised at {place}{code}")))
     if d.sticky:
         kind = "stopped" if stopped_before_it_ran(incident) else "restart"
