@@ -303,8 +303,14 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
   Call& call = t_scratch;
   call.schema = &schema;
   call.args.resize(n);
+  bool meta = false;
   for (size_t i = 0; i < n; ++i) {
     fill(call.args[i], arguments[i]);
+    meta = meta || (arguments[i].isDevice() && arguments[i].toDevice().is_meta());
+  }
+  if (meta) {  // a factory making a meta tensor (torch.compile's fake tensors are made so)
+    op.redispatchBoxed(rest, stack);
+    return;
   }
   t_saved.assign(arguments.begin(), arguments.end());
   try {

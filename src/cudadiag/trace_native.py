@@ -124,19 +124,18 @@ class NativeOps:
         self._module = module
         self._keep = keep
         self._hooks = (sorted(watched), on_call, on_failure, tensor_mark)
-        self._key = torch._C._parse_dispatch_key(KEY)
         self._was_included = False
 
     def __enter__(self) -> NativeOps:
         self._module.install(KEY)
         self._module.reset(self._keep)
         self._module.set_hooks(*self._hooks)
-        self._was_included = torch._C._dispatch_tls_is_dispatch_key_included(self._key)
-        torch._C._dispatch_tls_set_dispatch_key_included(self._key, True)
+        self._was_included = torch._C._dispatch_tls_is_dispatch_key_included(KEY)
+        torch._C._dispatch_tls_set_dispatch_key_included(KEY, True)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        torch._C._dispatch_tls_set_dispatch_key_included(self._key, self._was_included)
+        torch._C._dispatch_tls_set_dispatch_key_included(KEY, self._was_included)
 
     def recent(self) -> list[RecentCall]:
         """Return the ring's calls, oldest first: (name, overload name, args, kwargs or
