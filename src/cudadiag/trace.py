@@ -166,9 +166,10 @@ class OpTracer(TorchDispatchMode):
         if module is None:
             super().__enter__()
             return self
-        watched = {f"aten::{name}" for name in EMBEDDING_LOOKUPS}
+        watched = {f"aten::{name}": -1 for name in EMBEDDING_LOOKUPS}
         if self.precheck:
-            watched.update(f"aten::{name}" for name in contracts.CONTRACTS)
+            watched.update({f"aten::{name}": -1 if c.index_is_list else c.index_arg
+                            for name, c in contracts.CONTRACTS.items()})
         self._native = trace_native.NativeOps(
             module, self._ring.maxlen or RECENT_OPS, watched, self._watched_call,
             self._failed_call, _TENSOR)
@@ -185,10 +186,11 @@ class OpTracer(TorchDispatchMode):
         self._native = None
 
     def _watched_call(self, name: str, overload: str, args: tuple[Any, ...],
-                      kwargs: dict[str, Any]) -> None:
-        """Before the kernel of a watched operator runs (native tracing)."""
+                      kwargs: dict[str, Any], index_range: tuple[int, int] | None) -> None:
+        """Before the kernel of a watched operator runs (native tracing), with the range of
+        its index argument when it was read."""
         func = _overload(name, overload)
-        self._special(func, _FACTS.get(func) or _learn(func), args)
+        self._special(func, _FACTS.get(func) or _learn(func), args, index_range)
 
     def _failed_call(self, name: str, overload: str, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> None:
@@ -211,15 +213,16 @@ class OpTracer(TorchDispatchMode):
         self._ring.append((func, snapshot, _snapshot_kwargs(kwargs) if kwargs else None))
         return out
 
-    def _special(self, func: Any, facts: _OpFacts, args: tuple[Any, ...]) -> None:
+    def _special(self, func: Any, facts: _OpFacts, args: tuple[Any, ...],
+                 index_range: tuple[int, int] | None = None) -> None:
         if facts.embedding and args:
             self.vocabularies.setdefault(int(args[0].shape[0]))
         if self.precheck and facts.contract is not None:
-            self._precheck(func, facts.contract, args)
+            self._precheck(func, facts.contract, args, index_range)
 
     def _precheck(self, func: Any, contract: contracts.IndexContract,
-                  args: tuple[Any, ...]) -> None:
-        violation = contracts.check(contract, args)
+                  args: tuple[Any, ...], index_range: tuple[int, int] | None) -> None:
+        violation = contracts.check(contract, args, index_range)
         if violation is None:
             return
         index = args[contract.index_arg]

@@ -4,8 +4,8 @@
 // that key (and on the autograd threads their backward runs on, which inherit it). For each
 // aten call it records the operator and its arguments (tensors as dtype, shape and device,
 // other values as they are) into a fixed-size ring, excludes its key and runs the op. Python
-// runs only for the registered operators (the prechecks, before the kernel) and for a call
-// that throws (its live arguments). Operators whose kernel is CompositeImplicitAutograd are
+// runs only for the registered operators (the prechecks, before the kernel, given the range
+// of the index argument read here) and for a call that throws (its live arguments). Operators whose kernel is CompositeImplicitAutograd are
 // passed through unrecorded with the key still included, so the calls they decompose into
 // are recorded, as a dispatch mode (which sits below autograd) sees them. The calls made while
 // torch.compile traces (its fake tensors) are not recorded.
@@ -25,7 +25,8 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
+#include <optional>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -52,16 +53,17 @@ struct Call {
 struct Facts {
   bool composite;
   bool hooked;
+  int64_t index_arg;  // the watched operator's index argument whose range is read, or -1
   uint64_t version;
 };
 
 c10::DispatchKey g_key = c10::DispatchKey::TESTING_ONLY_GenericMode;
 std::unique_ptr<torch::Library> g_library;
-std::mutex g_mutex;  // the ring and the hooked names
+std::mutex g_mutex;  // the ring and the watched operators
 std::vector<Call> g_ring;
 size_t g_next = 0;
 size_t g_count = 0;
-std::unordered_set<std::string> g_hooked;
+std::unordered_map<std::string, int64_t> g_hooked;
 std::atomic<uint64_t> g_version{1};
 // Never destroyed: they would be released at exit without the GIL.
 py::object* g_on_call = new py::object();
@@ -80,13 +82,18 @@ const Facts& facts_of(const c10::OperatorHandle& op) {
     return found->second;
   }
   bool hooked;
+  int64_t index_arg = -1;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    hooked = g_hooked.count(op.operator_name().name) > 0;
+    auto watched = g_hooked.find(op.operator_name().name);
+    hooked = watched != g_hooked.end();
+    if (hooked) {
+      index_arg = watched->second;
+    }
   }
   bool composite = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
   Facts& facts = t_facts[id];
-  facts = Facts{composite, hooked, version};
+  facts = Facts{composite, hooked, index_arg, version};
   return facts;
 }
 
@@ -259,13 +266,40 @@ py::tuple name_of(const c10::FunctionSchema& schema) {
   return py::make_tuple(schema.name(), schema.overload_name());
 }
 
+// (min, max) of an integer tensor of plain values (no Python dispatch on the way: no tensor
+// subclass, no dispatch mode), read with one device synchronisation; else nothing.
+std::optional<std::pair<int64_t, int64_t>> value_range(const IValue& value) {
+  if (!value.isTensor()) {
+    return std::nullopt;
+  }
+  const at::Tensor& t = value.toTensor();
+  if (!t.defined() || t.numel() == 0 || !c10::isIntegralType(t.scalar_type(), false) ||
+      t.is_meta() || t.key_set().has(c10::DispatchKey::Python) ||
+      c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python)) {
+    return std::nullopt;
+  }
+  auto [least, most] = at::aminmax(t);
+  if (t.is_cpu()) {
+    return std::make_pair(least.item<int64_t>(), most.item<int64_t>());
+  }
+  at::Tensor both = at::stack({least, most}).to(at::kLong).cpu();
+  const int64_t* read = both.const_data_ptr<int64_t>();
+  return std::make_pair(read[0], read[1]);
+}
+
 void call_python(const py::object& callback, const c10::OperatorHandle& op,
-                 c10::ArrayRef<IValue> arguments) {
+                 c10::ArrayRef<IValue> arguments, int64_t index_arg) {
   c10::impl::ExcludeDispatchKeyGuard not_traced(g_key);
+  std::optional<std::pair<int64_t, int64_t>> range;
+  if (index_arg >= 0 && static_cast<size_t>(index_arg) < arguments.size()) {
+    range = value_range(arguments[index_arg]);
+  }
   py::gil_scoped_acquire gil;
   const auto& schema = op.schema();
   auto split = split_args(schema, arguments, value_to_py);
-  callback(schema.name(), schema.overload_name(), split.first, split.second);
+  py::object known = range ? py::object(py::make_tuple(range->first, range->second))
+                           : py::object(py::none());
+  callback(schema.name(), schema.overload_name(), split.first, split.second, known);
 }
 
 void report_failure(const c10::OperatorHandle& op) {
@@ -298,7 +332,7 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
   size_t n = schema.arguments().size();
   c10::ArrayRef<IValue> arguments(stack->data() + stack->size() - n, n);
   if (facts.hooked && *g_on_call) {
-    call_python(*g_on_call, op, arguments);
+    call_python(*g_on_call, op, arguments, facts.index_arg);
   }
   Call& call = t_scratch;
   call.schema = &schema;
@@ -347,11 +381,11 @@ void reset(size_t keep) {
   g_count = 0;
 }
 
-void set_hooks(const std::vector<std::string>& names, py::object on_call, py::object on_failure,
-               py::object tensor_mark) {
+void set_hooks(const std::unordered_map<std::string, int64_t>& watched, py::object on_call,
+               py::object on_failure, py::object tensor_mark) {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    g_hooked = std::unordered_set<std::string>(names.begin(), names.end());
+    g_hooked = watched;
   }
   *g_on_call = std::move(on_call);
   *g_on_failure = std::move(on_failure);
@@ -380,7 +414,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("uninstall", &uninstall, "remove the fallback");
   m.def("reset", &reset, "empty the ring and give it `keep` places");
   m.def("set_hooks", &set_hooks,
-        "the operators (`aten::embedding`) on which on_call runs before the kernel, the "
-        "callback of a call that throws, and the first item of a recorded tensor's tuple");
+        "the operators (`aten::embedding`) on which on_call runs before the kernel, each "
+        "with the position of the argument whose (min, max) on_call is given (-1: none), "
+        "the callback of a call that throws, and the first item of a recorded tensor's "
+        "tuple");
   m.def("recent", &recent, "the ring's calls, oldest first: (name, overload, args, kwargs)");
 }

@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -28,9 +28,12 @@ KEY = "TESTING_ONLY_GenericMode"
 SOURCE = Path(__file__).with_name("trace_native.cpp")
 CFLAGS = ["-O2"]
 
-Hook = Callable[[str, str, tuple[Any, ...], dict[str, Any]], object]
+Failure = Callable[[str, str, tuple[Any, ...], dict[str, Any]], object]
 """Called with an operator's name (`aten::embedding`), its overload name, its args and its
 kwargs as a dispatch mode receives them."""
+Watch = Callable[[str, str, tuple[Any, ...], dict[str, Any], "tuple[int, int] | None"], object]
+"""As Failure, and the (min, max) of the argument named for the operator (None where none
+is, or where it was not read: a tensor subclass, a dispatch mode, no integer values)."""
 RecentCall = tuple[str, str, tuple[Any, ...], "dict[str, Any] | None"]
 
 FAILED = "failed.txt"
@@ -119,11 +122,13 @@ class NativeOps:
     One at a time in a process: the ring is the extension's. `recent()` reads the last `keep`
     calls that returned, oldest first."""
 
-    def __init__(self, module: ModuleType, keep: int, watched: Iterable[str], on_call: Hook,
-                 on_failure: Hook, tensor_mark: object) -> None:
+    def __init__(self, module: ModuleType, keep: int, watched: Mapping[str, int], on_call: Watch,
+                 on_failure: Failure, tensor_mark: object) -> None:
+        """watched: the operators on_call runs for, before their kernel, each with the
+        position of the argument whose range it is given (-1: none)."""
         self._module = module
         self._keep = keep
-        self._hooks = (sorted(watched), on_call, on_failure, tensor_mark)
+        self._hooks = (dict(watched), on_call, on_failure, tensor_mark)
         self._was_included = False
 
     def __enter__(self) -> NativeOps:
