@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -36,6 +37,9 @@ Watch = Callable[[str, str, tuple[Any, ...], dict[str, Any], "tuple[int, int] | 
 is, or where it was not read: a tensor subclass, a dispatch mode, no integer values)."""
 RecentCall = tuple[str, str, tuple[Any, ...], "dict[str, Any] | None"]
 
+STALE_LOCK_S = 600
+"""A build's lock older than this was left by a build that was killed: it is removed (torch's
+builder would wait for it forever)."""
 FAILED = "failed.txt"
 """In the build folder: why the last build failed (no build is tried again for the same
 source, torch and Python)."""
@@ -86,6 +90,7 @@ def build() -> ModuleType:
 
     folder = build_folder()
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _remove_stale_lock(folder / "lock")
     try:
         module: ModuleType = cpp.load_inline(
             name=module_name(), cpp_sources=[SOURCE.read_text()], extra_cflags=CFLAGS,
@@ -96,6 +101,14 @@ def build() -> ModuleType:
         raise
     (folder / FAILED).unlink(missing_ok=True)
     return module
+
+
+def _remove_stale_lock(lock: Path) -> None:
+    try:
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            lock.unlink()
+    except FileNotFoundError:
+        pass
 
 
 def build_failure() -> str | None:
@@ -109,7 +122,9 @@ def build_failure() -> str | None:
 def build_in_background() -> None:
     """Start the build in a process of its own (once per process; none while another holds
     the build folder's lock), which outlives this one: the next runs load it."""
-    if _started or (build_folder() / "lock").exists():
+    lock = build_folder() / "lock"
+    _remove_stale_lock(lock)
+    if _started or lock.exists():
         return
     _started.append(subprocess.Popen(
         [sys.executable, "-m", "cudadiag.trace_native"], stdin=subprocess.DEVNULL,
