@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -175,3 +176,22 @@ def test_code_compiled_under_the_tracer_runs_and_its_eager_ops_are_recorded(nati
     assert out.tolist() == [2.0, 2.0, 2.0]
     assert [c.name for c in tracer.recent][-3:] == ["aten::sin", "aten::cos",
                                                      "aten::add.Tensor"]
+
+
+def test_where_the_extension_cannot_be_built_the_tracer_says_so_once_and_traces_in_python(
+        tmp_path):
+    code = ("import torch\n"
+            "from cudadiag import trace_native\n"
+            "from cudadiag.trace import OpTracer\n"
+            "folder = trace_native.build_folder()\n"
+            "folder.mkdir(parents=True)\n"
+            "(folder / trace_native.FAILED).write_text('CalledProcessError: no compiler')\n"
+            "for _ in range(2):\n"
+            "    with OpTracer() as tracer:\n"
+            "        torch.ones(2).add(1)\n"
+            "    print(tracer.native, [c.name for c in tracer.recent])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)})
+    assert done.stdout.splitlines() == ["False ['aten::ones', 'aten::add.Tensor']"] * 2
+    assert done.stderr.count("traces in Python") == 1
+    assert "could not be built here (CalledProcessError: no compiler)" in done.stderr

@@ -6,6 +6,14 @@ the key (and of the autograd threads their backward runs on) into a fixed-size r
 Python per call; Python runs only for the operators it is asked to watch (before the
 kernel) and for a call that raises (with its live arguments). `NativeOps` is that
 interception as a context manager; trace.py builds the tracer on it.
+
+It sees the calls a dispatch mode sees (the key sits above autograd, but a composite
+operator is passed through, so the calls it decomposes into are the ones recorded, and a
+recorded call runs with the key excluded, so the calls its kernel makes are not), but for
+bookkeeping: torch.tensor()'s own empty and detach_ (made with dispatch modes off) are
+recorded, autograd's detaches of saved tensors (below autograd) are not, and a tensor
+subclass's call is recorded as the plain calls its __torch_dispatch__ makes. The calls
+torch.compile makes as it traces (fake and meta tensors) are not recorded.
 """
 
 from __future__ import annotations
