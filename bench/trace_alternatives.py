@@ -5,7 +5,8 @@ Sides, each measured in alternating rounds on the same small-op loops (an elemen
 with no index contract, an embedding that has one):
 
 - untraced;
-- the op tracer as it is (a Python TorchDispatchMode recording every call), prechecks off;
+- the op tracer as a Python TorchDispatchMode recording every call (where trace_native is
+  not built), prechecks off and on;
 - the floor of any TorchDispatchMode: one that only calls the op;
 - a dispatch key of its own (torch's spare TESTING_ONLY_GenericMode, put in the thread's
   included keys) with a Python kernel on the contract operators only and a fallthrough for
@@ -22,8 +23,11 @@ with no index contract, an embedding that has one):
   of any profiler the program starts;
 - the Kineto profiler, CPU activity only, with input shapes.
 
-The contract-op kernel here records the call and does not precheck: the figure is the
-interception's own cost. Times are this process's CPU time (the loops run on one thread; on a
+The contract-only side's kernel records the call and does not precheck: the figure is the
+interception's own cost. trace_native is built first where it is not (its time printed), or
+loaded (the time of a cache hit). Registering a fallback recomputes every operator's dispatch
+table (milliseconds), so each side's registration is made before its timed loop and removed
+after it, before the next side's. Times are this process's CPU time (the loops run on one thread; on a
 shared machine wall time also counts other processes' turns).
 The loops, the floor and the timing are trace_overhead.py's.
 
