@@ -23,9 +23,9 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -260,10 +260,6 @@ std::pair<py::tuple, py::dict> split_args(const c10::FunctionSchema& schema,
     args[i] = to_py(arguments[i], items[i]);
   }
   return {args, kwargs};
-}
-
-py::tuple name_of(const c10::FunctionSchema& schema) {
-  return py::make_tuple(schema.name(), schema.overload_name());
 }
 
 // (min, max) of an integer tensor of plain values (no Python dispatch on the way: no tensor
