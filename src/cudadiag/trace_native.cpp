@@ -304,6 +304,9 @@ void report_failure(const c10::OperatorHandle& op) {
   if (!*g_on_failure) {
     return;
   }
+  // An error a Python kernel raised (a dispatch mode's, a tensor subclass's) is still set
+  // while torch carries it up as a C++ exception: kept aside while the callback runs.
+  py::error_scope raised;
   try {
     const auto& schema = op.schema();
     auto split = split_args(schema, c10::ArrayRef<IValue>(t_saved), value_to_py);
