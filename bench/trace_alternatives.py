@@ -27,8 +27,8 @@ The contract-only side's kernel records the call and does not precheck: the figu
 interception's own cost. trace_native is built first where it is not (its time printed), or
 loaded (the time of a cache hit). Registering a fallback recomputes every operator's dispatch
 table (milliseconds), so each side's registration is made before its timed loop and removed
-after it, before the next side's. Times are this process's CPU time (the loops run on one thread; on a
-shared machine wall time also counts other processes' turns).
+after it, before the next side's. Times are this process's CPU time (the loops run on one
+thread; on a shared machine wall time also counts other processes' turns).
 The loops, the floor and the timing are trace_overhead.py's.
 
     python bench/trace_alternatives.py [--rounds 9] [--ops 2000]

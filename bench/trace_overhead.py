@@ -2,7 +2,8 @@
 
 Runs the same small-op loop untraced, under a dispatch mode that only calls the op (the floor
 of any tracer written as a Python dispatch mode), traced, and traced with prechecks on an
-index-taking op (the tracer as diagnostic runs use it: in C++ where trace_native is built), alternating rounds so all four see the same machine noise; prints medians
+index-taking op (the tracer as diagnostic runs use it: in C++ where trace_native is built),
+alternating rounds so all four see the same machine noise; prints medians
 per op, what each adds and the targets (<= 2 us added per op without an index contract,
 <= 5 us for an op whose precheck runs). Times are this process's CPU time: on a shared machine
 wall time also counts the turns of other processes, and these loops run on one thread.
