@@ -2,7 +2,8 @@
 
 Runs the same small-op loop untraced, under a dispatch mode that only calls the op (the floor
 of any tracer written as a Python dispatch mode), traced, and traced with prechecks on an
-index-taking op, alternating rounds so all four see the same machine noise; prints medians
+index-taking op (the tracer as diagnostic runs use it: in C++ where trace_native is built),
+alternating rounds so all four see the same machine noise; prints medians
 per op, what each adds and the targets (<= 2 us added per op without an index contract,
 <= 5 us for an op whose precheck runs). Times are this process's CPU time: on a shared machine
 wall time also counts the turns of other processes, and these loops run on one thread.
@@ -62,6 +63,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--ops", type=int, default=2000)
     args = parser.parse_args()
+    with OpTracer() as tracer:  # its fallback registered (once) before the timed loops
+        native = tracer.native
+    print("op tracer: " + ("C++ (trace_native)" if native else "Python dispatch mode "
+                           "(trace_native not built: python -m cudadiag.trace_native)"))
     for name, loop in (("elementwise (x.mul)", elementwise_loop),
                        ("embedding (precheck applies)", indexed_loop)):
         plain: list[float] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -9,13 +10,26 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cudadiag import classify
+from cudadiag import classify, trace_native
 from cudadiag.testing import simulated_cuda
 from cudadiag.trace import OpTracer, PrecheckError, prechecks_active
 
 
-def test_records_recent_ops_with_argument_metadata():
-    with OpTracer(keep=3) as tracer:
+@pytest.fixture(scope="module")
+def built():
+    """The C++ tracer's extension, built here when it is not yet (about a minute, once)."""
+    if trace_native.load() is None:
+        trace_native.build()
+
+
+@pytest.fixture(scope="module", params=["native", "dispatch mode"])
+def native(request, built):
+    """Each tracer: the C++ one and the Python dispatch mode."""
+    return request.param == "native"
+
+
+def test_records_recent_ops_with_argument_metadata(native):
+    with OpTracer(keep=3, native=native) as tracer:
         a = torch.ones(4, 6)[:, ::2]
         (a * 2).sum()
         torch.cat([a, a])
@@ -27,17 +41,39 @@ def test_records_recent_ops_with_argument_metadata():
     assert strided.dtype == "torch.float32" and strided.device == "cpu"
     assert mul.args[1].kind == "scalar" and mul.args[1].value == "2"
     assert tracer.recent[-1].args[0].value == "[torch.float32[4, 3], torch.float32[4, 3]]"
+    assert tracer.native is False  # after exit: its calls stay readable
 
 
-def test_the_failing_call_keeps_its_arguments_strides_and_contiguity():
-    with pytest.raises(RuntimeError), OpTracer(precheck=False) as tracer:
+def test_both_tracers_record_the_same_training_step(built):
+    def step(tracer_native):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 3))
+        with OpTracer(native=tracer_native) as tracer:
+            loss = F.cross_entropy(model(torch.tensor([1, 2])), torch.tensor([0, 2]))
+            loss.backward()
+            assert tracer.native is tracer_native
+        return tracer.recent
+
+    # they differ only in autograd's and torch.tensor's bookkeeping: the detaches of saved
+    # tensors (below autograd: the dispatch mode's), the new tensor's empty and detach_ (made
+    # with dispatch modes off: the native tracer's)
+    bookkeeping = {"aten::detach", "aten::detach_", "aten::empty.memory_format"}
+    natively, in_python = step(True), step(False)
+    assert [c for c in natively if c.name not in bookkeeping] == [
+        c for c in in_python if c.name not in bookkeeping]
+    names = [c.name for c in natively]
+    assert "aten::nll_loss_forward" in names and "aten::embedding_dense_backward" in names
+
+
+def test_the_failing_call_keeps_its_arguments_strides_and_contiguity(native):
+    with pytest.raises(RuntimeError), OpTracer(precheck=False, native=native) as tracer:
         torch.ones(4, 6)[:, ::2] @ torch.ones(4, 5)
     strided = tracer.failed.args[0]
     assert strided.shape == [4, 3] and strided.stride == [6, 2] and strided.contiguous is False
 
 
-def test_the_op_that_raises_is_named_with_its_arguments():
-    with pytest.raises(RuntimeError), OpTracer(precheck=False) as tracer:
+def test_the_op_that_raises_is_named_with_its_arguments(native):
+    with pytest.raises(RuntimeError), OpTracer(precheck=False, native=native) as tracer:
         torch.ones(2, 3) @ torch.ones(4, 5)
     assert tracer.failed.name == "aten::mm"
     assert [a.shape for a in tracer.failed.args] == [[2, 3], [4, 5]]
@@ -63,8 +99,8 @@ def test_the_op_that_raises_is_named_with_its_arguments():
     (lambda: torch.zeros(4).index_put_((torch.tensor([4]),), torch.tensor(1.0)), "index_put_",
      "aten::index_put_: indices 4 at position 0 outside [-4, 4)"),
 ])
-def test_prechecks_name_op_argument_values_and_positions(call, op, text):
-    with pytest.raises(PrecheckError) as raised, OpTracer() as tracer:
+def test_prechecks_name_op_argument_values_and_positions(call, op, text, native):
+    with pytest.raises(PrecheckError) as raised, OpTracer(native=native) as tracer:
         call()
     assert str(raised.value).startswith(text)
     assert tracer.failed.name.startswith(f"aten::{op}")
@@ -87,9 +123,9 @@ def test_on_the_simulated_device_the_precheck_is_a_device_assert():
     assert raised.value.simulated
 
 
-def test_without_precheck_the_kernel_runs_and_its_own_error_is_recorded():
+def test_without_precheck_the_kernel_runs_and_its_own_error_is_recorded(native):
     with pytest.raises(IndexError, match="Target 4 is out of bounds") as raised, \
-            OpTracer(precheck=False) as tracer:
+            OpTracer(precheck=False, native=native) as tracer:
         F.cross_entropy(torch.randn(3, 4), torch.tensor([0, 2, 4]))
     assert not isinstance(raised.value, PrecheckError)
     assert tracer.failed.name == "aten::nll_loss_forward"
@@ -127,15 +163,35 @@ def test_the_tracer_s_first_op_does_not_import_torch_dynamo():
     assert done.stdout.strip() == "['aten::ones', 'aten::add.Tensor'] False", done.stderr
 
 
-def test_code_compiled_under_the_tracer_runs_and_its_eager_ops_are_recorded():
+def test_code_compiled_under_the_tracer_runs_and_its_eager_ops_are_recorded(native):
     def f(x):
         y = x.sin()
         torch._dynamo.graph_break()
         return y.cos() + 1
 
     compiled = torch.compile(f, backend="eager")
-    with OpTracer() as tracer:
+    torch._dynamo.reset()  # compiled under each tracer
+    with OpTracer(native=native) as tracer:
         out = compiled(torch.zeros(3))
     assert out.tolist() == [2.0, 2.0, 2.0]
     assert [c.name for c in tracer.recent][-3:] == ["aten::sin", "aten::cos",
                                                      "aten::add.Tensor"]
+
+
+def test_where_the_extension_cannot_be_built_the_tracer_says_so_once_and_traces_in_python(
+        tmp_path):
+    code = ("import torch\n"
+            "from cudadiag import trace_native\n"
+            "from cudadiag.trace import OpTracer\n"
+            "folder = trace_native.build_folder()\n"
+            "folder.mkdir(parents=True)\n"
+            "(folder / trace_native.FAILED).write_text('CalledProcessError: no compiler')\n"
+            "for _ in range(2):\n"
+            "    with OpTracer() as tracer:\n"
+            "        torch.ones(2).add(1)\n"
+            "    print(tracer.native, [c.name for c in tracer.recent])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)})
+    assert done.stdout.splitlines() == ["False ['aten::ones', 'aten::add.Tensor']"] * 2
+    assert done.stderr.count("traces in Python") == 1
+    assert "could not be built here (CalledProcessError: no compiler)" in done.stderr

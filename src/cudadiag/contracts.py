@@ -338,31 +338,34 @@ def contract_for(op_name: str) -> IndexContract | None:
     return CONTRACTS.get(name)
 
 
-def check(contract: IndexContract, args: tuple[Any, ...]) -> Violation | None:
+def check(contract: IndexContract, args: tuple[Any, ...],
+          index_range: tuple[int, int] | None = None) -> Violation | None:
     """Return the violation of `contract` by an operator call's positional args, or None.
 
-    Reads the index tensor's values (a device synchronisation on a GPU: diagnostic runs only).
-    Never modifies the arguments.
+    Reads the index tensor's values (a device synchronisation on a GPU: diagnostic runs only)
+    unless the caller read its (min, max) already (`index_range`, for a single index tensor):
+    then only a violation reads them. Never modifies the arguments.
     """
     if len(args) <= contract.index_arg:
         return None
     if contract.index_is_list:
         found = _check_index_list(contract, args)
     else:
-        found = _check_index(contract, args)
+        found = _check_index(contract, args, index_range)
     if found is not None:
         found.shape = list(getattr(args[0], "shape", []))
     return found
 
 
-def _check_index(contract: IndexContract, args: tuple[Any, ...]) -> Violation | None:
+def _check_index(contract: IndexContract, args: tuple[Any, ...],
+                 index_range: tuple[int, int] | None) -> Violation | None:
     index = args[contract.index_arg]
     if not _is_integer_tensor(index) or index.numel() == 0:
         return None
     low, high = contract.bounds(args)
     ignore = args[contract.ignore_arg] if contract.ignore_arg is not None and len(
         args) > contract.ignore_arg else (-100 if contract.ignore_arg is not None else None)
-    found = _violation(contract, index, low, high, ignore)
+    found = _violation(contract, index, low, high, ignore, index_range)
     if found is not None and contract.dim_arg is not None:
         found.dim = int(args[contract.dim_arg])
     return found
@@ -404,8 +407,10 @@ def _check_index_list(contract: IndexContract, args: tuple[Any, ...]) -> Violati
 
 
 def _violation(contract: IndexContract, index: Any, low: int, high: int,
-               ignore: int | None) -> Violation | None:
-    if _within(index, low, high):
+               ignore: int | None, index_range: tuple[int, int] | None = None
+               ) -> Violation | None:
+    if (low <= index_range[0] and index_range[1] < high) if index_range is not None else (
+            _within(index, low, high)):
         return None  # the common case in one reduction; positions only for a violation
     bad = (index < low) | (index >= high)
     if ignore is not None:

@@ -1,13 +1,18 @@
-"""The op tracer: a dispatch mode that records each aten call and names the one that raised.
+"""The op tracer: records each aten call and names the one that raised.
 
 Used only in diagnostic runs (the isolated worker); outside them nothing here is active and
 nothing is paid. With prechecks on, index-taking operators (contracts.py) have their index
 argument's range read *before* the kernel runs, and a violation raises PrecheckError naming
 the operator, the argument, the offending values and their positions.
+
+The per-call work is done in C++ (trace_native.py: no Python on a call without a contract)
+where that extension is built; until then, or where it cannot be, by this module's Python
+dispatch mode, which sees the same calls.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable
 from types import CodeType
@@ -16,7 +21,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from cudadiag import contracts, probes
+from cudadiag import contracts, probes, trace_native
 from cudadiag.errors import CudadiagError
 from cudadiag.incident import OpCall, OpInfo, TensorArg
 from cudadiag.shortlist import cut_list
@@ -110,9 +115,11 @@ def _skipped_by_compilation(code: CodeType) -> bool:
 class OpTracer(TorchDispatchMode):
     """Records the last `keep` aten calls; `failed` holds the call that raised, if any.
 
-    Each call costs a dictionary lookup and a snapshot of its tensors' dtype, shape and device
-    (no strings, no data read): the calls are described only when they are read (`recent`, a
-    failure). The failing call is described from its live arguments, strides included.
+    Each call costs a snapshot of its tensors' dtype, shape and device (no strings, no data
+    read): the calls are described only when they are read (`recent`, a failure). The failing
+    call is described from its live arguments, strides included. The snapshot is taken in C++
+    where trace_native's extension is built (`native`; a first diagnostic run starts its
+    build in the background and traces in Python), else by this class as a dispatch mode.
     """
 
     @classmethod
@@ -123,10 +130,13 @@ class OpTracer(TorchDispatchMode):
         C (`_skipped_by_compilation`): the wrapper cost about 1 us on every op."""
         return not _skipped_by_compilation(cls.__dict__["__torch_dispatch__"].__code__)
 
-    def __init__(self, keep: int = RECENT_OPS, precheck: bool = True) -> None:
+    def __init__(self, keep: int = RECENT_OPS, precheck: bool = True,
+                 native: bool = True) -> None:
         super().__init__()
         self.precheck = precheck
         self._ring: deque[_Recorded] = deque(maxlen=keep)
+        self._native_wanted = native
+        self._native: trace_native.NativeOps | None = None
         self.failed: OpInfo | None = None
         self.raised: PrecheckError | None = None
         """The first precheck error raised, even when the program caught it."""
@@ -137,18 +147,55 @@ class OpTracer(TorchDispatchMode):
         looked up."""
 
     @property
+    def native(self) -> bool:
+        """Whether the calls are recorded in C++ (while entered)."""
+        return self._native is not None
+
+    @property
     def recent(self) -> list[TracedCall]:
         """The last `keep` calls that returned, oldest first, each described."""
+        if self._native is not None:
+            return [_described(_overload(name, overload), list(args), kwargs)
+                    for name, overload, args, kwargs in self._native.recent()]
         return [_described(func, args, kwargs) for func, args, kwargs in self._ring]
 
     def __enter__(self) -> OpTracer:
         _active.append(self)
-        super().__enter__()
+        module = _native_module() if self._native_wanted and not any(
+            t.native for t in _active) else None
+        if module is None:
+            super().__enter__()
+            return self
+        watched = {f"aten::{name}": -1 for name in EMBEDDING_LOOKUPS}
+        if self.precheck:
+            watched.update({f"aten::{name}": -1 if c.index_is_list else c.index_arg
+                            for name, c in contracts.CONTRACTS.items()})
+        self._native = trace_native.NativeOps(
+            module, self._ring.maxlen or RECENT_OPS, watched, self._watched_call,
+            self._failed_call, _TENSOR)
+        self._native.__enter__()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         _active.remove(self)
-        super().__exit__(*exc_info)
+        if self._native is None:
+            super().__exit__(*exc_info)
+            return
+        self._ring.extend(_from_native(self._native.recent()))
+        self._native.__exit__(*exc_info)
+        self._native = None
+
+    def _watched_call(self, name: str, overload: str, args: tuple[Any, ...],
+                      kwargs: dict[str, Any], index_range: tuple[int, int] | None) -> None:
+        """Before the kernel of a watched operator runs (native tracing), with the range of
+        its index argument when it was read."""
+        func = _overload(name, overload)
+        self._special(func, _FACTS.get(func) or _learn(func), args, index_range)
+
+    def _failed_call(self, name: str, overload: str, args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> None:
+        """A call that raised, with its live arguments (native tracing)."""
+        self._record_failure(_overload(name, overload), args, kwargs, None)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
@@ -166,15 +213,16 @@ class OpTracer(TorchDispatchMode):
         self._ring.append((func, snapshot, _snapshot_kwargs(kwargs) if kwargs else None))
         return out
 
-    def _special(self, func: Any, facts: _OpFacts, args: tuple[Any, ...]) -> None:
+    def _special(self, func: Any, facts: _OpFacts, args: tuple[Any, ...],
+                 index_range: tuple[int, int] | None = None) -> None:
         if facts.embedding and args:
             self.vocabularies.setdefault(int(args[0].shape[0]))
         if self.precheck and facts.contract is not None:
-            self._precheck(func, facts.contract, args)
+            self._precheck(func, facts.contract, args, index_range)
 
     def _precheck(self, func: Any, contract: contracts.IndexContract,
-                  args: tuple[Any, ...]) -> None:
-        violation = contracts.check(contract, args)
+                  args: tuple[Any, ...], index_range: tuple[int, int] | None) -> None:
+        violation = contracts.check(contract, args, index_range)
         if violation is None:
             return
         index = args[contract.index_arg]
@@ -203,6 +251,43 @@ class OpTracer(TorchDispatchMode):
             vocabularies=list(self.vocabularies),
         )
 
+
+
+_NATIVE_NOTE: list[str] = []
+
+
+def _native_module() -> Any:
+    """The built extension, or None: then its build is started in the background (once), and
+    where it could not be built the reason is printed once."""
+    module = trace_native.load()
+    if module is None and not _NATIVE_NOTE:
+        _NATIVE_NOTE.append("")
+        reason = trace_native.build_failure()
+        if reason is None:
+            trace_native.build_in_background()
+        else:
+            print("cudadiag: the op tracer traces in Python (about 6 us an op instead of under "
+                  f"1): its C++ part could not be built here ({reason})", file=sys.stderr)
+    return module
+
+
+_OVERLOADS: dict[tuple[str, str], Any] = {}
+
+
+def _overload(name: str, overload: str) -> Any:
+    """The OpOverload of `aten::mul` and `Tensor` (remembered)."""
+    found = _OVERLOADS.get((name, overload))
+    if found is None:
+        namespace, packet = name.split("::")
+        found = getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
+        _OVERLOADS[(name, overload)] = found
+    return found
+
+
+def _from_native(calls: list[trace_native.RecentCall]) -> list[_Recorded]:
+    """The native ring's calls as this module's ring keeps them (read as the tracer exits)."""
+    return [(_overload(name, overload), list(args), kwargs)
+            for name, overload, args, kwargs in calls]
 
 
 def _learn(func: Any) -> _OpFacts:
