@@ -63,9 +63,46 @@ def test_many_distinct_values_are_drawn_as_their_span_on_a_number_line():
     assert "values span 0..99" in picture.text
 
 
-def test_no_picture_without_a_valid_range_or_an_offending_tensor():
-    assert values_picture(incident_with(torch.tensor([0, 1, 4]), valid=None)) is None
+def test_no_picture_without_an_offending_tensor_or_of_a_family_without_index_values():
     assert values_picture(incident_with(torch.tensor([0, 1, 2]))) is None
+    oom = incident_with(torch.tensor([0, 1, 4]), valid=None)
+    oom.diagnosis = classify("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+    assert values_picture(oom) is None
+    floats_only = incident_with(torch.tensor([0.5, 1.5]), valid=None)
+    assert values_picture(floats_only) is None
+
+
+def test_without_a_valid_range_the_values_are_drawn_alone_saying_where_the_range_comes_from():
+    picture = values_picture(incident_with(torch.tensor([0, 1, 4, 2, 4]), valid=None))
+    root = ET.fromstring(picture.svg)
+    bars = [r for r in root.iter(f"{SVG}rect") if r.get("class", "").startswith("cd-bar")]
+    assert [b.find(f"{SVG}title").text for b in bars] == [
+        "value 0: 1", "value 1: 1", "value 2: 1", "value 4: 2"]
+    assert not [r for r in root.iter(f"{SVG}rect")
+                if r.get("class") in ("cd-bar-out", "cd-valid-range")]  # nothing judged
+    assert "valid range not known here: %cuda_isolate re-runs the cell and names it" in texts(
+        picture.svg)
+    assert picture.text.startswith("batch[1]: values in the batch: 0 ×1, 1 ×1, 2 ×1, 4 ×2")
+
+
+def test_under_the_failing_cell_the_batch_tab_draws_the_values_before_the_range_is_known(
+        shell):
+    from cudadiag import incidents
+    from scenarios import WALK_DATA, WALK_SETUP, run
+
+    run(shell, "from cudadiag.testing import simulated_cuda\nsim = simulated_cuda().start()")
+    run(shell, WALK_SETUP)
+    run(shell, WALK_DATA + "\nmodel = model.cuda()")
+    result, _ = run(shell, "for features, target in cudadiag.watch(loader, name='train'):\n"
+                           "    loss = F.cross_entropy(model(features.cuda()), target.cuda())\n"
+                           "    print('loss', loss.item())")
+    assert result.error_in_exec is not None
+    (incident,) = incidents()
+    assert incident.run.mode == "kernel" and "valid_range" not in incident.diagnosis.details
+    html = render.render_html(incident)
+    batch = html[html.index('<section class="cd-batch">'):]
+    assert '<div class="cd-picture"><svg' in batch
+    assert "values in the batch" in batch and "valid range not known here" in batch
 
 
 def test_batch_section_carries_the_picture_in_html_and_its_line_in_text():

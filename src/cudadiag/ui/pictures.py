@@ -5,7 +5,9 @@ nbconvert output and in JupyterLab's dark theme: text and axes use `currentColor
 With the tensor's value counts (integer tensors with few distinct values), a histogram over
 the valid range with the out-of-range bars in red; without them, the tensor's [min, max]
 against the valid range on a number line. The offending value and its position are named in
-the picture's text, which is also given as one line for text views.
+the picture's text, which is also given as one line for text views. Under a failing cell,
+where an asynchronous assertion names no operator and so no range yet, the batch's integer
+tensor's value counts are drawn alone, saying where the range will come from.
 """
 
 from __future__ import annotations
@@ -35,13 +37,22 @@ class Picture:
     text: str
 
 
+PICTURED_BEFORE_THE_RANGE_IS_KNOWN = ("device_assert",)
+"""Families whose batch values are drawn even before the operator's valid range is known
+(under the failing cell, an asynchronous assertion names no operator yet): its integer
+tensor's value counts, for the user to compare with the classes or vocabulary they meant."""
+RANGE_UNKNOWN = "valid range not known here: %cuda_isolate re-runs the cell and names it"
+
+
 def values_picture(incident: Incident) -> Picture | None:
-    """Return the picture of the incident's offending tensor against the valid range, or
-    None when the incident names no valid range or no tensor to draw."""
+    """Return the picture of the incident's offending tensor against the valid range; where
+    no valid range is known yet, of the batch's integer tensor's values (families in
+    PICTURED_BEFORE_THE_RANGE_IS_KNOWN, a tensor whose value counts were kept); None when
+    there is nothing to draw."""
     details = incident.diagnosis.details
     valid = details.get("valid_range")
     if not valid or len(valid) != 2:
-        return None
+        return _values_alone(incident)
     low, high = int(valid[0]), int(valid[1])
     tensors = incident.batch.tensors if incident.batch else []
     tensor = _offending_tensor(tensors, low, high, details.get("value"))
@@ -54,10 +65,25 @@ def values_picture(incident: Incident) -> Picture | None:
         outside = [f"{v} ×{c}" for v, c in counts if not low <= v < high]
         text = f"{title}; outside: {', '.join(outside) or 'none'}" + (
             f"; {caption}" if caption else "")
-        return Picture(_histogram(title, caption, counts, low, high), text)
+        return Picture(_histogram(title, caption, counts, (low, high)), text)
     span = (int(tensor.min), int(tensor.max))
     text = f"{title}; values span {span[0]}..{span[1]}" + (f"; {caption}" if caption else "")
     return Picture(_number_line(title, caption, span, low, high, details.get("value")), text)
+
+
+def _values_alone(incident: Incident) -> Picture | None:
+    """The value counts of the batch's first integer tensor that has them, without a range."""
+    if incident.diagnosis.family not in PICTURED_BEFORE_THE_RANGE_IS_KNOWN:
+        return None
+    tensors = incident.batch.tensors if incident.batch else []
+    tensor = next((t for t in tensors if t.is_integer and t.counts), None)
+    if tensor is None or tensor.counts is None:
+        return None
+    counts = [(int(v), int(c)) for v, c in tensor.counts]
+    title = f"{tensor.path}: values in the batch"
+    shown = ", ".join(f"{v} ×{c}" for v, c in counts)
+    return Picture(_histogram(title, RANGE_UNKNOWN, counts, None, caption_fill="currentColor"),
+                   f"{title}: {shown}; {RANGE_UNKNOWN}")
 
 
 def _offending_tensor(tensors: list[TensorSummary], low: int, high: int,
@@ -84,7 +110,8 @@ def _caption(details: dict[str, Any]) -> str:
     return f"{value}{where} is outside the valid range{op}"
 
 
-def _frame(title: str, caption: str, body: list[str], label: str) -> str:
+def _frame(title: str, caption: str, body: list[str], label: str,
+           caption_fill: str = OUT_OF_RANGE) -> str:
     head = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="cd-values-picture" role="img" '
         f'width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
@@ -94,7 +121,8 @@ def _frame(title: str, caption: str, body: list[str], label: str) -> str:
         _text(LEFT, 18, title, weight="bold"),
     ]
     if caption:
-        head.append(_text(LEFT, 36, caption, fill=OUT_OF_RANGE, themed=ERROR_COLOUR))
+        head.append(_text(LEFT, 36, caption, fill=caption_fill,
+                          themed=ERROR_COLOUR if caption_fill == OUT_OF_RANGE else None))
     axis = (f'<line x1="{LEFT}" y1="{BOTTOM}" x2="{WIDTH - RIGHT}" y2="{BOTTOM}" '
             'stroke="currentColor" stroke-width="1"/>')
     return "\n".join([*head, *body, axis, "</svg>"])
@@ -125,13 +153,16 @@ def _band(scale: _Scale, low: int, high: int) -> list[str]:
             _text(right, TOP - 4, f"valid [{low}, {high})", anchor="end")]
 
 
-def _histogram(title: str, caption: str, counts: list[tuple[int, int]], low: int,
-               high: int) -> str:
+def _histogram(title: str, caption: str, counts: list[tuple[int, int]],
+               valid: tuple[int, int] | None, caption_fill: str = OUT_OF_RANGE) -> str:
+    """The value counts as bars; those outside `valid` in red, over its band (no band when
+    the range is not known)."""
     values = [v for v, _ in counts]
+    low, high = valid if valid is not None else (min(values), max(values) + 1)
     scale = _Scale(min(low, *values), max(high - 1, *values))
     tallest = max(c for _, c in counts)
     width = max(2.0, scale.slot * 0.7)
-    body = _band(scale, low, high)
+    body = _band(scale, low, high) if valid is not None else []
     for value, count in counts:
         bad = not low <= value < high
         height = (BOTTOM - TOP - 24) * count / tallest
@@ -150,7 +181,7 @@ def _histogram(title: str, caption: str, counts: list[tuple[int, int]], low: int
         body.append(_text(scale.x(value), BOTTOM + 16, str(value), anchor="middle",
                           fill=OUT_OF_RANGE if bad else "currentColor"))
     body.append(_text(WIDTH - RIGHT, BOTTOM + 34, "value (bar height: count)", anchor="end"))
-    return _frame(title, caption, body, f"{title}. {caption}")
+    return _frame(title, caption, body, f"{title}. {caption}", caption_fill)
 
 
 def _number_line(title: str, caption: str, span: tuple[int, int], low: int, high: int,
