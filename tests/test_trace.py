@@ -65,6 +65,19 @@ def test_both_tracers_record_the_same_training_step(built):
     assert "aten::nll_loss_forward" in names and "aten::embedding_dense_backward" in names
 
 
+def test_a_call_of_an_operator_torn_down_before_the_ring_is_read_keeps_its_name(native):
+    with OpTracer(keep=4, native=native) as tracer:
+        library = torch.library.Library("cudadiag_test_gone", "DEF")
+        library.define("twice(Tensor x) -> Tensor")
+        library.impl("twice", lambda x: x * 2, "CPU")
+        torch.ops.cudadiag_test_gone.twice(torch.ones(3))
+        library._destroy()  # the operator and its schema are deregistered
+    names = [c.name for c in tracer.recent]
+    assert "cudadiag_test_gone::twice" in names, names
+    gone = next(c for c in tracer.recent if c.name == "cudadiag_test_gone::twice")
+    assert gone.args[0].shape == [3]
+
+
 def test_the_failing_call_keeps_its_arguments_strides_and_contiguity(native):
     with pytest.raises(RuntimeError), OpTracer(precheck=False, native=native) as tracer:
         torch.ones(4, 6)[:, ::2] @ torch.ones(4, 5)

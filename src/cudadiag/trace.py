@@ -275,11 +275,17 @@ _OVERLOADS: dict[tuple[str, str], Any] = {}
 
 
 def _overload(name: str, overload: str) -> Any:
-    """The OpOverload of `aten::mul` and `Tensor` (remembered)."""
+    """The OpOverload of `aten::mul` and `Tensor` (remembered); where the operator is gone
+    (a custom operator's library torn down since the call), its name as a string
+    (`mylib::twice`), which _described describes by argument position."""
     found = _OVERLOADS.get((name, overload))
     if found is None:
         namespace, packet = name.split("::")
-        found = getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
+        try:
+            found = getattr(getattr(getattr(torch.ops, namespace), packet),
+                            overload or "default")
+        except AttributeError:
+            return name + ("" if overload in ("", "default") else f".{overload}")
         _OVERLOADS[(name, overload)] = found
     return found
 
@@ -322,6 +328,9 @@ def _snapshot_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _described(func: Any, args: list[Any], kwargs: dict[str, Any] | None) -> TracedCall:
+    if isinstance(func, str):  # an operator gone since the call: no schema to name arguments
+        return TracedCall(func, [describe_value(f"arg{i}", value) for i, value in enumerate(args)]
+                          + [describe_value(k, v) for k, v in (kwargs or {}).items()])
     return TracedCall(op_name(func), describe_args(func, tuple(args), kwargs or {}))
 
 

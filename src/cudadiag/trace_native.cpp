@@ -55,6 +55,7 @@ struct Facts {
   bool hooked;
   int64_t index_arg;  // the watched operator's index argument whose range is read, or -1
   uint64_t version;
+  const c10::FunctionSchema* schema;  // kept_schema's copy: what the ring's calls point at
 };
 
 c10::DispatchKey g_key = c10::DispatchKey::TESTING_ONLY_GenericMode;
@@ -64,6 +65,10 @@ std::vector<Call> g_ring;
 size_t g_next = 0;
 size_t g_count = 0;
 std::unordered_map<std::string, int64_t> g_hooked;
+// A copy of each operator's schema seen, kept for the process's life: the ring points at
+// these, so a call recorded before its operator's library was torn down (a custom operator
+// deregistered) still reads a schema that exists.
+std::unordered_map<std::string, std::unique_ptr<const c10::FunctionSchema>> g_schemas;
 std::atomic<uint64_t> g_version{1};
 // Never destroyed: they would be released at exit without the GIL.
 py::object* g_on_call = new py::object();
@@ -74,6 +79,15 @@ thread_local std::unordered_map<const void*, Facts> t_facts;
 thread_local Call t_scratch;
 thread_local std::vector<IValue> t_saved;
 
+// Called with g_mutex held.
+const c10::FunctionSchema* kept_schema(const c10::FunctionSchema& schema) {
+  auto& kept = g_schemas[schema.name() + "." + schema.overload_name()];
+  if (!kept) {
+    kept = std::make_unique<const c10::FunctionSchema>(schema);
+  }
+  return kept.get();
+}
+
 const Facts& facts_of(const c10::OperatorHandle& op) {
   const void* id = &op.operator_name();
   uint64_t version = g_version.load(std::memory_order_relaxed);
@@ -83,6 +97,7 @@ const Facts& facts_of(const c10::OperatorHandle& op) {
   }
   bool hooked;
   int64_t index_arg = -1;
+  const c10::FunctionSchema* schema;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto watched = g_hooked.find(op.operator_name().name);
@@ -90,10 +105,11 @@ const Facts& facts_of(const c10::OperatorHandle& op) {
     if (hooked) {
       index_arg = watched->second;
     }
+    schema = kept_schema(op.schema());
   }
   bool composite = op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
   Facts& facts = t_facts[id];
-  facts = Facts{composite, hooked, index_arg, version};
+  facts = Facts{composite, hooked, index_arg, version, schema};
   return facts;
 }
 
@@ -334,7 +350,7 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
     call_python(*g_on_call, op, arguments, facts.index_arg);
   }
   Call& call = t_scratch;
-  call.schema = &schema;
+  call.schema = facts.schema;
   call.args.resize(n);
   bool meta = false;
   for (size_t i = 0; i < n; ++i) {
