@@ -77,5 +77,8 @@ def test_the_warm_case_raises_at_the_faulty_op_after_the_fork_on_the_simulated_d
     assert done.returncode == 0, done.stdout + done.stderr
     (row,) = map(json.loads, done.stdout.splitlines())
     assert row["ok"] and row["warm"] and row["blocking_checked"]
-    assert row["op"] == "aten::index" and row["family"] == "device_assert"
+    # the C++ tracer names the overload it saw fail (aten::index.Tensor, as on hardware); the
+    # dispatch mode, below the simulator's mode, sees only the simulator's fault (aten::index)
+    assert row["op"] in ("aten::index", "aten::index.Tensor"), row
+    assert row["family"] == "device_assert"
     assert row["reported_at"].startswith("bad = x[")
