@@ -3,9 +3,24 @@ the warm interpreter a file's tests share."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def op_tracer_built():
+    """The C++ op tracer built before the first test (about a minute of one core, once per
+    machine and source): every test then traces as a user's diagnostic runs do once it is
+    built, whichever order the tests run in (a build finishing in the background half-way
+    through the suite would switch tracers between tests). Where it cannot be built (no
+    compiler) the suite traces in Python throughout; tests/test_trace.py runs both."""
+    from cudadiag import trace_native
+
+    if trace_native.load() is None and trace_native.build_failure() is None:
+        with contextlib.suppress(Exception):  # the reason is kept: build_failure()
+            trace_native.build()
 
 
 @pytest.fixture(autouse=True)
