@@ -131,14 +131,19 @@ def test_panel_magic_displays_the_panel(shell, capsys):
     assert "cudadiag [" in out and "Illegal memory access" in out
 
 
-@pytest.mark.slow
-def test_panel_buttons_rerun_isolated_and_export(shell, tmp_path, monkeypatch):
+def _panel_on_a_bad_target(shell, tmp_path, monkeypatch):
+    """A panel on the kernel incident of target 4 for 4 classes, run in tmp_path."""
     monkeypatch.chdir(tmp_path)
     shell.run_cell("import torch, torch.nn.functional as F", store_history=True)
     shell.run_cell("loss = F.cross_entropy(torch.randn(3, 4), torch.tensor([0, 2, 4]))",
                    store_history=True)
     (kernel_incident,) = incidents()
-    panel = Panel(kernel_incident, shell=shell)
+    return Panel(kernel_incident, shell=shell), kernel_incident
+
+
+@pytest.mark.slow
+def test_panel_buttons_rerun_isolated_and_export(shell, tmp_path, monkeypatch):
+    panel, _ = _panel_on_a_bad_target(shell, tmp_path, monkeypatch)
     assert not panel.rerun.disabled
     panel.rerun.click()
     assert panel.incident.run.mode == "isolated"  # the new incident is shown
@@ -220,12 +225,7 @@ def test_changing_the_filter_leaves_the_incident_shown_and_its_report_alone():
 @pytest.mark.slow
 def test_a_rerun_that_shows_its_new_incident_closes_the_report_of_the_one_before(
         shell, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    shell.run_cell("import torch, torch.nn.functional as F", store_history=True)
-    shell.run_cell("loss = F.cross_entropy(torch.randn(3, 4), torch.tensor([0, 2, 4]))",
-                   store_history=True)
-    (kernel_incident,) = incidents()
-    panel = Panel(kernel_incident, shell=shell)
+    panel, kernel_incident = _panel_on_a_bad_target(shell, tmp_path, monkeypatch)
     panel.copy.click()
     assert f"`{kernel_incident.id}`" in panel.report.value
     panel.rerun.click()
