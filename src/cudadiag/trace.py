@@ -12,6 +12,7 @@ dispatch mode, which sees the same calls.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -154,10 +155,8 @@ class OpTracer(TorchDispatchMode):
     @property
     def recent(self) -> list[TracedCall]:
         """The last `keep` calls that returned, oldest first, each described."""
-        if self._native is not None:
-            return [_described(_overload(name, overload), list(args), kwargs)
-                    for name, overload, args, kwargs in self._native.recent()]
-        return [_described(func, args, kwargs) for func, args, kwargs in self._ring]
+        calls = _from_native(self._native.recent()) if self._native is not None else self._ring
+        return [_described(func, args, kwargs) for func, args, kwargs in calls]
 
     def __enter__(self) -> OpTracer:
         _active.append(self)
@@ -253,22 +252,23 @@ class OpTracer(TorchDispatchMode):
 
 
 
-_NATIVE_NOTE: list[str] = []
-
-
 def _native_module() -> Any:
-    """The built extension, or None: then its build is started in the background (once), and
-    where it could not be built the reason is printed once."""
+    """The built extension, or None: then its build is started in the background, or the
+    reason it could not be built is printed (once in a process)."""
     module = trace_native.load()
-    if module is None and not _NATIVE_NOTE:
-        _NATIVE_NOTE.append("")
-        reason = trace_native.build_failure()
-        if reason is None:
-            trace_native.build_in_background()
-        else:
-            print("cudadiag: the op tracer traces in Python (about 6 us an op instead of under "
-                  f"1): its C++ part could not be built here ({reason})", file=sys.stderr)
+    if module is None:
+        _build_or_say_why()
     return module
+
+
+@functools.cache
+def _build_or_say_why() -> None:
+    reason = trace_native.build_failure()
+    if reason is None:
+        trace_native.build_in_background()
+    else:
+        print("cudadiag: the op tracer traces in Python (about 6 us an op instead of under "
+              f"1): its C++ part could not be built here ({reason})", file=sys.stderr)
 
 
 _OVERLOADS: dict[tuple[str, str], Any] = {}
