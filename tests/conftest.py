@@ -32,6 +32,21 @@ def cudadiag_home(tmp_path, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def english_unless_asked(tmp_path, monkeypatch):
+    """Every test writes in English unless it chooses a language: no locale, JupyterLab
+    setting or earlier choice of the machine or another test leaks in (docs/languages.md)."""
+    from cudadiag import i18n
+
+    for name in ("CUDADIAG_LANG", "LANGUAGE", "LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.setenv("JUPYTERLAB_SETTINGS_DIR", str(tmp_path / "jupyterlab-settings"))
+    i18n.choose(None)
+    yield
+    i18n.choose(None)
+
+
+@pytest.fixture(autouse=True)
 def fresh_simulated_device(monkeypatch):
     """Each test starts with a healthy simulated device and non-blocking launches."""
     from cudadiag.testing import reset_simulated_device

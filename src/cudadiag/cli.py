@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cudadiag import i18n
 from cudadiag.durable import unwritable, write_failure
 from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
 from cudadiag.interrupts import interrupt_pressed, remember_interrupts, restore_interrupts
@@ -64,6 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = _parser()
         words = list(sys.argv[1:] if argv is None else argv)
+        words, said = _take_language(words)
+        if said is not None:
+            print(said, file=sys.stderr if words else sys.stdout)
+            return 0 if not words else 2
         args = _multi_rank_run(words) or parser.parse_args(words)
         status: int = args.handler(args)
         return status
@@ -80,6 +85,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     finally:
         restore_interrupts(previous)
+
+
+def _take_language(words: list[str]) -> tuple[list[str], str | None]:
+    """Read `--lang X` / `--lang=X` before the command: choose X for this command. Return
+    the other words, and the line to print instead of running anything when `--lang` comes
+    alone (which language holds, and why) or names a language cudadiag does not speak."""
+    if not words or not (words[0] == "--lang" or words[0].startswith("--lang=")):
+        return words, None
+    first, _, value = words[0].partition("=")
+    rest = words[1:]
+    if not value and rest and not rest[0].startswith("-"):
+        value, rest = rest[0], rest[1:]
+    if not value:
+        return rest, i18n.describe(i18n.current())
+    try:
+        i18n.choose(None if value == "auto" else value)
+    except ValueError as exc:
+        return [first], f"cudadiag: {exc}"
+    os.environ["CUDADIAG_LANG"] = i18n.current_code()  # the processes it starts speak it too
+    return rest, (i18n.describe(i18n.current()) if not rest else None)
 
 
 def _silence_stdout() -> None:

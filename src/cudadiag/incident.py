@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import Any, cast
 
 from cudadiag.errors import IncidentSchemaError
+from cudadiag.i18n import texts
 
 SCHEMA = 2
 """2: the batch and the repro are typed records (the repro's file is `path`, not
@@ -570,8 +571,14 @@ class Incident:
     schema: int = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the incident as JSON-ready nested dicts and lists."""
-        return dataclasses.asdict(self)
+        """Return the incident as JSON-ready nested dicts and lists; `texts` holds the
+        message id and arguments of each sentence it keeps (i18n/texts.py), so a reader in
+        another language can write it again."""
+        data = dataclasses.asdict(self)
+        kept = texts.table(self)
+        if kept:
+            data["texts"] = kept
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Incident:
@@ -595,6 +602,8 @@ class Incident:
             )
         for upgrade in _UPGRADES[schema - 1:]:
             data = upgrade(data)
+        if isinstance(data.get("texts"), dict):
+            texts.remember(data["texts"])
         try:
             # a dataclass with eq is unhashable to mypy; the class object itself hashes
             incident: Incident = _reader(cast(Hashable, cls))(data)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from cudadiag.errors import CudadiagError
+from cudadiag.i18n.language import explicit as explicit_language
 from cudadiag.isolate.eager import DISABLE_VARIABLE
 from cudadiag.isolate.job import Launch
 from cudadiag.isolate.procgroup import kill_group
@@ -177,7 +178,7 @@ class SubprocessLauncher:
 _ENVIRONMENT_AT_IMPORT = dict(os.environ)
 """Where /proc is missing: the environment when this module was imported (by
 `%load_ext cudadiag`, or the first isolated run or export)."""
-CUDADIAG_VARIABLES = ("CUDADIAG_HOME",)
+CUDADIAG_VARIABLES = ("CUDADIAG_HOME", "CUDADIAG_LANG")
 """cudadiag's own settings: a fresh run takes their current values (cudadiag may have set
 them itself, as `cudadiag demo` does), not those this process started with."""
 
@@ -198,6 +199,8 @@ def startup_environment() -> dict[str, str]:
         env.pop(name, None)
         if name in os.environ:
             env[name] = os.environ[name]
+    if explicit_language() is not None:  # `%cudadiag lang ja`: the runs it starts speak it too
+        env["CUDADIAG_LANG"] = str(explicit_language())
     return env
 
 

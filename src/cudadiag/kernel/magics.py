@@ -9,7 +9,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from cudadiag import commands
+from cudadiag import commands, i18n
 from cudadiag.capture.shell_state import capture_for, cell_history, plan_in_shell, recorded_batch
 from cudadiag.errors import (
     CudadiagError,
@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
                                            "and Lightning Trainer (on), or stop (off)")
     attach.add_argument("state", nargs="?", choices=("on", "off"),
                         help="on or off (default: say which)")
+    lang = sub.add_parser("lang", help="the language cudadiag writes in; choose one")
+    lang.add_argument("choice", nargs="?", choices=("ja", "en", "auto"),
+                      help="ja, en, or auto (default: say which holds and why)")
     return parser
 
 
@@ -85,8 +88,14 @@ class CudadiagMagics(Magics):
                                            (or every step) in a fresh process; count samples
         %cudadiag attach [on|off]          add cudadiag's callbacks to every Hugging Face and
                                            Lightning Trainer (the default), or stop
+        %cudadiag lang [ja|en|auto]        the language cudadiag writes in and why; choose
+                                           one for this session (auto: the order of
+                                           docs/languages.md)
         """
         command, _, rest = line.strip().partition(" ")
+        if command == "lang":
+            print(_language(rest.strip()))
+            return
         if command == "explain":
             print(_explain(self.shell, rest.strip()))
             return
@@ -119,6 +128,19 @@ class CudadiagMagics(Magics):
                 display(Panel(args.id, store=store, shell=self.shell))
         except CudadiagError as exc:
             raise UsageError(str(exc)) from None
+
+
+def _language(choice: str) -> str:
+    """`%cudadiag lang [ja|en|auto]`: choose the language for this session (and its isolated
+    runs), then say which holds and why.
+
+    Raises UsageError for a language cudadiag does not speak."""
+    if choice:
+        try:
+            i18n.choose(None if choice == "auto" else choice)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return i18n.describe(i18n.current())
 
 
 def _attach(state: str | None) -> None:

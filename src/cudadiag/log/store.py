@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from cudadiag.errors import IncidentFromNewerVersion, IncidentNotFound, IncidentNotSaved
+from cudadiag.home import default_home
 from cudadiag.incident import SCHEMA, Incident
 from cudadiag.log import runfiles
 from cudadiag.log.database import (
@@ -87,16 +88,6 @@ class PruneResult:
         return (f"cudadiag: pruned {len(self.pruned):,} incident(s) from the log "
                 f"({', '.join(why)}){runs}; retention: {self.retention.describe()} "
                 f"({self.retention.source}; see `cudadiag incidents --stats`)")
-
-
-def default_home() -> Path:
-    """Return `$CUDADIAG_HOME`, else the user cache directory for cudadiag."""
-    home = os.environ.get("CUDADIAG_HOME")
-    if home:
-        return Path(home).expanduser()
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("cudadiag"))
 
 
 class IncidentStore:
