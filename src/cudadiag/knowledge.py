@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from cudadiag.error_codes import table as error_codes
+from cudadiag.i18n import N_
 
 if sys.version_info >= (3, 11):  # the pattern parser behind `re` (anchors come from it)
     from re import _constants as _sre_constants
@@ -130,24 +131,24 @@ CASE_FACTS: dict[str, str] = {
 
 SURFACES: dict[str, dict[str, str]] = {
     "notebook": {
-        "rerun": "re-run the cell isolated with blocking launches (%cuda_isolate)",
-        "restarting": "Restarting the kernel",
-        "env": "`!cudadiag env` in a cell",
-        "report": "`%cudadiag report` (a scrubbed Markdown report of the incident)",
+        "rerun": N_("re-run the cell isolated with blocking launches (%cuda_isolate)"),
+        "restarting": N_("Restarting the kernel"),
+        "env": N_("`!cudadiag env` in a cell"),
+        "report": N_("`%cudadiag report` (a scrubbed Markdown report of the incident)"),
     },
     "script": {
-        "rerun": "run the script with `cudadiag run -- python {script}` (blocking launches, "
-                 "the op tracer and prechecks)",
-        "restarting": "Restarting the process",
+        "rerun": N_("run the script with `cudadiag run -- python {script}` (blocking launches, "
+                    "the op tracer and prechecks)"),
+        "restarting": N_("Restarting the process"),
         "env": "`cudadiag env`",
-        "report": "`cudadiag report` (a scrubbed Markdown report of the incident)",
+        "report": N_("`cudadiag report` (a scrubbed Markdown report of the incident)"),
     },
     "log": {
-        "rerun": "re-run the program with `cudadiag run -- python {script}` (blocking "
-                 "launches, the op tracer and prechecks; %cuda_isolate in a notebook)",
-        "restarting": "Restarting the process (or the notebook's kernel)",
+        "rerun": N_("re-run the program with `cudadiag run -- python {script}` (blocking "
+                    "launches, the op tracer and prechecks; %cuda_isolate in a notebook)"),
+        "restarting": N_("Restarting the process (or the notebook's kernel)"),
         "env": "`cudadiag env`",
-        "report": "`cudadiag report` (a scrubbed Markdown report of the incident)",
+        "report": N_("`cudadiag report` (a scrubbed Markdown report of the incident)"),
     },
 }
 """The words of commands and actions as the user can act on them where the advice is read: a
@@ -196,16 +197,17 @@ BROKEN_HARDWARE = (r"\b(?:replace|swap|return|RMA)\b[^.]*\b(?:GPU|card|device)\b
                    r"|\b(?:reinstall|update|upgrade|downgrade)\w*\b[^.]*\bdriver\b"
                    r"|\b(?:faulty|broken)\b[^.]*\b(?:GPU|memory|driver)\b")
 
-WIDENING_AVOID = _avoid("Widening the output layer or the embedding until the error goes away.",
-                        "method 7", forbids=WIDENING)
+WIDENING_AVOID = _avoid(
+    N_("Widening the output layer or the embedding until the error goes away."), "method 7",
+    forbids=WIDENING)
 SUBTRACTING_AVOID = _avoid(
-    "Subtracting 1 from every label before knowing that every source numbers them 1..C.",
+    N_("Subtracting 1 from every label before knowing that every source numbers them 1..C."),
     "method 7", forbids=SUBTRACTING_ONE)
 INDEX_RANGE = _check(
-    "Check the indices and targets given to the operator that failed: class targets must lie "
-    "in [0, C) or equal ignore_index; embedding indices in [0, num_embeddings).",
+    N_("Check the indices and targets given to the operator that failed: class targets must lie "
+       "in [0, C) or equal ignore_index; embedding indices in [0, num_embeddings)."),
     "method 5", "cross-entropy", "embedding", topics=("index_range",))
-RERUN_ISOLATED = _check("Name the operator that really failed: {rerun}.", "method 4",
+RERUN_ISOLATED = _check(N_("Name the operator that really failed: {rerun}."), "method 4",
                         answered_by=("isolated",))
 
 
@@ -229,25 +231,25 @@ FAMILIES: dict[str, Family] = {
     for f in (
         Family(
             "device_assert",
-            "Device-side assertion",
+            N_("Device-side assertion"),
             first_checks=(
                 INDEX_RANGE,
-                _check("Read the assertion line printed before the error (file, kernel, "
-                       "condition): it names the contract of the operator that was broken.",
+                _check(N_("Read the assertion line printed before the error (file, kernel, "
+                          "condition): it names the contract of the operator that was broken."),
                        "method 5", answered_by=("no_assertion", "kind_known")),
                 RERUN_ISOLATED,
-                _check("Look at the batch in flight: the last incomplete batch, rare labels, "
-                       "empty or padded targets.", "method 2", "method 10", topics=("batch",)),
+                _check(N_("Look at the batch in flight: the last incomplete batch, rare labels, "
+                          "empty or padded targets."), "method 2", "method 10", topics=("batch",)),
             ),
             avoid=(
-                _avoid("The GPU or the driver is broken.", "method 5", forbids=BROKEN_HARDWARE),
-                _avoid("The line in the traceback (.item(), .cpu(), print) is the cause: it is "
-                       "only where the asynchronous error was noticed.", "method 3",
+                _avoid(N_("The GPU or the driver is broken."), "method 5", forbids=BROKEN_HARDWARE),
+                _avoid(N_("The line in the traceback (.item(), .cpu(), print) is the cause: it is "
+                          "only where the asynchronous error was noticed."), "method 3",
                        "cuda-semantics", answered_by=("prechecked",),
                        forbids=r"\b(?:remove|delete|drop|avoid|comment out)\b[^.]*"
                                r"(?:\.item\(\)|\.cpu\(\)|\bprint\b)"),
-                _avoid("{restarting} fixes it: the restart clears the poisoned CUDA context, "
-                       "not the bad target or index.", "method 6",
+                _avoid(N_("{restarting} fixes it: the restart clears the poisoned CUDA context, "
+                          "not the bad target or index."), "method 6",
                        forbids=r"\brestart\w*\b[^.]*\b(?:fix|fixes|solves?|resolves?)\b"
                                r"(?! no\b)"),
                 WIDENING_AVOID,
@@ -256,278 +258,279 @@ FAMILIES: dict[str, Family] = {
         ),
         Family(
             "illegal_memory",
-            "Illegal memory access on the device",
+            N_("Illegal memory access on the device"),
             first_checks=(
-                _check("Name the kernel that faulted: {rerun}.", "method 4",
+                _check(N_("Name the kernel that faulted: {rerun}."), "method 4",
                        answered_by=("isolated",)),
-                _check("Check sizes, indices and contiguity of the tensors given to custom "
-                       "kernels and binary extensions (flash-attn, xformers, apex, your own "
-                       "CUDA code).", "method 8", "method 12"),
-                _check("Turn optional extensions off one at a time and compare with a "
-                       "reference operator or the same operator on the CPU.", "method 9"),
-                _check("Run compute-sanitizer --tool memcheck with "
-                       "PYTORCH_NO_CUDA_MEMORY_CACHING=1 (the caching allocator hides "
-                       "out-of-bounds accesses).", "compute-sanitizer", "cuda-memory"),
+                _check(N_("Check sizes, indices and contiguity of the tensors given to custom "
+                          "kernels and binary extensions (flash-attn, xformers, apex, your own "
+                          "CUDA code)."), "method 8", "method 12"),
+                _check(N_("Turn optional extensions off one at a time and compare with a "
+                          "reference operator or the same operator on the CPU."), "method 9"),
+                _check(N_("Run compute-sanitizer --tool memcheck with "
+                          "PYTORCH_NO_CUDA_MEMORY_CACHING=1 (the caching allocator hides "
+                          "out-of-bounds accesses)."), "compute-sanitizer", "cuda-memory"),
             ),
             avoid=(
-                _avoid("The GPU memory is faulty.", "method 5", forbids=BROKEN_HARDWARE),
-                _avoid("It is an out-of-memory error.", "method 5",
+                _avoid(N_("The GPU memory is faulty."), "method 5", forbids=BROKEN_HARDWARE),
+                _avoid(N_("It is an out-of-memory error."), "method 5",
                        forbids=r"\b(?:reduce|lower|halve)\b[^.]*\bbatch size\b"
                                r"|\bexpandable_segments\b"),
-                _avoid("The operator in the traceback is the cause.", "method 3",
+                _avoid(N_("The operator in the traceback is the cause."), "method 3",
                        answered_by=("prechecked",),
                        forbids=r"\bfix\b[^.]*\bthe (?:line|operator) (?:in|of) the traceback\b"),
-                _avoid("Changing batch, precision and library at once: change one thing at a "
-                       "time.", "method 5", "method 9",
+                _avoid(N_("Changing batch, precision and library at once: change one thing at a "
+                          "time."), "method 5", "method 9",
                        forbids=r"\bchange\b[^.]*\bbatch\b[^.]*\bprecision\b"),
             ),
             asynchronous=True,
         ),
         Family(
             "oom",
-            "Out of memory",
+            N_("Out of memory"),
             first_checks=(
-                _check("Check the shapes of this step: batch size, sequence length, image "
-                       "size; one outsized sample is enough.", "method 2", "method 5"),
-                _check("Check tensor lifetimes: losses summed without .item(), outputs kept in "
-                       "lists, the traceback of a caught exception pinning tensors.",
+                _check(N_("Check the shapes of this step: batch size, sequence length, image "
+                          "size; one outsized sample is enough."), "method 2", "method 5"),
+                _check(N_("Check tensor lifetimes: losses summed without .item(), outputs kept in "
+                          "lists, the traceback of a caught exception pinning tensors."),
                        "method 5", "faq-memory"),
-                _check("Check the process's memory: other processes on the GPU, memory "
-                       "reserved but unallocated (fragmentation), torch.cuda.memory_summary().",
+                _check(N_("Check the process's memory: other processes on the GPU, memory "
+                          "reserved but unallocated (fragmentation), torch.cuda.memory_summary()."),
                        "method 5", "cuda-memory"),
             ),
             avoid=(
-                _avoid("Every CUDA error means a lack of VRAM.", "method 5",
+                _avoid(N_("Every CUDA error means a lack of VRAM."), "method 5",
                        forbids=r"\black of (?:VRAM|memory)\b"),
-                _avoid("A bigger GPU is needed, before measuring what the step really needs.",
+                _avoid(N_("A bigger GPU is needed, before measuring what the step really needs."),
                        "method 5", forbids=r"\b(?:bigger|larger) GPU\b|\bmore VRAM\b"),
-                _avoid("Halving the batch size is the fix when one sample is outsized.",
+                _avoid(N_("Halving the batch size is the fix when one sample is outsized."),
                        "method 5", forbids=r"\bhalv\w*\b|\b(?:reduce|lower)\b[^.]*\bbatch size\b"),
             ),
         ),
         Family(
             "op_unavailable",
-            "Operator or kernel unavailable",
+            N_("Operator or kernel unavailable"),
             first_checks=(
-                _check("Check versions: the PyTorch build (torch.version.cuda / "
-                       "torch.version.hip), the device's compute capability against the "
-                       "build's arch list.", "method 5", "method 13", "arch-list"),
-                _check("Check binary extensions (torchvision, xformers, flash-attn, ...) were "
-                       "built for this PyTorch and this CUDA or ROCm.", "method 12",
+                _check(N_("Check versions: the PyTorch build (torch.version.cuda / "
+                          "torch.version.hip), the device's compute capability against the "
+                          "build's arch list."), "method 5", "method 13", "arch-list"),
+                _check(N_("Check binary extensions (torchvision, xformers, flash-attn, ...) were "
+                          "built for this PyTorch and this CUDA or ROCm."), "method 12",
                        "cpp-extension"),
-                _check("Check the backend of the inputs: the operator may exist only for the "
-                       "CPU.", "method 5"),
-                _check("Check the dtype: the operator may have no kernel for Half, BFloat16 or "
-                       "Int.", "method 5"),
+                _check(N_("Check the backend of the inputs: the operator may exist only for the "
+                          "CPU."), "method 5"),
+                _check(N_("Check the dtype: the operator may have no kernel for Half, BFloat16 or "
+                          "Int."), "method 5"),
             ),
             avoid=(
-                _avoid("Reinstalling everything at random.", "method 5",
+                _avoid(N_("Reinstalling everything at random."), "method 5",
                        forbids=r"\breinstall\w*\b[^.]*\b(?:everything|all packages|at random)\b"),
-                _avoid("Upgrading the driver without checking the build's CUDA version and "
-                       "arch list.", "method 5", "cuda-compatibility",
+                _avoid(N_("Upgrading the driver without checking the build's CUDA version and "
+                          "arch list."), "method 5", "cuda-compatibility",
                        forbids=r"\b(?:upgrade|update)\w*\b[^.]*\bdriver\b"),
-                _avoid("The GPU is broken.", "method 5", forbids=BROKEN_HARDWARE),
+                _avoid(N_("The GPU is broken."), "method 5", forbids=BROKEN_HARDWARE),
             ),
         ),
         Family(
             "device_mismatch",
-            "Tensors on different devices",
+            N_("Tensors on different devices"),
             first_checks=(
-                _check("Check where the model sits (next(model.parameters()).device) and where "
-                       "each input of the operator was created.", "method 5"),
-                _check("Look for tensors created inside forward() without device=, and buffers "
-                       "not registered with register_buffer (they do not move with .to()).",
+                _check(N_("Check where the model sits (next(model.parameters()).device) and where "
+                          "each input of the operator was created."), "method 5"),
+                _check(N_("Look for tensors created inside forward() without device=, and buffers "
+                          "not registered with register_buffer (they do not move with .to())."),
                        "method 5", "register-buffer"),
-                _check("Check the device of what the data loader yields.", "method 5"),
+                _check(N_("Check the device of what the data loader yields."), "method 5"),
             ),
             avoid=(
-                _avoid("Adding .to(device) copies everywhere without knowing where the stray "
-                       "tensor came from.", "method 5",
+                _avoid(N_("Adding .to(device) copies everywhere without knowing where the stray "
+                          "tensor came from."), "method 5",
                        forbids=r"\.to\(device\)[^.]*\beverywhere\b"
                                r"|\badd(?:ing)?\b[^.]*\bcop(?:y|ies)\b"),
-                _avoid("Moving everything to the CPU to make it run.", "method 5",
+                _avoid(N_("Moving everything to the CPU to make it run."), "method 5",
                        forbids=r"\bmov\w*\b[^.]*\beverything\b[^.]*\bCPU\b"),
             ),
         ),
         Family(
             "dtype_mismatch",
-            "Mismatched dtypes",
+            N_("Mismatched dtypes"),
             first_checks=(
-                _check("Check the dtype of each input of the operator: class targets must be "
-                       "torch.long; BCE and MSE targets floating point.", "cross-entropy",
+                _check(N_("Check the dtype of each input of the operator: class targets must be "
+                          "torch.long; BCE and MSE targets floating point."), "cross-entropy",
                        "bce"),
-                _check("Check autocast regions and .half() / .bfloat16() applied to parts of "
-                       "the model.", "amp"),
-                _check("Check the dtype produced by the data pipeline (numpy float64 becomes "
-                       "torch.float64).", "from-numpy"),
+                _check(N_("Check autocast regions and .half() / .bfloat16() applied to parts of "
+                          "the model."), "amp"),
+                _check(N_("Check the dtype produced by the data pipeline (numpy float64 becomes "
+                          "torch.float64)."), "from-numpy"),
             ),
             avoid=(
-                _avoid("Casting everything to float32 everywhere.", "method 5", "method 9",
+                _avoid(N_("Casting everything to float32 everywhere."), "method 5", "method 9",
                        forbids=r"\bcast\w*\b[^.]*\beverything\b|\.float\(\)[^.]*\beverywhere\b"),
-                _avoid("Disabling mixed precision globally without finding the operator.",
+                _avoid(N_("Disabling mixed precision globally without finding the operator."),
                        "method 9",
                        forbids=r"\bdisabl\w*\b[^.]*\b(?:autocast|mixed precision|amp)\b"),
             ),
         ),
         Family(
             "shape_mismatch",
-            "Mismatched shapes",
+            N_("Mismatched shapes"),
             first_checks=(
-                _check("Compare the shapes in the message with what the layer or loss "
-                       "expects.", "method 5", "linear"),
-                _check("Check the last incomplete batch and variable sequence lengths.",
+                _check(N_("Compare the shapes in the message with what the layer or loss "
+                          "expects."), "method 5", "linear"),
+                _check(N_("Check the last incomplete batch and variable sequence lengths."),
                        "method 2", "method 10"),
-                _check("Check squeeze / unsqueeze / view / flatten before linear layers, and "
-                       "the target shape against the output shape for the loss.", "method 5",
+                _check(N_("Check squeeze / unsqueeze / view / flatten before linear layers, and "
+                          "the target shape against the output shape for the loss."), "method 5",
                        "view"),
             ),
             avoid=(
-                _avoid("Reshaping until it runs: view and reshape can silently mix samples.",
+                _avoid(N_("Reshaping until it runs: view and reshape can silently mix samples."),
                        "view", forbids=r"\breshap\w*\b[^.]*\buntil\b"),
-                _avoid("The data is corrupt.", "method 5",
+                _avoid(N_("The data is corrupt."), "method 5",
                        forbids=r"\b(?:re-?download|regenerate)\b[^.]*\bdata\b"),
             ),
         ),
         Family(
             "index_out_of_bounds",
-            "Index or target out of range",
+            N_("Index or target out of range"),
             first_checks=(
-                _check("Compare the value in the message with the size of the dimension.",
+                _check(N_("Compare the value in the message with the size of the dimension."),
                        "method 5", topics=("index_range",)),
-                _check("For class targets, a value equal to C has two readings: labels "
-                       "numbered 1..C, or a class the model was not built for; over the whole "
-                       "dataset, min and max, whether 0 occurs and the number of distinct "
-                       "labels tell them apart.", "method 7", topics=("label_readings",),
+                _check(N_("For class targets, a value equal to C has two readings: labels "
+                          "numbered 1..C, or a class the model was not built for; over the whole "
+                          "dataset, min and max, whether 0 occurs and the number of distinct "
+                          "labels tell them apart."), "method 7", topics=("label_readings",),
                        answered_by=("kind_known",)),
-                _check("For embeddings: indices against num_embeddings (vocabulary size, "
-                       "padding id).", "embedding", topics=("vocabulary",),
+                _check(N_("For embeddings: indices against num_embeddings (vocabulary size, "
+                          "padding id)."), "embedding", topics=("vocabulary",),
                        answered_by=("kind_known",)),
-                _check("Check that the label mapping is a bijection with the class names: "
-                       "cudadiag.check_label_mapping(label_to_index, class_names).", "method 7",
+                _check(N_("Check that the label mapping is a bijection with the class names: "
+                          "cudadiag.check_label_mapping(label_to_index, class_names)."), "method 7",
                        topics=("label_mapping",), answered_by=("kind_known",)),
             ),
             avoid=(
                 WIDENING_AVOID,
-                _avoid("The GPU's 'device-side assert triggered' for the same data is another "
-                       "bug: it is this failure, reported without the values.", "method 3",
+                _avoid(N_("The GPU's 'device-side assert triggered' for the same data is another "
+                          "bug: it is this failure, reported without the values."), "method 3",
                        "method 9", forbids=r"\b(?:another|a different|a separate) bug\b"),
             ),
         ),
         Family(
             "library_status",
-            "CUDA library status (cuBLAS, cuDNN, ...)",
+            N_("CUDA library status (cuBLAS, cuDNN, ...)"),
             first_checks=(
-                _check("An earlier asynchronous error often surfaces as a library status: "
-                       "{rerun}.", "method 3", "method 4", answered_by=("isolated",)),
-                _check("CUBLAS_STATUS_NOT_INITIALIZED often means out of memory at handle "
-                       "creation, or an out-of-range embedding index just before.",
+                _check(N_("An earlier asynchronous error often surfaces as a library status: "
+                          "{rerun}."), "method 3", "method 4", answered_by=("isolated",)),
+                _check(N_("CUBLAS_STATUS_NOT_INITIALIZED often means out of memory at handle "
+                          "creation, or an out-of-range embedding index just before."),
                        "cublas-status", "method 3"),
-                _check("Check the layout and dtype of the inputs (contiguity; cuDNN "
-                       "NOT_SUPPORTED).", "method 8", "cudnn"),
-                _check("Check the library versions shipped with the PyTorch build.", "method 2",
+                _check(N_("Check the layout and dtype of the inputs (contiguity; cuDNN "
+                          "NOT_SUPPORTED)."), "method 8", "cudnn"),
+                _check(N_("Check the library versions shipped with the PyTorch build."), "method 2",
                        "method 12"),
             ),
             avoid=(
-                _avoid("The library is broken.", "method 5",
+                _avoid(N_("The library is broken."), "method 5",
                        forbids=r"\breinstall\w*\b[^.]*\b(?:cublas|cudnn|library)\b"),
-                _avoid("Reinstalling CUDA.", "method 5", forbids=r"\breinstall\w*\b[^.]*\bCUDA\b"),
-                _avoid("Disabling cuDNN for good.", "method 9",
+                _avoid(N_("Reinstalling CUDA."), "method 5",
+                       forbids=r"\breinstall\w*\b[^.]*\bCUDA\b"),
+                _avoid(N_("Disabling cuDNN for good."), "method 9",
                        forbids=r"cudnn\.enabled ?= ?False|\bdisabl\w*\b[^.]*\bcuDNN\b"),
             ),
             asynchronous=True,
         ),
         Family(
             "distributed",
-            "Distributed / collective failure",
+            N_("Distributed / collective failure"),
             first_checks=(
-                _check("Find the first rank that failed and its own first error: the other "
-                       "ranks only time out waiting for it.", "method 1"),
-                _check("Re-run with NCCL_DEBUG=INFO.", "nccl-env"),
-                _check("Check that every rank runs the same collectives in the same order with "
-                       "the same shapes.", "distributed"),
-                _check("Look for a CUDA error (out of memory, device assert) inside one rank "
-                       "before the collective.", "method 1"),
+                _check(N_("Find the first rank that failed and its own first error: the other "
+                          "ranks only time out waiting for it."), "method 1"),
+                _check(N_("Re-run with NCCL_DEBUG=INFO."), "nccl-env"),
+                _check(N_("Check that every rank runs the same collectives in the same order with "
+                          "the same shapes."), "distributed"),
+                _check(N_("Look for a CUDA error (out of memory, device assert) inside one rank "
+                          "before the collective."), "method 1"),
             ),
             avoid=(
-                _avoid("The network is the cause.", "method 1",
+                _avoid(N_("The network is the cause."), "method 1",
                        forbids=r"\b(?:network|interconnect|infiniband)\b[^.]*"
                                r"\b(?:cause|broken|faulty)\b"),
-                _avoid("Raising the timeout fixes it.", "method 1",
+                _avoid(N_("Raising the timeout fixes it."), "method 1",
                        forbids=r"\b(?:rais|increas)\w*\b[^.]*\btimeout\b"),
-                _avoid("The rank that printed last is the culprit.", "method 1",
+                _avoid(N_("The rank that printed last is the culprit."), "method 1",
                        forbids=r"\b(?:last|latest) (?:rank|message)\b[^.]*\b(?:culprit|cause)\b"),
             ),
         ),
         Family(
             "driver",
-            "Driver or device initialisation",
+            N_("Driver or device initialisation"),
             first_checks=(
-                _check("Check that nvidia-smi (or rocm-smi) sees the GPU.", "nvidia-smi",
+                _check(N_("Check that nvidia-smi (or rocm-smi) sees the GPU."), "nvidia-smi",
                        "method 13"),
-                _check("Check the driver version against torch.version.cuda.",
+                _check(N_("Check the driver version against torch.version.cuda."),
                        "cuda-compatibility"),
-                _check("Check CUDA_VISIBLE_DEVICES and the device index you ask for.",
+                _check(N_("Check CUDA_VISIBLE_DEVICES and the device index you ask for."),
                        "cuda-env-vars"),
-                _check("For launch timeouts: a display watchdog on a GPU that also drives a "
-                       "screen.", "cuda-runtime-errors"),
+                _check(N_("For launch timeouts: a display watchdog on a GPU that also drives a "
+                          "screen."), "cuda-runtime-errors"),
             ),
             avoid=(
-                _avoid("Reinstalling PyTorch before checking the driver.", "method 5",
+                _avoid(N_("Reinstalling PyTorch before checking the driver."), "method 5",
                        forbids=r"\breinstall\w*\b[^.]*\b(?:PyTorch|torch)\b"),
-                _avoid("The model code is wrong.", "method 5",
+                _avoid(N_("The model code is wrong."), "method 5",
                        forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
             ),
         ),
         Family(
             "cuda_graph",
-            "CUDA graph capture or replay",
+            N_("CUDA graph capture or replay"),
             first_checks=(
-                _check("Find what synchronises or allocates inside the captured region: "
-                       ".item(), .cpu(), print of a tensor, torch.cuda.synchronize(), a "
-                       "data-dependent shape (nonzero, masked indexing), a new tensor on "
-                       "another device; none of them is allowed while a stream captures.",
+                _check(N_("Find what synchronises or allocates inside the captured region: "
+                          ".item(), .cpu(), print of a tensor, torch.cuda.synchronize(), a "
+                          "data-dependent shape (nonzero, masked indexing), a new tensor on "
+                          "another device; none of them is allowed while a stream captures."),
                        "cuda-graphs", "cuda-stream-capture", topics=("capture",)),
-                _check("Warm the code up on a side stream before capturing (a few iterations "
-                       "outside the graph: lazy initialisation of cuBLAS, cuDNN and the "
-                       "allocator must happen before capture).", "cuda-graphs"),
-                _check("With torch.compile(mode=\"reduce-overhead\"): clone an output you "
-                       "keep past the next call, or call torch.compiler.cudagraph_mark_step_"
-                       "begin() before each step; mode=\"default\" runs the same code without "
-                       "graphs.", "cudagraph-trees"),
-                _check("Capture replays fixed addresses from the graph's private memory pool: "
-                       "inputs must be static tensors refilled with .copy_(), not new tensors "
-                       "made each step (torch.tensor(...) from Python data, host copies).",
+                _check(N_("Warm the code up on a side stream before capturing (a few iterations "
+                          "outside the graph: lazy initialisation of cuBLAS, cuDNN and the "
+                          "allocator must happen before capture)."), "cuda-graphs"),
+                _check(N_("With torch.compile(mode=\"reduce-overhead\"): clone an output you "
+                          "keep past the next call, or call torch.compiler.cudagraph_mark_step_"
+                          "begin() before each step; mode=\"default\" runs the same code without "
+                          "graphs."), "cudagraph-trees"),
+                _check(N_("Capture replays fixed addresses from the graph's private memory pool: "
+                          "inputs must be static tensors refilled with .copy_(), not new tensors "
+                          "made each step (torch.tensor(...) from Python data, host copies)."),
                        "cuda-graphs"),
-                _check("Re-run without graphs to see the code's own error, if any: {rerun}.",
+                _check(N_("Re-run without graphs to see the code's own error, if any: {rerun}."),
                        "method 4", answered_by=("isolated",)),
             ),
-            isolated="the original failure was a CUDA graph capture's; the isolated re-run "
-                     "ran with compilation disabled, so torch.compile's graphs "
-                     "(mode=\"reduce-overhead\") were not captured (torch.cuda.graph() in "
-                     "the cells still captures)",
+            isolated=N_("the original failure was a CUDA graph capture's; the isolated re-run "
+                        "ran with compilation disabled, so torch.compile's graphs "
+                        "(mode=\"reduce-overhead\") were not captured (torch.cuda.graph() in "
+                        "the cells still captures)"),
             avoid=(
-                _avoid("The GPU or the driver is broken.", "cuda-stream-capture",
+                _avoid(N_("The GPU or the driver is broken."), "cuda-stream-capture",
                        forbids=BROKEN_HARDWARE),
-                _avoid("The captured operator's arguments are wrong: the capture failed "
-                       "before the operator ran.", "cuda-stream-capture",
+                _avoid(N_("The captured operator's arguments are wrong: the capture failed "
+                          "before the operator ran."), "cuda-stream-capture",
                        forbids=r"\b(?:fix|change|check)\b[^.]*\b(?:arguments?|indices)\b"
                                r"[^.]*\bcaptur"),
             ),
         ),
         Family(
             "unknown",
-            "Unrecognised error",
+            N_("Unrecognised error"),
             first_checks=(
-                _check("Find the first error in the output, not the last.", "method 1"),
-                _check("Name the operator that failed: {rerun}.", "method 4",
+                _check(N_("Find the first error in the output, not the last."), "method 1"),
+                _check(N_("Name the operator that failed: {rerun}."), "method 4",
                        answered_by=("isolated",)),
-                _check("Record versions and backend: {env}.", "method 2"),
-                _check("cudadiag does not know this message yet: report it so it can be added. "
-                       "{report} holds what to paste in cudadiag's issue tracker: the whole "
-                       "message from its first error line, the exception type, the error code "
-                       "and the versions.", "method 1", "method 2"),
+                _check(N_("Record versions and backend: {env}."), "method 2"),
+                _check(N_("cudadiag does not know this message yet: report it so it can be added. "
+                          "{report} holds what to paste in cudadiag's issue tracker: the whole "
+                          "message from its first error line, the exception type, the error code "
+                          "and the versions."), "method 1", "method 2"),
             ),
-            avoid=(_avoid("Concluding from the last message printed.", "method 1",
+            avoid=(_avoid(N_("Concluding from the last message printed."), "method 1",
                           forbids=r"\bfrom the last (?:message|error|line)\b"),),
         ),
     )
