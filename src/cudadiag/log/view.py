@@ -80,8 +80,9 @@ def _incidents_line(stats: LogStats) -> str:
                                                                     newer=stats.newer)
     if not (stats.oldest and stats.newest):
         return counts
-    return f"{counts}, {stats.oldest[:16].replace('T', ' ')} .. " \
-           f"{stats.newest[:16].replace('T', ' ')}"
+    return _("{counts}, {oldest} .. {newest}").format(
+        counts=counts, oldest=stats.oldest[:16].replace("T", " "),
+        newest=stats.newest[:16].replace("T", " "))
 
 
 def _bytes(n: int) -> str:
