@@ -6,6 +6,7 @@ Japanese, the records' own words (PyTorch's messages, ids, paths) as they are.""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +17,13 @@ from cudadiag.i18n.width import display_width
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
 from cudadiag.log.entry import SUMMARY_MAX
 from cudadiag.log.store import IncidentStore
+from test_browser_panel import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    ROOT,
+    _run_all_cells,
+    lab,  # noqa: F401 (the JupyterLab fixture, used by name)
+)
 from untranslated import english_left
 
 ASSERT = "CUDA error: device-side assert triggered"
@@ -204,3 +212,66 @@ def test_the_report_box_names_the_incident_in_japanese(japanese):
     incident = _log(ASSERT)[0]
     first = report_for_the_box(incident).splitlines()[0]
     assert first == (f"**cudadiag インシデント** `{incident.id}`（2026-12-02 10:00、In[1]）")
+
+
+@pytest.fixture
+def lab_in_japanese(monkeypatch, request):
+    """test_browser_panel's JupyterLab, its kernels started with CUDADIAG_LANG=ja."""
+    monkeypatch.setenv("CUDADIAG_LANG", "ja")
+    return request.getfixturevalue("lab")
+
+
+PANEL_JA = ROOT / "docs" / "panel-ja.png"
+"""The screenshot of the panel in Japanese (its CJK glyphs drawn by fonts-noto-cjk)."""
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                    reason="needs Debian's chromium at /usr/bin/chromium")
+def test_the_panel_in_japanese_in_jupyterlab(lab_in_japanese):
+    """The demo's panel in JupyterLab with the kernel in Japanese: its tabs, buttons and
+    filter in Japanese; the glyphs are drawn by a CJK font (not boxes); a screenshot."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, token = lab_in_japanese
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000}, locale="ja-JP")
+        try:
+            panel = _run_all_cells(page, base, token)
+            expect(panel).to_contain_text("device_assert")
+            tabs = [panel.get_by_role("tab", name=name)
+                    for name in ("最初のエラー", "バッチ", "次の確認", "環境", "後続のエラー")]
+            for tab in tabs:
+                expect(tab).to_be_visible()
+            for label in ("同期実行で隔離して再実行", "コピー用のレポート",
+                          "再現ノートブックを書き出す"):
+                expect(panel.get_by_role("button", name=label)).to_be_visible()
+            expect(panel).to_contain_text("すべての系統")
+            tabs[2].click()
+            expect(panel.locator(".cd-avoid")).to_be_visible()
+            # drawn with a CJK font: the tab's label is as wide as its glyphs in one
+            assert _drawn_by_a_cjk_font(tabs[1]), "the Japanese labels have no CJK font"
+            panel.screenshot(path=str(PANEL_JA))
+        finally:
+            browser.close()
+    assert PANEL_JA.stat().st_size > 10_000
+
+
+def _drawn_by_a_cjk_font(element) -> bool:
+    """True when the page's fonts draw the element's text with a CJK font: the widths of its
+    text in the element's font and in Noto Sans CJK JP are the same, and differ from a
+    font that has no such glyphs (each would fall back to the same font otherwise)."""
+    widths = element.evaluate("""(e) => {
+      const canvas = document.createElement('canvas').getContext('2d');
+      const style = getComputedStyle(e);
+      const width = (family) => {
+        canvas.font = `${style.fontSize} ${family}`;
+        return canvas.measureText(e.textContent.trim()).width;
+      };
+      return {page: width(style.fontFamily), cjk: width('"Noto Sans CJK JP"'),
+              fonts: document.fonts.check(`${style.fontSize} "Noto Sans CJK JP"`, 'バッチ')};
+    }""")
+    return bool(widths["fonts"]) and abs(widths["page"] - widths["cjk"]) < 0.5

@@ -77,7 +77,8 @@ class Panel(widgets.VBox):
                                     icon="play", layout=widgets.Layout(width="auto"))
         # A kernel cannot write to the browser's clipboard: the report is shown ready to copy.
         self.copy = widgets.Button(description=_("Report to copy"), icon="copy",
-                                   tooltip=_("show the Markdown report, ready to copy"))
+                                   tooltip=_("show the Markdown report, ready to copy"),
+                                   layout=widgets.Layout(width="auto"))
         self._filling = False
         """True while the selector's options are replaced (it then selects their first)."""
         self._output_of: str | None = None
