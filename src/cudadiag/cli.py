@@ -391,7 +391,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             store, incident, path, inputs, options,
             commands.progress_line(options.max_trials, options.timeout))
     except MinimizeInterrupted:
-        print(f"\ncudadiag export: {commands.STOPPED_EARLY}", file=sys.stderr)
+        print(f"\ncudadiag export: {_(commands.STOPPED_EARLY)}", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
         print("\n" + _("cudadiag export: stopped early: interrupted while writing the repro; "
