@@ -99,16 +99,20 @@ def test_a_kept_summary_and_its_checks_show_in_japanese_when_read_back(tmp_path)
     record = tmp_path / "record.json"
     record.write_text(json.dumps(incident.to_dict()))
     program = ("import json, sys\nfrom cudadiag import i18n, knowledge\n"
+               "from cudadiag.classify import STICKY_TAIL\n"
                "from cudadiag.incident import Incident\n"
                "d = Incident.from_dict(json.load(open(sys.argv[1]))).diagnosis\n"
                "print(i18n.localize(knowledge.FAMILIES['device_assert'].title))\n"
                "print(i18n.localize(d.summary))\n"
+               "print(i18n.localize(d.summary.removesuffix(STICKY_TAIL)))\n"
                "print('\\n'.join(i18n.localize_all(d.first_checks)))\n")
     shown = subprocess.run([sys.executable, "-c", program, str(record)], text=True,
                            capture_output=True, check=True,
                            env={**os.environ, "CUDADIAG_LANG": "ja"}).stdout.splitlines()
-    title, summary, *checks = shown
+    title, summary, without_tail, *checks = shown
     assert summary == f"{title}：{FAILED_HERE}{STICKY}"
+    assert without_tail == f"{title}：{FAILED_HERE}"  # the summary a reader shows beside its
+    # own restart line (ui/render.py removes STICKY_TAIL from the English)
     assert CLASS_TARGETS in checks and FIX_THE_MAPPING in checks
 
 
