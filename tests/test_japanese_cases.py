@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from cudadiag import GuardError, check_class_targets, i18n, incidents, knowledge
+from cudadiag.classify import STICKY_TAIL, sticky_summary
 from cudadiag.diagnose import incident_from_exception
 from cudadiag.incident import RunInfo
 from cudadiag.trace import OpTracer
@@ -32,9 +33,9 @@ FAILED_HERE = ("nll_loss_forward_reduce_cuda_kernel_2d で `t >= 0 && t < n_clas
 STICKY = " — CUDA コンテキストは使えなくなっています。プロセスを再起動してください"
 CLASS_TARGETS = (
     "クラスのターゲットは [0, C) の範囲内か、ignore_index と等しくなければなりません（C は出力の"
-    "幅、logits.shape[1]）。C と等しいターゲットには2通りの読み方があります。1..C で番号付けされた"
-    "ラベルか、モデルが想定していないクラスです。1つのバッチではなくデータセット全体で、最小値と"
-    "最大値、0 が現れるか、異なるラベルの数をクラス名と比べれば区別できます。")
+    "幅、logits.shape[1]）。C と等しいターゲットには 2 通りの読み方があります。1..C で番号付け"
+    "されたラベルか、モデルが想定していないクラスです。1 つのバッチではなくデータセット全体で、"
+    "最小値と最大値、0 が現れるか、異なるラベルの数をクラス名と比べれば区別できます。")
 FIX_THE_MAPPING = (
     "モデルではなく、ラベルを作る箇所でマッピングを修正してください。クラス名との全単射を確認し"
     "（cudadiag.check_label_mapping(label_to_index, class_names)）、失敗したバッチを、プロジェクト"
@@ -73,6 +74,7 @@ def test_the_same_summary_is_unchanged_in_english(shell):
         "Device-side assertion: device-side assert triggered — the CUDA context is unusable: "
         "restart the process")
     assert i18n.localize(incident.diagnosis.summary) == incident.diagnosis.summary
+    assert sticky_summary("a summary") == "a summary" + STICKY_TAIL  # what readers remove
 
 
 def test_the_kernels_assertion_and_the_class_target_checks_read_in_japanese():
