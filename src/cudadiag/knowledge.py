@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from cudadiag.error_codes import table as error_codes
-from cudadiag.i18n import N_
+from cudadiag.i18n import N_, Text, msg
 
 if sys.version_info >= (3, 11):  # the pattern parser behind `re` (anchors come from it)
     from re import _constants as _sre_constants
@@ -1247,22 +1247,22 @@ with the first error (its advice already follows from them; the error's name is 
 # of what was asked for: the memory exists but not as one block.
 FRAGMENTATION_RATIO = 1.0
 FRAGMENTATION_CHECK = _check(
-    "Memory reserved by PyTorch but unallocated ({reserved_unallocated}) is at least what was "
-    "requested ({requested}): fragmentation is likely; try "
-    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.", "cuda-memory")
+    N_("Memory reserved by PyTorch but unallocated ({reserved_unallocated}) is at least what was "
+       "requested ({requested}): fragmentation is likely; try "
+       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."), "cuda-memory")
 RUNTIME_OOM_CHECK = _check(
-    "This is CUDA's own out-of-memory (context creation, cuBLAS/cuDNN workspaces, NCCL, an "
-    "extension), not PyTorch's allocator: check other processes on the GPU and memory held "
-    "outside PyTorch.", "cuda-runtime-errors", "cuda-memory")
+    N_("This is CUDA's own out-of-memory (context creation, cuBLAS/cuDNN workspaces, NCCL, an "
+       "extension), not PyTorch's allocator: check other processes on the GPU and memory held "
+       "outside PyTorch."), "cuda-runtime-errors", "cuda-memory")
 LOG_FILE_CHECK = _check(
-    "Run it again with CUDA_LOG_FILE=stderr (CUDA 12.9 or newer, as the message asks): the "
-    "driver then writes why the call failed, in words, next to the error code.",
+    N_("Run it again with CUDA_LOG_FILE=stderr (CUDA 12.9 or newer, as the message asks): the "
+       "driver then writes why the call failed, in words, next to the error code."),
     "cuda-error-log")
 """For the hint PyTorch adds to a CUDA error since pytorch/pytorch#181011 (HINT_PATTERNS
 `log_file_hint`)."""
 ARCH_CHECK = _check(
-    "The device's capability {capability} is not in the build's arch list ({arch_list}): "
-    "install a PyTorch build that supports it.", "arch-list", "install", "method 5")
+    N_("The device's capability {capability} is not in the build's arch list ({arch_list}): "
+       "install a PyTorch build that supports it."), "arch-list", "install", "method 5")
 
 
 @dataclass(frozen=True)
@@ -1286,74 +1286,74 @@ PITFALLS: dict[str, Pitfall] = {
     for p in (
         Pitfall(
             "notebook_function_in_child",
-            "A process started with the 'spawn' start method cannot load a function defined "
-            "in the notebook",
+            N_("A process started with the 'spawn' start method cannot load a function defined "
+               "in the notebook"),
             checks=(
-                _check("torch.multiprocessing.spawn starts each process with the 'spawn' start "
-                       "method: it imports __main__ afresh and looks the function up there, and "
-                       "a notebook's __main__ is no file, so the function is not found. The "
-                       "training code never ran: this says nothing about it.",
+                _check(N_("torch.multiprocessing.spawn starts each process with the 'spawn' start "
+                          "method: it imports __main__ afresh and looks the function up there, and "
+                          "a notebook's __main__ is no file, so the function is not found. The "
+                          "training code never ran: this says nothing about it."),
                        "multiprocessing", "start-methods"),
-                _check("Re-run the cell with %cuda_isolate: cudadiag runs every rank as its own "
-                       "process forked from a fresh interpreter that holds the notebook's "
-                       "function (blocking launches, the tracer and the prechecks in each rank) "
-                       "and names the rank that failed first.", "method 4",
+                _check(N_("Re-run the cell with %cuda_isolate: cudadiag runs every rank as its own "
+                          "process forked from a fresh interpreter that holds the notebook's "
+                          "function (blocking launches, the tracer and the prechecks in each rank) "
+                          "and names the rank that failed first."), "method 4",
                        answered_by=("isolated",)),
-                _check("Or move the function (and what it uses) to a .py file beside the "
-                       "notebook and import it from there: `from ddp_worker import worker`.",
+                _check(N_("Or move the function (and what it uses) to a .py file beside the "
+                          "notebook and import it from there: `from ddp_worker import worker`."),
                        "start-methods"),
             ),
-            isolated="the original failure was the spawn start method's (its processes could "
-                     "not load the notebook's function); here each rank was forked with it, so "
-                     "this is what the ranks themselves do",
+            isolated=N_("the original failure was the spawn start method's (its processes could "
+                        "not load the notebook's function); here each rank was forked with it, so "
+                        "this is what the ranks themselves do"),
         ),
         Pitfall(
             "extension_binary",
-            "An extension binary built for another torch, CUDA or Python",
+            N_("An extension binary built for another torch, CUDA or Python"),
             checks=(
-                _check("A compiled extension (flash-attn, xformers, bitsandbytes, apex, a custom "
-                       "op) links against the torch, CUDA and Python it was built with: compare "
-                       "them with this environment's, `python -c \"import torch, sys; "
-                       "print(torch.__version__, torch.version.cuda, sys.version)\"` ({env} "
-                       "shows them too).", "cpp-extension", "install"),
-                _check("Install the extension's build for exactly this torch (its wheel names "
-                       "torch, CUDA, the C++ ABI and Python), or build it from source against "
-                       "the installed torch (`pip install --no-build-isolation ...`); an "
-                       "upgrade of torch needs the extension rebuilt.", "cpp-extension"),
-                _check("Building it: the nvcc on PATH must be the CUDA version torch was built "
-                       "with (torch.version.cuda).", "cpp-extension", "cuda-compatibility"),
+                _check(N_("A compiled extension (flash-attn, xformers, bitsandbytes, apex, a "
+                          "custom op) links against the torch, CUDA and Python it was built with: "
+                          "compare them with this environment's, `python -c \"import torch, sys; "
+                          "print(torch.__version__, torch.version.cuda, sys.version)\"` ({env} "
+                          "shows them too)."), "cpp-extension", "install"),
+                _check(N_("Install the extension's build for exactly this torch (its wheel names "
+                          "torch, CUDA, the C++ ABI and Python), or build it from source against "
+                          "the installed torch (`pip install --no-build-isolation ...`); an "
+                          "upgrade of torch needs the extension rebuilt."), "cpp-extension"),
+                _check(N_("Building it: the nvcc on PATH must be the CUDA version torch was built "
+                          "with (torch.version.cuda)."), "cpp-extension", "cuda-compatibility"),
             ),
-            isolated="the original failure was the extension's binary (built for another "
-                     "torch, CUDA or Python); the isolated run loads the same one",
+            isolated=N_("the original failure was the extension's binary (built for another "
+                        "torch, CUDA or Python); the isolated run loads the same one"),
             avoid=(
-                _avoid("The model code is wrong: the extension never ran.", "cpp-extension",
+                _avoid(N_("The model code is wrong: the extension never ran."), "cpp-extension",
                        forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
-                _avoid("The GPU or the driver is broken.", "cpp-extension",
+                _avoid(N_("The GPU or the driver is broken."), "cpp-extension",
                        forbids=BROKEN_HARDWARE),
             ),
         ),
         Pitfall(
             "cpu_only_build",
-            "This PyTorch is a build without CUDA",
+            N_("This PyTorch is a build without CUDA"),
             checks=(
-                _check("The torch the program imported has no CUDA support: check it with "
-                       "`python -c \"import torch; print(torch.__file__, torch.__version__, "
-                       "torch.version.cuda)\"` run by the same interpreter (a `+cpu` version, "
-                       "or torch.version.cuda None; {env} shows it too).", "hip",
+                _check(N_("The torch the program imported has no CUDA support: check it with "
+                          "`python -c \"import torch; print(torch.__file__, torch.__version__, "
+                          "torch.version.cuda)\"` run by the same interpreter (a `+cpu` version, "
+                          "or torch.version.cuda None; {env} shows it too)."), "hip",
                        "method 2"),
-                _check("Install a CUDA build in this environment (the pip command for your "
-                       "CUDA version from pytorch.org's install selector); a notebook kernel "
-                       "may run another environment than your terminal: `import sys; "
-                       "sys.executable`.", "install"),
-                _check("No GPU at hand? Keep the tensors on the CPU: `device = 'cuda' if "
-                       "torch.cuda.is_available() else 'cpu'`.", "cuda-semantics"),
+                _check(N_("Install a CUDA build in this environment (the pip command for your "
+                          "CUDA version from pytorch.org's install selector); a notebook kernel "
+                          "may run another environment than your terminal: `import sys; "
+                          "sys.executable`."), "install"),
+                _check(N_("No GPU at hand? Keep the tensors on the CPU: `device = 'cuda' if "
+                          "torch.cuda.is_available() else 'cpu'`."), "cuda-semantics"),
             ),
-            isolated="the original failure was the build's (no CUDA in it); the isolated "
-                     "run uses the same build",
+            isolated=N_("the original failure was the build's (no CUDA in it); the isolated "
+                        "run uses the same build"),
             avoid=(
-                _avoid("The driver or the GPU is at fault: this build never looks for them.",
+                _avoid(N_("The driver or the GPU is at fault: this build never looks for them."),
                        "install", forbids=BROKEN_HARDWARE),
-                _avoid("The model code is wrong.", "method 5",
+                _avoid(N_("The model code is wrong."), "method 5",
                        forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
             ),
             family_checks=False,
@@ -1416,20 +1416,20 @@ class ValuePattern:
 
 
 TOKEN_VOCABULARY = _check(
-    "The tokenizer (or the dictionary) and the model must share one vocabulary: len(tokenizer) "
-    "against the model's vocab_size, counted once every token is in — a tokenizer from another "
-    "checkpoint gives ids the model does not have.", "hf-tokenizer", "embedding",
+    N_("The tokenizer (or the dictionary) and the model must share one vocabulary: len(tokenizer) "
+       "against the model's vocab_size, counted once every token is in — a tokenizer from another "
+       "checkpoint gives ids the model does not have."), "hf-tokenizer", "embedding",
     topics=("vocabulary",))
 SPECIAL_TOKENS = _check(
-    "Special tokens added to the tokenizer (pad, eos, new tokens) need "
-    "model.resize_token_embeddings(len(tokenizer)) afterwards.", "hf-resize-embeddings",
+    N_("Special tokens added to the tokenizer (pad, eos, new tokens) need "
+       "model.resize_token_embeddings(len(tokenizer)) afterwards."), "hf-resize-embeddings",
     "hf-tokenizer", topics=("special_tokens",))
 IGNORE_INDEX = _check(
-    "Padding and unlabeled targets must equal the loss's ignore_index (default −100), not −1 "
-    "or 0.", "cross-entropy", topics=("ignore_index",), answered_by=("no_negative_values",))
+    N_("Padding and unlabeled targets must equal the loss's ignore_index (default −100), not −1 "
+       "or 0."), "cross-entropy", topics=("ignore_index",), answered_by=("no_negative_values",))
 NEGATIVE_INDICES = _check(
-    "Negative indices: advanced indexing (t[idx]) counts them from the end, gather, scatter "
-    "and index_select do not; a −1 used as padding or 'not found' is out of range.",
+    N_("Negative indices: advanced indexing (t[idx]) counts them from the end, gather, scatter "
+       "and index_select do not; a −1 used as padding or 'not found' is out of range."),
     "gather", "index-select", topics=("negative",), answered_by=("no_negative_values",))
 
 OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
@@ -1439,21 +1439,21 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
              "nll_loss2d_backward", "nll_loss", "nll_loss_nd", "nll_loss2d",
              "cross_entropy_loss"),
         checks=(
-            _check("Class targets must lie in [0, C) or equal ignore_index, C = the output "
-                   "width (logits.shape[1]). A target equal to C has two readings: labels "
-                   "numbered 1..C, or a class the model was not built for; over the whole "
-                   "dataset, not one batch, min and max, whether 0 occurs and the number of "
-                   "distinct labels against the class names tell them apart.",
+            _check(N_("Class targets must lie in [0, C) or equal ignore_index, C = the output "
+                      "width (logits.shape[1]). A target equal to C has two readings: labels "
+                      "numbered 1..C, or a class the model was not built for; over the whole "
+                      "dataset, not one batch, min and max, whether 0 occurs and the number of "
+                      "distinct labels against the class names tell them apart."),
                    "cross-entropy", "method 7", topics=("index_range", "label_readings")),
-            _check("Fix the mapping where the labels are made, not the model: check it is a "
-                   "bijection with the class names (cudadiag.check_label_mapping("
-                   "label_to_index, class_names)), and keep the failing batch as a case that "
-                   "lives with the project (cudadiag.keep_case(batch, 'bad_label', "
-                   "reason=...)).", "method 7", topics=("label_mapping", "keep_case")),
+            _check(N_("Fix the mapping where the labels are made, not the model: check it is a "
+                      "bijection with the class names (cudadiag.check_label_mapping("
+                      "label_to_index, class_names)), and keep the failing batch as a case that "
+                      "lives with the project (cudadiag.keep_case(batch, 'bad_label', "
+                      "reason=...))."), "method 7", topics=("label_mapping", "keep_case")),
             IGNORE_INDEX,
-            _check("In a language model the targets are token ids and C is the vocabulary: "
-                   "compare the largest id with the vocabulary the model was built with (a "
-                   "token added after it, such as <eos>, has the id C).", "cross-entropy",
+            _check(N_("In a language model the targets are token ids and C is the vocabulary: "
+                      "compare the largest id with the vocabulary the model was built with (a "
+                      "token added after it, such as <eos>, has the id C)."), "cross-entropy",
                    "embedding", topics=("vocabulary",), answered_by=("no_vocabulary",)),
         ),
         avoid=(SUBTRACTING_AVOID,),
@@ -1462,9 +1462,9 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
         "token_target",
         ops=(),
         checks=(
-            _check("These targets are token ids: the loss's classes are the model's "
-                   "vocabulary (an embedding of as many rows takes the same ids). Compare the "
-                   "largest id in the data with the vocabulary the model was built with.",
+            _check(N_("These targets are token ids: the loss's classes are the model's "
+                      "vocabulary (an embedding of as many rows takes the same ids). Compare the "
+                      "largest id in the data with the vocabulary the model was built with."),
                    "cross-entropy", "embedding", "method 5", topics=("index_range",)),
             TOKEN_VOCABULARY,
             SPECIAL_TOKENS,
@@ -1476,13 +1476,13 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
         ops=("embedding", "embedding_dense_backward", "embedding_backward", "embedding_bag",
              "_embedding_bag", "_embedding_bag_forward_only", "embedding_renorm_"),
         checks=(
-            _check("Token ids must lie in [0, num_embeddings): compare ids.max() with the "
-                   "embedding's num_embeddings (model.get_input_embeddings().num_embeddings).",
+            _check(N_("Token ids must lie in [0, num_embeddings): compare ids.max() with the "
+                      "embedding's num_embeddings (model.get_input_embeddings().num_embeddings)."),
                    "embedding", topics=("index_range",)),
             TOKEN_VOCABULARY,
             SPECIAL_TOKENS,
-            _check("padding_idx must be a valid id (< num_embeddings), and the padding value "
-                   "in the batches must equal it.", "embedding", topics=("padding",)),
+            _check(N_("padding_idx must be a valid id (< num_embeddings), and the padding value "
+                      "in the batches must equal it."), "embedding", topics=("padding",)),
             NEGATIVE_INDICES,
         ),
     ),
@@ -1493,15 +1493,15 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
              "_index_put_impl_", "take", "take_along_dim", "index_add", "index_add_",
              "index_copy", "index_copy_", "index_fill", "index_fill_"),
         checks=(
-            _check("Each index must be smaller than the size of the dimension it indexes: "
-                   "compare index.max() with tensor.shape[dim] for the dim the operator uses.",
+            _check(N_("Each index must be smaller than the size of the dimension it indexes: "
+                      "compare index.max() with tensor.shape[dim] for the dim the operator uses."),
                    "gather", "index-select", topics=("index_range",)),
-            _check("An index equal to the size is a value the table was not sized for. Taken "
-                   "from a mapping (characters, categories, ids numbered as they are found), "
-                   "it is a new category in the data, not an off-by-one: compare what the "
-                   "mapping holds (len(stoi)) with the table's rows. Computed from another "
-                   "tensor (argmax, lengths, offsets), it must refer to this tensor's shape, "
-                   "after any slicing or filtering.", "method 7", "method 5",
+            _check(N_("An index equal to the size is a value the table was not sized for. Taken "
+                      "from a mapping (characters, categories, ids numbered as they are found), "
+                      "it is a new category in the data, not an off-by-one: compare what the "
+                      "mapping holds (len(stoi)) with the table's rows. Computed from another "
+                      "tensor (argmax, lengths, offsets), it must refer to this tensor's shape, "
+                      "after any slicing or filtering."), "method 7", "method 5",
                    topics=("index_readings",)),
             NEGATIVE_INDICES,
         ),
@@ -1557,33 +1557,33 @@ MODEL_FACT_ADVICE: tuple[ModelFactAdvice, ...] = (
     ModelFactAdvice(
         "labels_reach_num_labels", ("class_target",), "num_labels",
         lambda v, n: v.high == n and v.largest >= n,
-        _check("The model has {num_labels_from} = {fact}, so its classes are 0..{last}; labels "
-               "reach {max}{where}. Look at that sample's label and at how the dataset's "
-               "labels were turned into ids (one label2id over every split): fix the mapping "
-               "where the data is prepared; {num_labels_from} counts the class names, it does "
-               "not follow the largest label.", "method 7", topics=("model_labels",))),
+        _check(N_("The model has {num_labels_from} = {fact}, so its classes are 0..{last}; labels "
+                  "reach {max}{where}. Look at that sample's label and at how the dataset's "
+                  "labels were turned into ids (one label2id over every split): fix the mapping "
+                  "where the data is prepared; {num_labels_from} counts the class names, it does "
+                  "not follow the largest label."), "method 7", topics=("model_labels",))),
     ModelFactAdvice(
         "labels_padded_with_pad_token", ("class_target", "token_target"), "pad_token_id",
         lambda v, pad: pad in v.offending and v.ignore_index != pad,
-        _check("Labels {values}{where} equal the tokenizer's pad_token_id = {fact}: labels "
-               "padded like input ids. Hugging Face's data collators "
-               "(DataCollatorForTokenClassification, DataCollatorForSeq2Seq) pad labels with "
-               "−100 (label_pad_token_id), the loss's ignore_index; pad them that way.",
+        _check(N_("Labels {values}{where} equal the tokenizer's pad_token_id = {fact}: labels "
+                  "padded like input ids. Hugging Face's data collators "
+                  "(DataCollatorForTokenClassification, DataCollatorForSeq2Seq) pad labels with "
+                  "−100 (label_pad_token_id), the loss's ignore_index; pad them that way."),
                "hf-data-collator", "cross-entropy", topics=("ignore_index",))),
     ModelFactAdvice(
         "labels_padded_not_ignored", ("class_target", "token_target"), "num_labels",
         lambda v, _: any(x < 0 for x in v.offending) and v.ignore_index not in v.offending,
-        _check("Labels {values}{where}: Hugging Face's data collators "
-               "(DataCollatorForTokenClassification, DataCollatorForSeq2Seq) pad labels with "
-               "−100 (label_pad_token_id), the loss's ignore_index; a custom collator or "
-               "dataset that pads with another value gives targets the loss rejects.",
+        _check(N_("Labels {values}{where}: Hugging Face's data collators "
+                  "(DataCollatorForTokenClassification, DataCollatorForSeq2Seq) pad labels with "
+                  "−100 (label_pad_token_id), the loss's ignore_index; a custom collator or "
+                  "dataset that pads with another value gives targets the loss rejects."),
                "hf-data-collator", "cross-entropy", topics=("ignore_index",))),
     ModelFactAdvice(
         "ids_reach_vocab_size", ("embedding", "token_target"), "vocab_size",
         lambda v, n: v.high == n and v.largest >= n,
-        _check("The model has config.vocab_size = {fact}{tokenizer}; ids reach {max}{where}: "
-               "a tokenizer of another checkpoint, or tokens added to the tokenizer without "
-               "model.resize_token_embeddings(len(tokenizer)) afterwards.",
+        _check(N_("The model has config.vocab_size = {fact}{tokenizer}; ids reach {max}{where}: "
+                  "a tokenizer of another checkpoint, or tokens added to the tokenizer without "
+                  "model.resize_token_embeddings(len(tokenizer)) afterwards."),
                "hf-tokenizer", "hf-resize-embeddings", topics=("vocabulary",))),
 )
 
@@ -1592,84 +1592,85 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
     _pattern(
         "labels_without_zero", ("class_target",),
         lambda v: v.min is not None and v.min >= 1 and v.largest == v.high,
-        "target {high} for {high} output columns (valid [{low}, {high}); these targets span "
-        "{min}..{max}, no 0): labels numbered 1..{high}, or a class the model was not built for. "
-        "Over the whole dataset: 0 never a label and {high} distinct values 1..{high} reads as "
-        "a 1..{high} encoding; {wider} distinct values, 0 among them, as an unexpected "
-        "{ordinal} class", "method 7", "cross-entropy", group="range",
+        N_("target {high} for {high} output columns (valid [{low}, {high}); these targets span "
+           "{min}..{max}, no 0): labels numbered 1..{high}, or a class the model was not built "
+           "for. Over the whole dataset: 0 never a label and {high} distinct values 1..{high} "
+           "reads as a 1..{high} encoding; {wider} distinct values, 0 among them, as an unexpected "
+           "{ordinal} class"), "method 7", "cross-entropy", group="range",
         topics=("index_range", "label_readings")),
     _pattern(
         "label_equals_classes", ("class_target",),
         lambda v: v.largest == v.high,
-        "target {high} for {high} output columns (valid [{low}, {high}){seen}): a class the model "
-        "was not built for, or labels numbered 1..{high}. Over the whole dataset: {wider} "
-        "distinct values, 0 among them, reads as an unexpected {ordinal} class; 0 never a label "
-        "and {high} distinct values 1..{high} as a 1..{high} encoding", "method 7", "cross-entropy",
-        group="range", topics=("index_range", "label_readings")),
+        N_("target {high} for {high} output columns (valid [{low}, {high}){seen}): a class the "
+           "model was not built for, or labels numbered 1..{high}. Over the whole dataset: {wider} "
+           "distinct values, 0 among them, reads as an unexpected {ordinal} class; 0 never a label "
+           "and {high} distinct values 1..{high} as a 1..{high} encoding"), "method 7",
+        "cross-entropy", group="range", topics=("index_range", "label_readings")),
     _pattern(
         "targets_far_beyond", ("class_target",),
         lambda v: v.largest > v.high,
-        "targets reach {max} for {high} output columns (valid [{low}, {high})): too far for a "
-        "1..{high} encoding — a marker for positions to skip (then pass ignore_index={max}) or "
-        "ids of another numbering, to map onto [0, {high}) where the labels are made",
+        N_("targets reach {max} for {high} output columns (valid [{low}, {high})): too far for a "
+           "1..{high} encoding — a marker for positions to skip (then pass ignore_index={max}) or "
+           "ids of another numbering, to map onto [0, {high}) where the labels are made"),
         "method 7", "cross-entropy", group="range", topics=("index_range", "label_readings")),
     _pattern(
         "padding_not_ignored", ("class_target", "token_target"),
         lambda v: -1 in v.offending and v.ignore_index != -1,
-        "−1 among the targets, and the loss skips only ignore_index={ignore_index}: if −1 marks "
-        "padding or unlabeled positions, pad with {ignore_index} or pass ignore_index=-1; if it "
-        "is what a lookup returned for a label it did not find (dict.get(label, -1)), the "
-        "mapping misses a label",
+        N_("−1 among the targets, and the loss skips only ignore_index={ignore_index}: if −1 marks "
+           "padding or unlabeled positions, pad with {ignore_index} or pass ignore_index=-1; if it "
+           "is what a lookup returned for a label it did not find (dict.get(label, -1)), the "
+           "mapping misses a label"),
         "cross-entropy", "method 7", group="negative", topics=("index_range", "ignore_index")),
     _pattern(
         "target_id_is_vocabulary_size", ("token_target",),
         lambda v: v.largest == v.high,
-        "a target token id equals the vocabulary size ({high}): the loss's {high} classes are "
-        "the model's vocabulary (its embedding has {high} rows), so this is a token the model "
-        "was not built with, not one class more — a token given its id after the model was "
-        "sized (<eos>, pad, a special token): count the vocabulary once every token is in, "
-        "before the model is built, or give that token an id the model has", "embedding",
+        N_("a target token id equals the vocabulary size ({high}): the loss's {high} classes are "
+           "the model's vocabulary (its embedding has {high} rows), so this is a token the model "
+           "was not built with, not one class more — a token given its id after the model was "
+           "sized (<eos>, pad, a special token): count the vocabulary once every token is in, "
+           "before the model is built, or give that token an id the model has"), "embedding",
         "hf-tokenizer", "method 5", group="range", topics=("index_range",)),
     _pattern(
         "target_ids_beyond_vocabulary", ("token_target",),
         lambda v: v.largest > v.high,
-        "target token ids reach {max} for a vocabulary of {high}: the targets were made by "
-        "another tokenizer or dictionary than the model's", "hf-tokenizer", "method 5",
+        N_("target token ids reach {max} for a vocabulary of {high}: the targets were made by "
+           "another tokenizer or dictionary than the model's"), "hf-tokenizer", "method 5",
         group="range", topics=("index_range", "vocabulary")),
     _pattern(
         "id_is_vocabulary_size", ("embedding",),
         lambda v: v.largest == v.high,
-        "a token id equals the vocabulary size ({high}): a token given its id after the "
-        "embedding was sized (pad, eos, a special token) — count the vocabulary once every "
-        "token is in, before the model is built, or resize the embedding to len(tokenizer)",
+        N_("a token id equals the vocabulary size ({high}): a token given its id after the "
+           "embedding was sized (pad, eos, a special token) — count the vocabulary once every "
+           "token is in, before the model is built, or resize the embedding to len(tokenizer)"),
         "embedding", "hf-resize-embeddings", group="range", topics=("index_range",)),
     _pattern(
         "ids_beyond_vocabulary", ("embedding",),
         lambda v: v.largest > v.high,
-        "token ids reach {max} for an embedding of {high}: the tokenizer and the model do not "
-        "share a vocabulary (another checkpoint, another tokenizer)", "embedding",
+        N_("token ids reach {max} for an embedding of {high}: the tokenizer and the model do not "
+           "share a vocabulary (another checkpoint, another tokenizer)"), "embedding",
         "hf-tokenizer", group="range", topics=("index_range", "vocabulary")),
     _pattern(
         "index_is_dimension_size", ("index",),
         lambda v: v.largest == v.high,
-        "an index equals the size of the dimension it indexes ({high}; valid [{low}, {high})). "
-        "Taken from a mapping (characters, categories, ids numbered as they are found), it is "
-        "a {ordinal} value where the table holds {high} — a new category in the data, not an "
-        "off-by-one: count what the mapping holds (len(stoi), the distinct values) against the "
-        "table's {high} rows and find the new one. Computed (a length, an offset), it may be "
-        "off by one", "method 7", "method 5", group="range",
+        N_("an index equals the size of the dimension it indexes ({high}; valid [{low}, {high})). "
+           "Taken from a mapping (characters, categories, ids numbered as they are found), it is "
+           "a {ordinal} value where the table holds {high} — a new category in the data, not an "
+           "off-by-one: count what the mapping holds (len(stoi), the distinct values) against the "
+           "table's {high} rows and find the new one. Computed (a length, an offset), it may be "
+           "off by one"), "method 7", "method 5", group="range",
         topics=("index_range", "index_readings")),
     _pattern(
         "indices_beyond", ("index",),
         lambda v: v.largest > v.high,
-        "indices reach {max} for a dimension of {high} (valid [{low}, {high})): they were made for "
-        "another tensor — another table, the size before a slice or a filter, a global id used "
-        "as a local one", "method 5", group="range", topics=("index_range", "index_readings")),
+        N_("indices reach {max} for a dimension of {high} (valid [{low}, {high})): they were made "
+           "for another tensor — another table, the size before a slice or a filter, a global id "
+           "used as a local one"), "method 5", group="range",
+        topics=("index_range", "index_readings")),
     _pattern(
         "negative_indices", ("embedding", "index"),
         lambda v: v.low == 0 and any(x < 0 for x in v.offending),
-        "negative indices {values}: this operator does not wrap them like Python; a −1 is "
-        "often a padding or 'not found' marker — mask those positions first", "gather",
+        N_("negative indices {values}: this operator does not wrap them like Python; a −1 is "
+           "often a padding or 'not found' marker — mask those positions first"), "gather",
         "index-select", group="negative", topics=("negative",)),
 )
 
@@ -1682,17 +1683,17 @@ def operator_advice(kind: str) -> OperatorAdvice | None:
 # What guards.py says after a broken contract: what to check, in the words of docs/method.md.
 GUARD_ADVICE: dict[str, Advice] = {
     "class_targets": _check(
-        "Check the label encoding: a 1..{classes} encoding instead of 0..{last}, or an "
-        "unexpected extra class (over the whole dataset: min, max, whether 0 occurs, how many "
-        "distinct values); fix the mapping where the labels are made "
-        "(cudadiag.check_label_mapping), and do not widen the output layer or subtract 1 "
-        "everywhere to make this pass",
+        N_("Check the label encoding: a 1..{classes} encoding instead of 0..{last}, or an "
+           "unexpected extra class (over the whole dataset: min, max, whether 0 occurs, how many "
+           "distinct values); fix the mapping where the labels are made "
+           "(cudadiag.check_label_mapping), and do not widen the output layer or subtract 1 "
+           "everywhere to make this pass"),
         "method 7"),
-    "all_ignored": _check("Check the padding or the masking of this batch", "cross-entropy"),
-    "index_range": _check("Check the vocabulary size, the padding id and where the indices "
-                          "were built", "embedding", "method 5"),
-    "same_device": _check("Move the stray ones where they are created rather than adding "
-                          "copies at the call", "method 5"),
+    "all_ignored": _check(N_("Check the padding or the masking of this batch"), "cross-entropy"),
+    "index_range": _check(N_("Check the vocabulary size, the padding id and where the indices "
+                             "were built"), "embedding", "method 5"),
+    "same_device": _check(N_("Move the stray ones where they are created rather than adding "
+                             "copies at the call"), "method 5"),
 }
 
 
@@ -1711,52 +1712,54 @@ class ProcessEnd:
 PROCESS_ENDS: tuple[ProcessEnd, ...] = (
     # the kernel's OOM killer sends SIGKILL (man 5 proc: oom_score; dmesg: "Out of memory:
     # Killed process"); so do a scheduler over its memory limit and `kill -9`
-    ProcessEnd((-9, 137), "killed by signal 9 (SIGKILL) — often the host's out-of-memory "
-                          "killer; check `dmesg`",
-               ("Look for the host's out-of-memory killer on that node: `dmesg -T | grep -i "
-                "-e 'out of memory' -e 'killed process'`; under a scheduler, the job's memory "
-                "limit (SLURM: `sacct -j JOB -o JobID,MaxRSS,ReqMem,State`).",
-                "Measure one rank's host memory: data loader workers and their prefetching, "
-                "datasets or checkpoints loaded into RAM by every rank (torch.load with "
-                "mmap=True, map_location).",
-                "This is host (CPU) memory, not the GPU's: a CUDA out-of-memory raises an "
-                "exception instead.")),
+    ProcessEnd((-9, 137), N_("killed by signal 9 (SIGKILL) — often the host's out-of-memory "
+                             "killer; check `dmesg`"),
+               (N_("Look for the host's out-of-memory killer on that node: `dmesg -T | grep -i "
+                   "-e 'out of memory' -e 'killed process'`; under a scheduler, the job's memory "
+                   "limit (SLURM: `sacct -j JOB -o JobID,MaxRSS,ReqMem,State`)."),
+                N_("Measure one rank's host memory: data loader workers and their prefetching, "
+                   "datasets or checkpoints loaded into RAM by every rank (torch.load with "
+                   "mmap=True, map_location)."),
+                N_("This is host (CPU) memory, not the GPU's: a CUDA out-of-memory raises an "
+                   "exception instead."))),
     # abort(): a C++ exception no one caught (`terminate called after throwing`), an assert
     # in a library, NCCL's async error handling tearing the process down
-    ProcessEnd((-6, 134), "aborted (signal 6, SIGABRT) — an uncaught C++ exception or a "
-                          "library's assert; the lines just before it say which",
-               ("Read that rank's last lines before it ended: `terminate called after "
-                "throwing`, `what():`, a library's assertion, NCCL's watchdog.",)),
-    ProcessEnd((-11, 139), "crashed with a segmentation fault (signal 11, SIGSEGV) — native "
-                           "code (an extension, a driver, a data loader worker) read bad "
-                           "memory",
-               ("Re-run that rank with `python -X faulthandler` for the native stack.",
-                "Check compiled extensions were built for this torch and CUDA, and try the "
-                "data loader with num_workers=0.")),
-    ProcessEnd((-7, 135), "crashed with a bus error (signal 7, SIGBUS) — often a full "
-                          "/dev/shm (a container's shared memory)",
-               ("Check the shared memory: `df -h /dev/shm` (docker: --shm-size or "
-                "--ipc=host); data loader workers pass batches through it.",)),
-    ProcessEnd((-15, 143), "stopped by signal 15 (SIGTERM) — the launcher stopping it after "
-                           "another process failed, or the scheduler",
-               ("Look for the process that failed before it, or the scheduler's reason "
-                "(time limit, preemption).",)),
-    ProcessEnd((1,), "exited with status 1 without a traceback in this log — its error was "
-                     "printed elsewhere (its own log, stderr not captured)",
-               ("Find that rank's own output: torchrun keeps each rank's stdout and stderr "
-                "with `--tee 3` or `--log-dir DIR`, and writes its traceback to the error "
-                "file when main is decorated with torch.distributed.elastic's @record.",)),
+    ProcessEnd((-6, 134), N_("aborted (signal 6, SIGABRT) — an uncaught C++ exception or a "
+                             "library's assert; the lines just before it say which"),
+               (N_("Read that rank's last lines before it ended: `terminate called after "
+                   "throwing`, `what():`, a library's assertion, NCCL's watchdog."),)),
+    ProcessEnd((-11, 139), N_("crashed with a segmentation fault (signal 11, SIGSEGV) — native "
+                              "code (an extension, a driver, a data loader worker) read bad "
+                              "memory"),
+               (N_("Re-run that rank with `python -X faulthandler` for the native stack."),
+                N_("Check compiled extensions were built for this torch and CUDA, and try the "
+                   "data loader with num_workers=0."))),
+    ProcessEnd((-7, 135), N_("crashed with a bus error (signal 7, SIGBUS) — often a full "
+                             "/dev/shm (a container's shared memory)"),
+               (N_("Check the shared memory: `df -h /dev/shm` (docker: --shm-size or "
+                   "--ipc=host); data loader workers pass batches through it."),)),
+    ProcessEnd((-15, 143), N_("stopped by signal 15 (SIGTERM) — the launcher stopping it after "
+                              "another process failed, or the scheduler"),
+               (N_("Look for the process that failed before it, or the scheduler's reason "
+                   "(time limit, preemption)."),)),
+    ProcessEnd((1,), N_("exited with status 1 without a traceback in this log — its error was "
+                        "printed elsewhere (its own log, stderr not captured)"),
+               (N_("Find that rank's own output: torchrun keeps each rank's stdout and stderr "
+                   "with `--tee 3` or `--log-dir DIR`, and writes its traceback to the error "
+                   "file when main is decorated with torch.distributed.elastic's @record."),)),
 )
 PROCESS_ENDS_BY_CODE = {code: end for end in PROCESS_ENDS for code in end.codes}
 
 
-def process_end_words(code: int) -> str:
+def process_end_words(code: int) -> Text:
     """What an exit code means (PROCESS_ENDS), else `exited with status N` or `killed by
-    signal N`."""
+    signal N`: a sentence to keep (its English, which remembers its message)."""
     end = PROCESS_ENDS_BY_CODE.get(code)
     if end is not None:
-        return end.words
-    return f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        return Text(end.words)
+    if code < 0:
+        return msg("killed by signal {signal}", signal=-code)
+    return msg("exited with status {status}", status=code)
 
 
 # Lines a log scanner (`cudadiag explain`) looks at: those holding a signature's anchor, an
