@@ -30,7 +30,7 @@ from cudadiag.options.runs import (
     RECORD_DIR,
     TIMEOUT,
 )
-from cudadiag.repro.options import add_export_options
+from cudadiag.repro.options import add_export_options, add_report_options
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -167,6 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_cmd_run, parser=run, torchrun=[])
     report = add_command(sub, "report", description="Print a Markdown report ready for an issue "
                          "tracker, with personal data and needless paths removed.")
+    add_report_options(report)
     report.set_defaults(handler=_cmd_report)
     export = add_command(
         sub, "export",
@@ -349,7 +350,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from cudadiag import commands
 
     try:
-        print(commands.report(_store(), args.id))
+        with i18n.using(args.lang or i18n.current_code()):
+            print(commands.report(_store(), args.id))
     except CudadiagError as exc:
         print(f"cudadiag report: {exc}", file=sys.stderr)
         return 1
