@@ -138,17 +138,19 @@ def _launcher_script(incident: Incident, export: RankExport) -> str:
     environ = {name: value for name, value in incident.run.environ.items()
                if value is not None and not LAUNCHER_VARIABLES.match(name)
                and not looks_secret(name) and "[REDACTED:" not in value}
-    summary = incident.diagnosis.summary or incident.error.message
+    summary = localize(incident.diagnosis.summary) or incident.error.message
     return "\n".join([
-        f"# cudadiag repro of incident {incident.id}: the job as {export.ranks} ranks under "
-        "torchrun, on this machine",
-        f"# The job: {summary}",
-        f"# It ran as: torchrun {' '.join(incident.run.launcher)} -- "
-        f"{' '.join(incident.run.command)}",
-        f"# Here: torchrun {' '.join(export.command)}",
-        f"# {export.program.name} is a copy of {incident.run.command[0]}; run this file from "
-        "the folder the job ran in when the program opens files by relative paths.",
-        "# Not minimized: the ranks of a job need each other. Exit status: torchrun's.",
+        "# " + _("cudadiag repro of incident {id}: the job as {ranks} ranks under torchrun, "
+                 "on this machine").format(id=incident.id, ranks=export.ranks),
+        "# " + _("The job: {summary}").format(summary=summary),
+        "# " + _("It ran as: torchrun {launcher} -- {command}").format(
+            launcher=" ".join(incident.run.launcher), command=" ".join(incident.run.command)),
+        "# " + _("Here: torchrun {command}").format(command=" ".join(export.command)),
+        "# " + _("{program} is a copy of {script}; run this file from the folder the job ran "
+                 "in when the program opens files by relative paths.").format(
+            program=export.program.name, script=incident.run.command[0]),
+        "# " + _("Not minimized: the ranks of a job need each other. Exit status: "
+                 "torchrun's."),
         "import os",
         "import subprocess",
         "import sys",
