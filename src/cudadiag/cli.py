@@ -31,7 +31,7 @@ from cudadiag.options.runs import (
     RECORD_DIR,
     TIMEOUT,
 )
-from cudadiag.repro.options import add_export_options
+from cudadiag.repro.options import add_export_options, add_report_options
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -170,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     report = add_command(sub, "report", description=_("Print a Markdown report ready for an issue "
                                            "tracker, with personal data and needless paths "
                                            "removed."))
+    add_report_options(report)
     report.set_defaults(handler=_cmd_report)
     export = add_command(
         sub, "export",
@@ -357,7 +358,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from cudadiag import commands
 
     try:
-        print(commands.report(_store(), args.id))
+        with i18n.using(args.lang or i18n.current_code()):
+            print(commands.report(_store(), args.id))
     except CudadiagError as exc:
         print(f"cudadiag report: {exc}", file=sys.stderr)
         return 1

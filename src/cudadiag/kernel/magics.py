@@ -22,7 +22,7 @@ from cudadiag.log.options import add_listing_options
 from cudadiag.log.store import IncidentStore
 from cudadiag.options.commands import AS_JSON, HELP, INCIDENT_ID, add_command
 from cudadiag.options.parsing import MagicParser, split_line
-from cudadiag.repro.options import add_export_options
+from cudadiag.repro.options import add_export_options, add_report_options
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     add_command(sub, "show")
     panel = sub.add_parser("panel", help=_("show the incident panel"))
     INCIDENT_ID.add_to(panel)
-    add_command(sub, "report")
+    add_report_options(add_command(sub, "report"))
     export = add_command(sub, "export")
     export.add_argument("args", nargs="*", metavar="[ID] [PATH.ipynb|PATH.py]",
                         help=_("incident (default: the newest) and repro path (default: "
@@ -114,7 +114,8 @@ class CudadiagMagics(Magics):
             elif args.command == "show":
                 print(commands.show(store, commands.ShowOptions(args.id, as_json=args.json)))
             elif args.command == "report":
-                print(commands.report(store, args.id))
+                with i18n.using(args.lang or i18n.current_code()):
+                    print(commands.report(store, args.id))
             elif args.command == "export":
                 _export(self.shell, store, args)
             elif args.command == "checkpoints":
