@@ -5,17 +5,22 @@ sentence is left."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 from IPython.core.error import UsageError
 
 from cudadiag import incidents
 from cudadiag.comparison.view import display_width
+from cudadiag.diagnose import incident_from_exception
 from cudadiag.i18n import localize
+from cudadiag.incident import RunInfo
 from cudadiag.ui.render import frame_text
 from scenarios import MODEL, SETUP, run
 from untranslated import english_left
-
-pytestmark = [pytest.mark.slow, pytest.mark.isolates]
 
 
 @pytest.fixture
@@ -29,6 +34,8 @@ def _isolated():
     return [i for i in incidents() if i.run.mode == "isolated"]
 
 
+@pytest.mark.slow
+@pytest.mark.isolates
 def test_the_guide_example_isolated_in_japanese(japanese, capsys):
     _, setup_cell = run(japanese, SETUP)
     _, model_cell = run(japanese, MODEL)
@@ -57,6 +64,8 @@ def test_the_guide_example_isolated_in_japanese(japanese, capsys):
     assert english_left(out, verbatim=kept) == []
 
 
+@pytest.mark.slow
+@pytest.mark.isolates
 def test_compare_rows_and_headings_in_japanese(japanese):
     run(japanese, SETUP)
     _, model_cell = run(japanese, MODEL)
@@ -76,6 +85,8 @@ def test_compare_rows_and_headings_in_japanese(japanese):
     assert english_left(text) == []
 
 
+@pytest.mark.slow
+@pytest.mark.isolates
 def test_a_plan_refusal_in_japanese(japanese, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run(japanese, SETUP)
@@ -98,3 +109,35 @@ def test_a_plan_refusal_in_japanese(japanese, tmp_path, monkeypatch):
                             "ください。")
     assert (tmp_path / "data.txt").read_text() == "epoch 0\n"
     assert english_left(message) == []
+
+
+@pytest.mark.slow
+@pytest.mark.isolates
+def test_a_cold_start_child_writes_in_the_sessions_language(japanese, capsys):
+    run(japanese, SETUP)
+    run(japanese, MODEL)
+    run(japanese, "print('loss', loss.item())")
+    capsys.readouterr()
+
+    run(japanese, "%cuda_isolate --cold")
+    out = capsys.readouterr().out
+    assert "; 子プロセスで CUDA の初期化前に確認しました; コールドスタート（--cold）; " in out
+
+
+def test_a_compiled_code_summary_kept_in_a_record_reads_back_in_japanese(tmp_path):
+    """The summary of an error raised from generated code is kept with its id: filed in
+    English, read back in another process in Japanese."""
+    error = RuntimeError("kernel, /tmp/torchinductor_u/2r/c2rqqed7b3.main.cpp:34, index out "
+                         "of bounds: 0 <= tmp13 < 10L")
+    incident = incident_from_exception(error, RunInfo(mode="kernel"))
+    assert "`0 <= tmp13 < 10L` failed in " in incident.diagnosis.summary
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps(incident.to_dict()))
+    program = ("import json, sys\nfrom cudadiag import i18n\nfrom cudadiag.incident import "
+               "Incident\nincident = Incident.from_dict(json.load(open(sys.argv[1])))\n"
+               "print(i18n.localize(incident.diagnosis.summary))\n")
+    shown = subprocess.run([sys.executable, "-c", program, str(record)], text=True,
+                           capture_output=True, check=True,
+                           env={**os.environ, "CUDADIAG_LANG": "ja"}).stdout
+    assert "torch.compile が生成した" in shown
+    assert "で `0 <= tmp13 < 10L` が成り立ちませんでした" in shown
