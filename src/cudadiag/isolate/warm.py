@@ -37,6 +37,7 @@ _stopped_by = N_("the extension is not loaded")
 _not_warm: set[str] = set()
 """Top-level modules whose import initialised CUDA in a server: never imported there again."""
 REFUSED_IMPORT = re.compile(r"^importing ([\w.]+) initialised CUDA$")
+CHANGED_MODULE = re.compile(r"^installed module (\S+) changed on disk since it was imported$")
 
 
 def unsupported() -> str | None:
@@ -121,8 +122,7 @@ class WarmLauncher:
                 refused_import = REFUSED_IMPORT.match(str(exc))
                 if refused_import:
                     _not_warm.add(refused_import.group(1).partition(".")[0])
-                detail = (_("importing {module} initialised CUDA").format(
-                    module=refused_import.group(1)) if refused_import else _(str(exc)))
+                detail = _refusal_text(str(exc))
                 reason = _("the warm interpreter refused the run ({error}); restarting "
                            "it").format(error=detail)
                 _restart(env)
@@ -134,6 +134,19 @@ class WarmLauncher:
         process.how = _("cold start: {reason}").format(reason=reason)
         process.fallback = reason
         return process
+
+
+def _refusal_text(reason: str) -> str:
+    """Return the server's reason for refusing a fork (forkserver.py words it in English,
+    the protocol's language) in the current language."""
+    refused_import = REFUSED_IMPORT.match(reason)
+    if refused_import:
+        return _("importing {module} initialised CUDA").format(module=refused_import.group(1))
+    changed = CHANGED_MODULE.match(reason)
+    if changed:
+        return _("installed module {module} changed on disk since it was imported").format(
+            module=changed.group(1))
+    return _(reason)
 
 
 def _why_not_warm(env: dict[str, str], wait: float | None) -> str | None:
