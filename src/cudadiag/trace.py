@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudadiag import contracts, probes, trace_native
 from cudadiag.errors import CudadiagError
+from cudadiag.i18n import _
 from cudadiag.incident import OpCall, OpInfo, TensorArg
 from cudadiag.shortlist import cut_list
 
@@ -267,8 +268,9 @@ def _build_or_say_why() -> None:
     if reason is None:
         trace_native.build_in_background()
     else:
-        print("cudadiag: the op tracer traces in Python (about 6 us an op instead of under "
-              f"1): its C++ part could not be built here ({reason})", file=sys.stderr)
+        print(_("cudadiag: the op tracer traces in Python (about 6 us an op instead of under "
+                "1): its C++ part could not be built here ({reason})").format(reason=reason),
+              file=sys.stderr)
 
 
 _OVERLOADS: dict[tuple[str, str], Any] = {}

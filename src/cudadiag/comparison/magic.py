@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 from IPython.core.error import UsageError
 
 from cudadiag.capture.shell_state import capture_for, cell_history, plan_in_shell, recorded_batch
+from cudadiag.i18n import _
 
 if TYPE_CHECKING:  # loaded on first use: %load_ext only registers the magic
     from cudadiag.comparison.run import Program, Row
@@ -62,8 +63,8 @@ def compare_in_shell(shell: Any, cell: int | str | None = None, *,
                                      allow_side_effects=allow_side_effects, batch=batch,
                                      rerun=comparison_rerun(variants))
         if not quiet:
-            print(f"comparing In[{target}]: the cell as it is, then one change at a time, "
-                  "each in a fresh process", flush=True)
+            print(_("comparing In[{cell}]: the cell as it is, then one change at a time, "
+                    "each in a fresh process").format(cell=target), flush=True)
         check_plans([("", plan)], show=not quiet)
         try:
             comparison = compare_program(program, variants, timeout=timeout,
@@ -87,8 +88,8 @@ def print_row(row: Row, label: str | None = None) -> None:
 def _latest_incident_cell(shell: Any) -> int:
     incident = capture_for(shell).current
     if incident is None or not incident.run.cells:
-        raise UsageError("no incident in this kernel yet: name the cell to compare, e.g. "
-                         "%cuda_compare 12")
+        raise UsageError(_("no incident in this kernel yet: name the cell to compare, e.g. "
+                           "%cuda_compare 12"))
     return incident.run.cells[0]
 
 
@@ -149,7 +150,7 @@ def compare(cell: int | str | None = None, *, variants: str | Sequence[str] | No
 
     shell = get_ipython()
     if shell is None:
-        raise RuntimeError("cudadiag.compare() compares notebook cells: call it in IPython or "
-                           "Jupyter, after %load_ext cudadiag")
+        raise RuntimeError(_("cudadiag.compare() compares notebook cells: call it in IPython "
+                             "or Jupyter, after %load_ext cudadiag"))
     return compare_in_shell(shell, cell, variants=variants, timeout=timeout, batch=batch,
                             allow_side_effects=allow_side_effects)

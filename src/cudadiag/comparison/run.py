@@ -18,12 +18,15 @@ from typing import Any
 
 from cudadiag.comparison.variants import INFO_FILE, OUTPUTS_FILE, VARIANTS, program_cells
 from cudadiag.errors import CudadiagError
+from cudadiag.i18n import N_, _, msg, ngettext
 from cudadiag.incident import Incident
 from cudadiag.isolate.cellfacts import analyse_cell
 from cudadiag.isolate.plan import Rerun
 
 REFERENCE = "reference"
-OK, FAILED, NOT_APPLICABLE, TIMED_OUT = "ok", "failed", "not applicable", "timed out"
+OK, FAILED, NOT_APPLICABLE, TIMED_OUT = (N_("ok"), N_("failed"), N_("not applicable"),
+                                         N_("timed out"))
+"""A row's outcome (shown with `_`)."""
 TOLERANCES = {
     "float16": (1e-3, 1e-5),
     "bfloat16": (1.6e-2, 1e-5),
@@ -32,9 +35,9 @@ TOLERANCES = {
 }
 """(rtol, atol) per floating dtype: torch.testing.assert_close's defaults. Integers and
 booleans must be equal."""
-CPU_WARNING = ("CPU success is a clue, not a CUDA validation (method point 9): the CPU "
+CPU_WARNING = N_("CPU success is a clue, not a CUDA validation (method point 9): the CPU "
                "kernels check and schedule differently; validate a fix on the device.")
-TIMING_NOTE = ("Wall times are the compared cell alone, in a diagnostic run (blocking "
+TIMING_NOTE = N_("Wall times are the compared cell alone, in a diagnostic run (blocking "
                "launches, op tracer): compare rows with each other, not with training runs.")
 
 
@@ -101,7 +104,9 @@ class Row:
     def failure(self) -> str:
         """The error of a failed run in a few words: `FAMILY at OP` (`FAMILY` when the
         operator is not known)."""
-        return f"{self.family}" + (f" at {self.op}" if self.op else "")
+        if self.op:
+            return _("{family} at {op}").format(family=self.family, op=self.op)
+        return f"{self.family}"
 
     def to_dict(self) -> dict[str, Any]:
         """Return the row as JSON-ready data (outputs by name, shape and dtype only)."""
@@ -147,8 +152,8 @@ def parse_variants(text: str | Sequence[str] | None) -> list[str]:
     names = [n for n in names if n]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown or not names:
-        raise CompareError(f"unknown variant {', '.join(unknown) or '(none given)'}; choose "
-                           f"among {', '.join(VARIANTS)}")
+        raise CompareError(_("unknown variant {names}; choose among {variants}").format(
+            names=", ".join(unknown) or _("(none given)"), variants=", ".join(VARIANTS)))
     return list(dict.fromkeys(names))
 
 
@@ -158,8 +163,9 @@ def comparison_rerun(names: Sequence[str]) -> Rerun:
     import torch
 
     applying = sum(VARIANTS[name].missing(torch) is None for name in names)
-    variants = "variant" if applying == 1 else "variants"
-    return Rerun(1 + applying, f"once per row (the reference and {applying} {variants})",
+    return Rerun(1 + applying, ngettext("once per row (the reference and {count} variant)",
+                                        "once per row (the reference and {count} variants)",
+                                        applying).format(count=applying),
                  frozenset({"--ship"}))
 
 
@@ -206,7 +212,7 @@ def compare_program(program: Program, variants: Sequence[str] | None = None, *,
 def _not_compared(reference: Row, row: Row) -> list[OutputDiff]:
     """The assigned values either run could not copy (too large, a poisoned device)."""
     unsaved = {**reference.info.get("unsaved", {}), **row.info.get("unsaved", {})}
-    return [OutputDiff(name, [], "", note=f"not compared: {why}")
+    return [OutputDiff(name, [], "", note=_("not compared: {why}").format(why=_(why)))
             for name, why in sorted(unsaved.items())]
 
 
@@ -217,7 +223,7 @@ def _report(progress: Callable[[Row], None] | None, row: Row) -> None:
 
 def _cpu_missing(name: str, reference: Row) -> str | None:
     if name == "cpu" and reference.device == "cpu":
-        return "the cell used no CUDA device: it ran on the CPU already"
+        return N_("the cell used no CUDA device: it ran on the CPU already")
     return None
 
 
@@ -257,7 +263,7 @@ def run_row(program: Program, variant: str | None, outputs: list[str],
         with outside_user_modes():
             values = (torch.load(outputs_path, weights_only=False)
                       if outputs_path.exists() else {})
-    row = Row(variant or REFERENCE, spec.change if spec else "the cell as it is", OK,
+    row = Row(variant or REFERENCE, spec.change if spec else N_("the cell as it is"), OK,
               wall_s=info.get("wall_s"), changes=info.get("changes", {}),
               device=info.get("device"), info=info)
     if result.timed_out:
@@ -301,10 +307,11 @@ def output_diff(name: str, reference: Any, value: Any) -> OutputDiff:
     shown = value if value is not None else reference
     diff = OutputDiff(name, list(shown.shape), str(shown.dtype).removeprefix("torch."))
     if reference is None or value is None:
-        diff.note = "not assigned by the baseline" if reference is None else "not assigned"
+        diff.note = _("not assigned by the baseline") if reference is None else _("not assigned")
         return diff
     if reference.shape != value.shape:
-        diff.note = f"shape {list(value.shape)}, baseline {list(reference.shape)}"
+        diff.note = _("shape {shape}, baseline {baseline}").format(
+            shape=list(value.shape), baseline=list(reference.shape))
         return diff
     if reference.is_complex() or value.is_complex():
         reference, value = torch.view_as_real(reference), torch.view_as_real(value)
@@ -339,25 +346,25 @@ def _number(value: Any) -> float | None:
 
 
 def _warnings(rows: list[Row], baseline: str | None) -> list[str]:
-    warnings = []
+    warnings: list[str] = []
     cpu = next((r for r in rows if r.variant == "cpu"), None)
     if cpu is not None and cpu.ok:
-        warnings.append(CPU_WARNING)
+        warnings.append(msg(CPU_WARNING))
     if baseline == "cpu":
-        warnings.append("The reference failed: differences are measured from the cpu row.")
+        warnings.append(msg("The reference failed: differences are measured from the cpu row."))
     elif baseline is None:
-        warnings.append("The reference and the cpu row failed (or cpu was not run): there "
-                        "is no baseline to measure differences from.")
+        warnings.append(msg("The reference and the cpu row failed (or cpu was not run): there "
+                            "is no baseline to measure differences from."))
     passed = [r.variant for r in rows[1:] if r.ok]
     if not rows[0].ok and passed:
-        warnings.append(f"Passed with one change each: {', '.join(passed)}. Each row changes "
-                        "one thing; a row that passes points at what matters, it is not a "
-                        "fix yet.")
+        warnings.append(msg("Passed with one change each: {variants}. Each row changes one "
+                            "thing; a row that passes points at what matters, it is not a fix "
+                            "yet.", variants=", ".join(passed)))
     idle = [r.variant for r in rows[1:] if r.outcome != NOT_APPLICABLE
             and not VARIANTS[r.variant].sets_flag and not r.changes]
     if idle:
-        warnings.append(f"Changed nothing in this cell: {', '.join(idle)} (the same "
-                        "program as the reference: the table shows no row of its own for "
-                        "one that ended as the reference did).")
-    warnings.append(TIMING_NOTE)
+        warnings.append(msg("Changed nothing in this cell: {variants} (the same program as "
+                            "the reference: the table shows no row of its own for one that "
+                            "ended as the reference did).", variants=", ".join(idle)))
+    warnings.append(msg(TIMING_NOTE))
     return warnings

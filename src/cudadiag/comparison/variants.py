@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag import probes
+from cudadiag.i18n import N_, _
 
 SETUP_CELL = 900_001
 START_CELL = 900_002
@@ -53,35 +54,37 @@ class Variant:
 
 
 def _no_cudnn(torch: Any) -> str | None:
-    return None if torch.backends.cudnn.is_available() else "this PyTorch build has no cuDNN"
+    return None if torch.backends.cudnn.is_available() else N_("this PyTorch build has no cuDNN")
 
 
 def _no_sdpa(torch: Any) -> str | None:
     if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
         return None
-    return "this PyTorch has no scaled_dot_product_attention"
+    return N_("this PyTorch has no scaled_dot_product_attention")
 
 
 def _no_tf32(torch: Any) -> str | None:
-    return None if torch.version.cuda else "TF32 is an NVIDIA matmul mode; this build has no CUDA"
+    if torch.version.cuda:
+        return None
+    return N_("TF32 is an NVIDIA matmul mode; this build has no CUDA")
 
 
 def _no_compile(torch: Any) -> str | None:
-    return None if hasattr(torch, "compile") else "this PyTorch has no torch.compile"
+    return None if hasattr(torch, "compile") else N_("this PyTorch has no torch.compile")
 
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant("cpu", "modules and tensors on the CPU (the simulated device off)"),
-    Variant("fp32", "autocast off; .half()/.bfloat16() and fp16/bf16 dtypes made fp32"),
+    Variant("cpu", N_("modules and tensors on the CPU (the simulated device off)")),
+    Variant("fp32", N_("autocast off; .half()/.bfloat16() and fp16/bf16 dtypes made fp32")),
     Variant("no_cudnn", "torch.backends.cudnn.enabled = False", _no_cudnn, sets_flag=True),
-    Variant("sdpa_math", "scaled_dot_product_attention on the math backend", _no_sdpa),
-    Variant("no_tf32", "TF32 off in matmul and cuDNN; float32 matmul precision 'highest'",
+    Variant("sdpa_math", N_("scaled_dot_product_attention on the math backend"), _no_sdpa),
+    Variant("no_tf32", N_("TF32 off in matmul and cuDNN; float32 matmul precision 'highest'"),
             _no_tf32, sets_flag=True),
     Variant("deterministic", "torch.use_deterministic_algorithms(True)",
             env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}, sets_flag=True),
-    Variant("contiguous", "non-contiguous tensor arguments copied contiguous before each "
-                          "operator that does not write in place"),
-    Variant("eager", "torch.compile disabled (compiled code runs eagerly)", _no_compile,
+    Variant("contiguous", N_("non-contiguous tensor arguments copied contiguous before each "
+                          "operator that does not write in place")),
+    Variant("eager", N_("torch.compile disabled (compiled code runs eagerly)"), _no_compile,
             env={"TORCH_COMPILE_DISABLE": "1"}),
 )}
 
@@ -133,7 +136,7 @@ def finish(namespace: dict[str, Any]) -> None:
     folder = Path(_session["options"]["dir"])
     info: dict[str, Any] = {"wall_s": None}
     if probes.simulator_skipped_entries():
-        _session["counts"]["simulated device entries skipped"] = (
+        _session["counts"][N_("simulated device entries skipped")] = (
             probes.simulator_skipped_entries())
     info["changes"] = dict(_session["counts"])
     try:
@@ -184,8 +187,9 @@ def _save_outputs(namespace: dict[str, Any], names: list[str], path: Path) -> di
                 if isinstance(value, torch.Tensor):
                     size = value.numel() * value.element_size()
                     if size > OUTPUT_MAX_BYTES:
-                        unsaved[name] = (f"{size:,} bytes, above the comparison's budget of "
-                                         f"{OUTPUT_MAX_BYTES:,}")
+                        unsaved[name] = _("{size:,} bytes, above the comparison's budget "
+                                          "of {budget:,}").format(size=size,
+                                                                  budget=OUTPUT_MAX_BYTES)
                         continue
                     saved[name] = value.detach().to("cpu", copy=True)
                 elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -223,16 +227,16 @@ def _apply_cpu(counts: Counter[str]) -> None:
             kwargs = dict(kwargs or {})
             name = getattr(func, "__name__", "")
             if name == "cuda" and args:
-                counts["device moves kept on the CPU"] += 1
+                counts[N_("device moves kept on the CPU")] += 1
                 return args[0]
             if name == "to":
                 moved = [("cpu" if _device_wanted(a) and not isinstance(a, int) else a)
                          for a in args[1:]]
                 if moved != list(args[1:]):
-                    counts["device moves kept on the CPU"] += 1
+                    counts[N_("device moves kept on the CPU")] += 1
                     args = (args[0], *moved)
             if _device_wanted(kwargs.get("device")):
-                counts["device moves kept on the CPU"] += 1
+                counts[N_("device moves kept on the CPU")] += 1
                 kwargs["device"] = "cpu"
             return func(*args, **kwargs)
 
@@ -248,7 +252,7 @@ def _apply_fp32(counts: Counter[str]) -> None:
 
     def wide(value: Any) -> Any:
         if isinstance(value, torch.dtype) and str(value).removeprefix("torch.") in _HALF:
-            counts["fp16/bf16 casts made fp32"] += 1
+            counts[N_("fp16/bf16 casts made fp32")] += 1
             return torch.float32
         return value
 
@@ -258,7 +262,7 @@ def _apply_fp32(counts: Counter[str]) -> None:
             kwargs = dict(kwargs or {})
             name = getattr(func, "__name__", "")
             if name in ("half", "bfloat16") and args and args[0].is_floating_point():
-                counts["fp16/bf16 casts made fp32"] += 1
+                counts[N_("fp16/bf16 casts made fp32")] += 1
                 return args[0].float()
             if name == "to":
                 args = (args[0], *map(wide, args[1:]))
@@ -270,7 +274,7 @@ def _apply_fp32(counts: Counter[str]) -> None:
     original = autocast.__init__
 
     def autocast_off(self: Any, *args: Any, **kwargs: Any) -> None:
-        counts["autocast regions off"] += 1
+        counts[N_("autocast regions off")] += 1
         kwargs["enabled"] = False
         original(self, *args[:2], **kwargs)  # device_type, dtype; enabled forced off
 
@@ -312,7 +316,7 @@ def _apply_contiguous(counts: Counter[str]) -> None:
 
     def contiguous(value: Any) -> Any:
         if isinstance(value, torch.Tensor) and not value.is_contiguous():
-            counts["non-contiguous inputs copied"] += 1
+            counts[N_("non-contiguous inputs copied")] += 1
             return value.contiguous()
         return value
 
@@ -338,7 +342,7 @@ def _apply_eager(counts: Counter[str]) -> None:
     compile_ = torch.compile
 
     def eager_compile(*args: Any, **kwargs: Any) -> Any:
-        counts["torch.compile calls run eagerly"] += 1
+        counts[N_("torch.compile calls run eagerly")] += 1
         return compile_(*args, **kwargs)
 
     torch.compile = eager_compile
@@ -391,7 +395,7 @@ def _with_flags(name: str) -> Callable[[Counter[str]], None]:
 
 def _sdpa_math(counts: Counter[str]) -> None:
     _flags_sdpa_math()
-    _counting(counts, {"scaled_dot_product_attention": "attention calls on the math backend"})
+    _counting(counts, {"scaled_dot_product_attention": N_("attention calls on the math backend")})
 
 
 _APPLY: dict[str, Callable[[Counter[str]], None]] = {

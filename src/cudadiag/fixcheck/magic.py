@@ -13,6 +13,7 @@ from cudadiag.comparison.run import Program
 from cudadiag.errors import IncidentNotFound, PlanError
 from cudadiag.fixcheck.run import FIX_CHECK_RUN, check_fix
 from cudadiag.fixcheck.view import FixCheckView, fixcheck_section
+from cudadiag.i18n import _
 from cudadiag.incident import Incident
 from cudadiag.isolate.plan import newest_version, recorded_plan
 from cudadiag.log.store import IncidentStore
@@ -53,14 +54,17 @@ def check_in_shell(shell: Any, incident_id: str, cell: int | str | None, *,
     if (incident.step is not None and incident.step.loader
             and incident.step.iteration is not None):
         step = (incident.step.loader, incident.step.iteration)
-    print(f"fix check of incident {incident.id}: In[{recorded.target}] as recorded, then "
-          f"In[{target}] as it is now" + (f", step {step[1]} only" if step else ""), flush=True)
-    check_plans([("old code: ", old_plan), ("new code: ", new_plan)])
+    fields = {"id": incident.id, "old": recorded.target, "new": target}
+    print((_("fix check of incident {id}: In[{old}] as recorded, then In[{new}] as it is now, "
+             "step {step} only").format(step=step[1], **fields) if step else
+           _("fix check of incident {id}: In[{old}] as recorded, then In[{new}] as it is "
+             "now").format(**fields)), flush=True)
+    check_plans([(_("old code: "), old_plan), (_("new code: "), new_plan)])
     try:
         check = check_fix(incident.id, recorded, after, step=step, timeout=timeout,
                           progress=lambda label, row: print_row(row, label))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot run isolated: {exc}") from None
+        raise UsageError(_("cannot run isolated: {error}").format(error=exc)) from None
     results.remember(shell, "Fix check", ("incident", check.incident), fixcheck_section(check))
     return as_view(FixCheckView, check)
 
@@ -76,8 +80,8 @@ def _recorded(incident: Incident, store: IncidentStore, shell: Any,
         rerun = _isolated_rerun(incident, store)
         if rerun is None:
             return _from_this_kernel(incident, shell, allow_side_effects)
-        print(f"using incident {rerun.id}, the isolated re-run of In[{incident.run.cells[0]}] "
-              "(its cells, RNG states and batch were kept)")
+        print(_("using incident {id}, the isolated re-run of In[{cell}] (its cells, RNG "
+                "states and batch were kept)").format(id=rerun.id, cell=incident.run.cells[0]))
         incident = rerun
     try:
         inputs = stored_inputs(incident, store)
@@ -88,7 +92,7 @@ def _recorded(incident: Incident, store: IncidentStore, shell: Any,
         plan = recorded_plan(inputs.cells, target, inputs.shipped,
                              allow_side_effects=allow_side_effects, rerun=FIX_CHECK_RUN)
     except PlanError as exc:
-        raise UsageError(f"incident {incident.id}: {exc}") from None
+        raise UsageError(_("incident {id}: {error}").format(id=incident.id, error=exc)) from None
     program = Program(code=inputs.cells[target], target=target,
                       cells=[(n, s) for n, s in inputs.cells.items() if n != target],
                       rng_states=inputs.rng_states, batch=inputs.batch, ship=inputs.ship)
@@ -110,10 +114,10 @@ def _from_this_kernel(incident: Incident, shell: Any,
     history = cell_history(shell)
     cell = incident.run.cells[0] if incident.run.cells else None
     if cell is None or history.get(cell) != incident.run.sources.get(str(cell)):
-        raise UsageError(
-            f"incident {incident.id} was recorded in a kernel whose cells are gone, and no "
-            "isolated re-run of it was kept: after the next failure, run %cuda_isolate "
-            "before restarting, then use that incident's id with --before")
+        raise UsageError(_(
+            "incident {id} was recorded in a kernel whose cells are gone, and no isolated "
+            "re-run of it was kept: after the next failure, run %cuda_isolate before "
+            "restarting, then use that incident's id with --before").format(id=incident.id))
     return plan_program(shell, history, cell, rerun=FIX_CHECK_RUN,
                         allow_side_effects=allow_side_effects)
 
@@ -122,6 +126,6 @@ def _new_version(history: dict[int, str], old: str) -> int:
     """The newest cell most like the failing one (its current version)."""
     found = newest_version(history, old)
     if found is None:
-        raise UsageError("no cell of this kernel looks like the failing one: name the cell "
-                         "holding its new version, e.g. %cuda_compare --before ID 7")
+        raise UsageError(_("no cell of this kernel looks like the failing one: name the "
+                           "cell holding its new version, e.g. %cuda_compare --before ID 7"))
     return found

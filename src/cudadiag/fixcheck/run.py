@@ -17,14 +17,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cudadiag.comparison.run import FAILED, OK, Program, Row, assigned_names, run_row
+from cudadiag.i18n import N_, _
 from cudadiag.isolate.plan import Rerun
 from cudadiag.shortlist import cut_list
 from cudadiag.validate.run import CHILD_HOOKS
 
-PASSES_NOW = "failed before, passes now"
+PASSES_NOW = N_("failed before, passes now")
 INDICES_SHOWN = 12
-FIX_CHECK_RUN = Rerun(2, "twice (the old code, then the new code)", frozenset(),
-                      subject="the failing case")
+FIX_CHECK_RUN = Rerun(2, N_("twice (the old code, then the new code)"), frozenset(),
+                      subject=N_("the failing case"))
 """A fix check runs the failing cell twice: its recorded version, then its new one."""
 
 
@@ -57,15 +58,16 @@ class FixCheck:
     def verdict(self) -> str:
         """One line: failed before, passes now — or what stands in the way of saying so."""
         if self.before.ok:
-            return ("the recorded case no longer fails with the old code: this check cannot "
-                    "tell whether the change fixed it (was the fix outside the cells, e.g. in "
-                    "a data file?)")
+            return _("the recorded case no longer fails with the old code: this check cannot "
+                     "tell whether the change fixed it (was the fix outside the cells, e.g. in "
+                     "a data file?)")
         if not self.after.ok:
-            return f"still fails: {_failure(self.after)} (before: {_failure(self.before)})"
+            return _("still fails: {now} (before: {before})").format(
+                now=_failure(self.after), before=_failure(self.before))
         if self.nonfinite:
-            return (f"failed before; the new code runs without an error, but its outputs are "
-                    f"not finite: {', '.join(self.nonfinite)}")
-        return PASSES_NOW
+            return _("failed before; the new code runs without an error, but its outputs are "
+                     "not finite: {names}").format(names=", ".join(self.nonfinite))
+        return _(PASSES_NOW)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the check as JSON-ready data."""
@@ -76,7 +78,7 @@ class FixCheck:
 
 
 def _failure(row: Row) -> str:
-    return row.failure if row.outcome == FAILED else row.outcome
+    return row.failure if row.outcome == FAILED else _(row.outcome)
 
 
 def check_fix(incident_id: str, before: Program, after: Program, *,
@@ -91,10 +93,10 @@ def check_fix(incident_id: str, before: Program, after: Program, *,
     after = _only_step(after, step)
     old = run_row(before, None, assigned_names(before.code, before.target), timeout)
     if progress is not None:
-        progress("before (old code)", old)
+        progress(_("before (old code)"), old)
     new = run_row(after, None, assigned_names(after.code, after.target), timeout)
     if progress is not None:
-        progress("now (new code)", new)
+        progress(_("now (new code)"), new)
     summary = summarize(new.outputs, root="out") if new.ok else None
     outputs = [vars(t) for t in summary.tensors] if summary is not None else []
     check = FixCheck(incident_id, old, new, before.target, after.target,
@@ -115,15 +117,18 @@ def _step_notes(step: tuple[str, int] | None, old: Row, new: Row) -> list[str]:
     if step is None:
         return []
     notes = []
-    for label, row in (("before", old), ("now", new)):
+    for label, row in ((_("before"), old), (_("now"), new)):
         seen = [s for s in row.info.get("validation", {}).get("steps", [])
                 if s["step"] == step[1]]
         if row.info.get("validation") is None:
             continue
         if not seen:
-            notes.append(f"{label}: the loop never reached step {step[1]} of watch "
-                         f"{step[0]!r}" + ("" if row.outcome == OK else " before failing"))
+            notes.append((_("{label}: the loop never reached step {step} of watch {watch!r}")
+                          if row.outcome == OK else
+                          _("{label}: the loop never reached step {step} of watch {watch!r} "
+                            "before failing")).format(label=label, step=step[1], watch=step[0]))
         elif seen[0]["indices"]:
-            notes.append(f"{label}: step {step[1]} held dataset indices "
-                         f"{cut_list(seen[0]['indices'], INDICES_SHOWN)}")
+            notes.append(_("{label}: step {step} held dataset indices {indices}").format(
+                label=label, step=step[1],
+                indices=cut_list(seen[0]["indices"], INDICES_SHOWN)))
     return notes

@@ -7,27 +7,35 @@ from typing import Any
 
 from cudadiag.comparison.view import outcome_text, text_table
 from cudadiag.fixcheck.run import FixCheck
+from cudadiag.i18n import N_, _
 from cudadiag.ui.displayed import Displayed, section_block
 from cudadiag.ui.render import Section
 
-OUTPUT_HEADER = ["output", "shape", "dtype", "min", "max", "NaN", "Inf"]
+OUTPUT_HEADER = [N_("output"), N_("shape"), "dtype", "min", "max", "NaN", "Inf"]
+"""The outputs table's headings (shown with `_`; dtype, min, max, NaN and Inf as in code)."""
 
 
 def fixcheck_section(check: FixCheck) -> Section:
     """Return the check as a section: the verdict, both runs, then the new outputs."""
-    step = f", step {check.step}" if check.step is not None else ""
-    lines = [check.verdict,
-             f"before: In[{check.old_cell}] as recorded{step}: {outcome_text(check.before)}",
-             f"now: In[{check.new_cell}]{step}: {outcome_text(check.after)}", *check.notes]
+    fields = {"old": check.old_cell, "new": check.new_cell, "step": check.step,
+              "before": outcome_text(check.before), "now": outcome_text(check.after)}
+    if check.step is not None:
+        runs = [_("before: In[{old}] as recorded, step {step}: {before}").format(**fields),
+                _("now: In[{new}], step {step}: {now}").format(**fields)]
+    else:
+        runs = [_("before: In[{old}] as recorded: {before}").format(**fields),
+                _("now: In[{new}]: {now}").format(**fields)]
+    lines = [check.verdict, *runs, *check.notes]
     if check.after.ok and not check.outputs:
-        lines.append("the new code assigned no tensor or number to check: look at its output "
-                     "yourself, not only at the absence of an exception")
+        lines.append(_("the new code assigned no tensor or number to check: look at its "
+                       "output yourself, not only at the absence of an exception"))
     table = None
     if check.outputs:
-        table = [OUTPUT_HEADER, *([o["path"], str(o["shape"]), o["dtype"], _num(o["min"]),
-                                   _num(o["max"]), _num(o["nan"]), _num(o["inf"])]
-                                  for o in check.outputs)]
-    return Section("fixcheck", f"Fix check for incident {check.incident}", lines, table=table)
+        table = [[_(h) for h in OUTPUT_HEADER],
+                 *([o["path"], str(o["shape"]), o["dtype"], _num(o["min"]), _num(o["max"]),
+                    _num(o["nan"]), _num(o["inf"])] for o in check.outputs)]
+    return Section("fixcheck", _("Fix check for incident {id}").format(id=check.incident),
+                   lines, table=table)
 
 
 def _num(value: Any) -> str:

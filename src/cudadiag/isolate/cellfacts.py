@@ -27,6 +27,7 @@ from typing import Any
 
 from IPython.core.inputtransformer2 import TransformerManager
 
+from cudadiag.i18n import msg
 from cudadiag.isolate import effects
 
 _TRANSFORMER = TransformerManager()
@@ -619,7 +620,8 @@ class _Visitor(ast.NodeVisitor):
         if assigned and self._is_module(root):
             qualified = self._qualified(_without_subscripts(expr))
             self._record_state(effects.process_state_target(qualified)
-                               or f"sets an attribute of module {root}")
+                               or msg("sets an attribute of module {module}",
+                                      module=str(root)))
             return
         for name in self._reached(expr):  # get_layer(model).weight reaches model
             self._mutate(name)

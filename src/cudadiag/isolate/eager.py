@@ -15,18 +15,20 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from cudadiag.i18n import N_
 from cudadiag.incident import Incident
 
 DISABLE_VARIABLE = "TORCH_COMPILE_DISABLE"
 GRAPH_CAPTURE_FAMILY = "cuda_graph"
 EAGER_ENV = {DISABLE_VARIABLE: "1"}
-EAGER_LINE = ("cudadiag: compilation disabled in the re-run (TORCH_COMPILE_DISABLE=1): the "
+EAGER_LINE = N_("cudadiag: compilation disabled in the re-run (TORCH_COMPILE_DISABLE=1): the "
               "torch.compile'd code runs eagerly, so the tracer names the aten operator and "
               "the value")
-COMPILED_PATH_LINE = (
+COMPILED_PATH_LINE = N_(
     "cudadiag: the fault is in the compiled path: the same cells run eagerly (compilation "
     "disabled) finished without error — compare the two with %cuda_compare --variants eager "
     "(original: {original})")
+"""Shown with `_` (the verdict of an eager re-run that finished without error)."""
 _COMPILES = re.compile(r"\btorch\.compile\b|\btorch\._dynamo\b|\bdynamo\.optimize\b")
 
 

@@ -13,6 +13,8 @@ import ast
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from cudadiag.i18n import N_
+
 
 @dataclass(frozen=True)
 class CallRule:
@@ -25,13 +27,13 @@ class CallRule:
     """The call writes only when given a destination (`df.to_csv()` alone returns text)."""
 
 
-WRITES = "writes a file"
-DELETES = "deletes files"
-MOVES = "moves or renames files"
-MAKES_DIRECTORY = "creates a directory"
-STARTS_PROCESS = "starts a process"
-NETWORK = "reaches the network"
-DOWNLOADS = "downloads files"
+WRITES = N_("writes a file")
+DELETES = N_("deletes files")
+MOVES = N_("moves or renames files")
+MAKES_DIRECTORY = N_("creates a directory")
+STARTS_PROCESS = N_("starts a process")
+NETWORK = N_("reaches the network")
+DOWNLOADS = N_("downloads files")
 
 SIDE_EFFECT_CALLS: dict[str, CallRule] = {
     **{name: CallRule(WRITES, mode_arg=1)
@@ -41,25 +43,25 @@ SIDE_EFFECT_CALLS: dict[str, CallRule] = {
     **{f"os.{name}": CallRule(MAKES_DIRECTORY) for name in ("mkdir", "makedirs")},
     **{f"os.{name}": CallRule(STARTS_PROCESS)
        for name in ("system", "popen", "spawn*", "exec*", "posix_spawn*", "startfile")},
-    "os.kill*": CallRule("signals a process"),
+    "os.kill*": CallRule(N_("signals a process")),
     "os.truncate": CallRule(WRITES),
-    "os.symlink": CallRule("creates a link"),
-    "os.link": CallRule("creates a link"),
-    "os.chmod": CallRule("changes file permissions"),
-    "os.chown": CallRule("changes file ownership"),
+    "os.symlink": CallRule(N_("creates a link")),
+    "os.link": CallRule(N_("creates a link")),
+    "os.chmod": CallRule(N_("changes file permissions")),
+    "os.chown": CallRule(N_("changes file ownership")),
     "pathlib.Path*.rename": CallRule(MOVES),
     "pathlib.Path*.replace": CallRule(MOVES),
-    "shutil.copy*": CallRule("copies files"),
+    "shutil.copy*": CallRule(N_("copies files")),
     "shutil.move": CallRule(MOVES),
     "shutil.rmtree": CallRule(DELETES),
     "shutil.make_archive": CallRule(WRITES),
     "shutil.unpack_archive": CallRule(WRITES),
-    "shutil.chown": CallRule("changes file ownership"),
+    "shutil.chown": CallRule(N_("changes file ownership")),
     "subprocess.*": CallRule(STARTS_PROCESS),
     **{f"{module}.*": CallRule(NETWORK)
        for module in ("requests", "httpx", "aiohttp", "urllib.request", "http.client", "ftplib",
                       "smtplib")},
-    **{f"{module}.*": CallRule("logs to an experiment tracker")
+    **{f"{module}.*": CallRule(N_("logs to an experiment tracker"))
        for module in ("wandb", "mlflow")},
     "logging.FileHandler": CallRule(WRITES),
     "logging.basicConfig": CallRule(WRITES, needs_destination=True),
@@ -79,12 +81,12 @@ SIDE_EFFECT_CALLS: dict[str, CallRule] = {
 SIDE_EFFECT_METHODS: dict[str, CallRule] = {
     "write_text": CallRule(WRITES),
     "write_bytes": CallRule(WRITES),
-    "touch": CallRule("creates a file"),
+    "touch": CallRule(N_("creates a file")),
     "unlink": CallRule(DELETES),
     "rmdir": CallRule(DELETES),
     "mkdir": CallRule(MAKES_DIRECTORY),
-    "symlink_to": CallRule("creates a link"),
-    "hardlink_to": CallRule("creates a link"),
+    "symlink_to": CallRule(N_("creates a link")),
+    "hardlink_to": CallRule(N_("creates a link")),
     "open": CallRule(WRITES, mode_arg=0),
     "savefig": CallRule(WRITES),
     "save_pretrained": CallRule(WRITES),
@@ -101,42 +103,42 @@ DESTINATION_KEYWORDS = frozenset({"path", "path_or_buf", "buf", "excel_writer", 
                                   "filename", "con", "fp"})
 
 PROCESS_STATE_CALLS: dict[str, str] = {
-    **{name: "seeds a random generator"
+    **{name: N_("seeds a random generator")
        for name in ("torch.manual_seed", "torch.random.manual_seed", "torch.seed",
                     "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "random.seed",
                     "numpy.random.seed", "transformers.set_seed", "accelerate.utils.set_seed",
                     "lightning.seed_everything", "lightning.pytorch.seed_everything",
                     "pytorch_lightning.seed_everything")},
-    **{name: "sets a random generator's state"
+    **{name: N_("sets a random generator's state")
        for name in ("torch.set_rng_state", "torch.random.set_rng_state",
                     "torch.cuda.set_rng_state", "torch.cuda.set_rng_state_all",
                     "random.setstate", "numpy.random.set_state")},
-    **{name: "sets a torch default"
+    **{name: N_("sets a torch default")
        for name in ("torch.set_default_dtype", "torch.set_default_device",
                     "torch.set_default_tensor_type", "torch.set_grad_enabled",
                     "torch.autograd.set_grad_enabled", "torch.use_deterministic_algorithms",
                     "torch.set_deterministic_debug_mode", "torch.set_float32_matmul_precision",
                     "torch.set_num_threads", "torch.set_num_interop_threads",
                     "torch.autograd.set_detect_anomaly", "torch.set_anomaly_enabled")},
-    "torch.backends.*": "sets a torch.backends flag",
-    "torch.cuda.set_device": "selects the current CUDA device",
-    "torch.cuda.set_per_process_memory_fraction": "limits CUDA memory",
-    "cudadiag.testing.simulated_cuda().start": "starts the simulated device",
-    "cudadiag.testing.simulated_cuda().stop": "stops the simulated device",
-    "os.chdir": "changes the working directory",
-    **{name: "changes the environment"
+    "torch.backends.*": N_("sets a torch.backends flag"),
+    "torch.cuda.set_device": N_("selects the current CUDA device"),
+    "torch.cuda.set_per_process_memory_fraction": N_("limits CUDA memory"),
+    "cudadiag.testing.simulated_cuda().start": N_("starts the simulated device"),
+    "cudadiag.testing.simulated_cuda().stop": N_("stops the simulated device"),
+    "os.chdir": N_("changes the working directory"),
+    **{name: N_("changes the environment")
        for name in ("os.putenv", "os.unsetenv", "os.environ.update", "os.environ.setdefault",
                     "os.environ.pop", "os.environ.clear")},
-    **{f"sys.path.{name}": "changes the import path"
+    **{f"sys.path.{name}": N_("changes the import path")
        for name in ("append", "insert", "extend", "remove", "pop", "clear")},
-    "sys.setrecursionlimit": "sets the recursion limit",
+    "sys.setrecursionlimit": N_("sets the recursion limit"),
 }
 """Calls that set state every later cell sees, whatever names they read."""
 
 PROCESS_STATE_TARGETS: dict[str, str] = {
-    "torch.backends.*": "sets a torch.backends flag",
-    "os.environ": "changes the environment",
-    "sys.path": "changes the import path",
+    "torch.backends.*": N_("sets a torch.backends flag"),
+    "os.environ": N_("changes the environment"),
+    "sys.path": N_("changes the import path"),
 }
 """Assignment, augmented assignment and `del` targets (subscripts stripped) that set state
 every later cell sees."""
@@ -261,7 +263,7 @@ def _mode_effect(call: ast.Call, rule: CallRule) -> str | None:
         return None  # the default mode reads
     if isinstance(mode, ast.Constant) and isinstance(mode.value, str):
         return rule.reason if set(mode.value) & set("wax+") else None
-    return "may write a file (its mode is decided at run time)"
+    return N_("may write a file (its mode is decided at run time)")
 
 
 def _keyword_is_true(call: ast.Call, name: str) -> bool:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from cudadiag.i18n import N_
 from cudadiag.isolate.job import Job, Launch
 from cudadiag.isolate.procgroup import kill_group
 
@@ -168,7 +169,7 @@ class _Server:
         import torch
 
         if torch.cuda.is_initialized():
-            return "CUDA was initialised in the warm interpreter"
+            return N_("CUDA was initialised in the warm interpreter")
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             job = Job.read(Path(job_path))
             launch = Launch.read(job.path)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from cudadiag.errors import CudadiagError
+from cudadiag.i18n import N_, _
 from cudadiag.i18n.language import explicit as explicit_language
 from cudadiag.isolate.eager import DISABLE_VARIABLE
 from cudadiag.isolate.job import Launch
@@ -58,7 +59,7 @@ def blocking_settings(blocking: bool = True) -> BlockingSettings:
     else:
         backend = "cpu"
     if not blocking:
-        return BlockingSettings(backend, {}, "blocking launches off (asynchronous re-run)")
+        return BlockingSettings(backend, {}, N_("blocking launches off (asynchronous re-run)"))
     if backend == "rocm":
         return BlockingSettings(backend, dict(ROCM_BLOCKING),
                                 "ROCm: HIP_LAUNCH_BLOCKING=1, AMD_SERIALIZE_KERNEL=3")
@@ -66,8 +67,9 @@ def blocking_settings(blocking: bool = True) -> BlockingSettings:
         return BlockingSettings(backend, dict(NVIDIA_BLOCKING), "CUDA_LAUNCH_BLOCKING=1")
     return BlockingSettings(
         backend, dict(NVIDIA_BLOCKING),
-        "CPU-only PyTorch: blocking launches have no meaning for real kernels here; "
-        "CUDA_LAUNCH_BLOCKING=1 only makes cudadiag's simulated device raise at the faulty op",
+        N_("CPU-only PyTorch: blocking launches have no meaning for real kernels here; "
+           "CUDA_LAUNCH_BLOCKING=1 only makes cudadiag's simulated device raise at the faulty "
+           "op"),
     )
 
 
@@ -171,7 +173,7 @@ class SubprocessLauncher:
             start_new_session=True,
             cwd=self.cwd or os.getcwd(),
         )
-        process.how = "cold start (a new interpreter)"
+        process.how = _("cold start (a new interpreter)")
         return process
 
 
@@ -257,7 +259,7 @@ class ForkedProcess:
         self.stdout = os.fdopen(stdout, "rb", buffering=0)
         self.stderr = os.fdopen(stderr, "rb", buffering=0)
         self.returncode: int | None = None
-        self.how = "warm start (forked from a pre-started interpreter)"
+        self.how = _("warm start (forked from a pre-started interpreter)")
         self.fallback: str | None = None
 
     def poll(self) -> int | None:
@@ -276,9 +278,9 @@ class ForkedProcess:
                 line = _read_line(self._channel, timeout, ["fork server", str(self.pid)])
             except OSError:
                 kill_group(self.pid)
-                raise OSError("the warm interpreter died during the run; the run was "
-                              "killed: run it again") from None
-            _, _, code = line.split()
+                raise OSError(_("the warm interpreter died during the run; the run was "
+                                "killed: run it again")) from None
+            code = line.split()[2]
             self.returncode = int(code)
             self._channel.close()
         return self.returncode
@@ -361,7 +363,8 @@ class ForkServer:
             for fd in (out_read, err_read):
                 os.close(fd)
             ours.close()
-            raise OSError(f"the warm interpreter did not start the run: {exc}") from None
+            raise OSError(_("the warm interpreter did not start the run: {error}").format(
+                error=exc)) from None
         if word == "refused":
             for fd in (out_read, err_read):
                 os.close(fd)
@@ -372,8 +375,8 @@ class ForkServer:
     def why_dead(self) -> str:
         """Return how the server ended: its exit status and the last line it printed."""
         code = self.process.poll()
-        how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
-               else f"exit status {code}")
+        how = (_("killed by {signal}").format(signal=signal.Signals(-code).name)
+               if code is not None and code < 0 else _("exit status {code}").format(code=code))
         self._log.seek(0)
         lines = self._log.read().decode(errors="replace").strip().splitlines()
         return f"{how}: {lines[-1]}" if lines else how
@@ -400,7 +403,8 @@ def _read_line(channel: socket.socket, timeout: float | None, what: list[str]) -
         while not data.endswith(b"\n"):
             chunk = channel.recv(1)
             if not chunk:
-                raise OSError(f"{' '.join(what)}: the fork server went away")
+                raise OSError(_("{what}: the fork server went away").format(
+                    what=" ".join(what)))
             data += chunk
     except TimeoutError:
         raise subprocess.TimeoutExpired(what, timeout or 0) from None

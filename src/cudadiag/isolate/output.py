@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudadiag.device_lines import DeviceLineScanner
+from cudadiag.i18n import _, ngettext
 
 SHOWN_BYTES = 1 * 2**20
 """Output of an isolated cell shown live per run; the rest is counted, not shown (a script
@@ -114,8 +115,9 @@ class ChildOutput:
             sys.stdout.flush()
             sys.stderr.flush()
         if self.hidden and self.stream:
-            print(f"cudadiag: {self.hidden:,} more bytes of output from the isolated run were "
-                  f"not shown (only its first {SHOWN_BYTES >> 20} MiB is shown live)",
+            print(_("cudadiag: {count:,} more bytes of output from the isolated run were not "
+                    "shown (only its first {size} MiB is shown live)").format(
+                count=self.hidden, size=SHOWN_BYTES >> 20),
                   file=sys.stderr, flush=True)
 
     def _drain(self, wait: bool) -> None:
@@ -213,9 +215,9 @@ class ChildOutput:
         while self._folds and self._folds[0].open_streams <= 0:
             fold = self._folds.pop(0)
             if fold.lines and self.stream and not self.show_replay:
-                plural = "" if fold.lines == 1 else "s"
-                print(f"In[{fold.number}]: {fold.lines:,} line{plural} hidden; --show-replay "
-                      "to see them", flush=True)
+                print(ngettext("In[{n}]: {count:,} line hidden; --show-replay to see them",
+                               "In[{n}]: {count:,} lines hidden; --show-replay to see them",
+                               fold.lines).format(n=fold.number, count=fold.lines), flush=True)
 
     def _fold_of(self, number: int) -> _Fold:
         for fold in self._folds:

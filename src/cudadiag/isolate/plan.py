@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudadiag.errors import PlanError
+from cudadiag.i18n import N_, _, localize
 from cudadiag.isolate.cellfacts import CellFacts, SideEffect, analyse_history
 
 SHIP_MAX_BYTES = 512 * 2**20
@@ -39,7 +40,7 @@ class Rerun:
     words), and which of the plan's options it takes (a refusal offers only those)."""
 
     runs: int = 1
-    how: str = "once"
+    how: str = N_("once")
     """The runs in words, e.g. "once per row (the reference and 3 variants)"."""
     options: frozenset[str] = frozenset({"--ship", "--cells"})
     subject: str | None = None
@@ -96,28 +97,43 @@ class Plan:
 
     def describe(self) -> str:
         """Return the lines the magics print before running: the plan, then its notes."""
-        replay = ", ".join(f"In[{n}]" for n in self.replay) or "nothing"
-        lines = [f"plan: replay {replay}; ship {', '.join(self.ship) or 'nothing'}"]
+        nothing = _("nothing")
+        replay = ", ".join(f"In[{n}]" for n in self.replay) or nothing
+        lines = [_("plan: replay {replay}; ship {ship}").format(
+            replay=replay, ship=", ".join(self.ship) or nothing)]
         if self.restored:
-            instead = f" instead of replaying {_cells(self.replaced)}" if self.replaced else ""
-            lines.append(f"  restored from the checkpoint{instead}: {', '.join(self.restored)}")
+            restored = ", ".join(self.restored)
+            lines.append("  " + (_("restored from the checkpoint instead of replaying {cells}: "
+                                   "{names}").format(cells=_cells(self.replaced), names=restored)
+                                 if self.replaced else
+                                 _("restored from the checkpoint: {names}").format(
+                                     names=restored)))
         for n, effect in self.side_effects:
-            which = " (the cell re-run)" if n == self.target else ""
-            lines.append(f"  side effect: In[{n}]{which} {effect}")
+            lines.append("  " + (_("side effect: In[{n}] (the cell re-run) {effect}")
+                                 if n == self.target else
+                                 _("side effect: In[{n}] {effect}")).format(
+                n=n, effect=effect_text(effect)))
         for n, what in self.process_state:
-            lines.append(f"  kept for process-wide state: In[{n}] {what}")
+            lines.append("  " + _("kept for process-wide state: In[{n}] {what}").format(
+                n=n, what=what))
         for n, successor in self.not_replayed:
-            instead = f"; In[{successor}], its new version, stands for it" if successor else ""
-            lines.append(f"  not replayed: In[{n}] failed in this session{instead}")
+            lines.append("  " + (_("not replayed: In[{n}] failed in this session; "
+                                   "In[{successor}], its new version, stands for it")
+                                 if successor else
+                                 _("not replayed: In[{n}] failed in this session")).format(
+                n=n, successor=successor))
         if self.skipped:
             skipped = "; ".join(f"In[{n}]: {text}" for n, text in self.skipped[:5])
-            more = f" (+{len(self.skipped) - 5} more)" if len(self.skipped) > 5 else ""
-            lines.append(f"  skipped (magics and shell escapes): {skipped}{more}")
+            more = (" " + _("(+{count} more)").format(count=len(self.skipped) - 5)
+                    if len(self.skipped) > 5 else "")
+            lines.append("  " + _("skipped (magics and shell escapes): {skipped}").format(
+                skipped=skipped) + more)
         if self.refusal:
             offered = self.ship_instead and "--ship" in self.rerun.options and any(
-                n != self.target for n, _ in self.repeated_side_effects)
-            instead = f" or --ship {','.join(self.ship_instead)}" if offered else ""
-            lines.append(f"  a run needs --allow-side-effects{instead}")
+                n != self.target for n, _effect in self.repeated_side_effects)
+            lines.append("  " + (_("a run needs --allow-side-effects or --ship {names}").format(
+                names=",".join(self.ship_instead)) if offered else
+                _("a run needs --allow-side-effects")))
         return "\n".join(lines)
 
 
@@ -137,29 +153,51 @@ def repeat_refusal(plans: Sequence[Plan]) -> str | None:
         return None
     cells = sorted({n for n, _ in earlier})
     lines: list[str] = []
+    subject = _(rerun.subject) if rerun.subject else _cells(sorted({n for n, _e in again}))
     if earlier:
         replayed_for = {n: why for plan in plans for n, why in plan.replayed_for.items()}
-        lines.append("replaying would repeat what earlier cells did to this machine:")
-        lines += [f"  In[{n}] {effect}" for n, effect in earlier]
-        lines += [f"In[{n}] is replayed for {replayed_for[n]}." for n in cells
-                  if n in replayed_for]
-    subject = rerun.subject or _cells(sorted({n for n, _ in again}))
+        lines.append(_("not run: replaying would repeat what earlier cells did to this "
+                       "machine:"))
+        lines += [f"  In[{n}] {effect_text(effect)}" for n, effect in earlier]
+        lines += [_("In[{n}] is replayed for {why}.").format(n=n, why=replayed_for[n])
+                  for n in cells if n in replayed_for]
     if again:
-        lines.append(f"{subject} would run {rerun.how}, each time doing again what it does "
-                     "to this machine:")
-        lines += [f"  In[{n}] {effect}" for n, effect in again]
-    lines[0] = "not run: " + lines[0]
-    what = [f"replay {_cells(cells)}"] if earlier else []
-    if again:
-        what.append(f"run {subject} {rerun.how}")
-    advice = f"Add --allow-side-effects to {' and '.join(what)} anyway"
+        again_line = _("{subject} would run {how}, each time doing again what it does to "
+                       "this machine:").format(subject=subject, how=_(rerun.how))
+        lines.append(again_line if earlier else _("not run: {line}").format(line=again_line))
+        lines += [f"  In[{n}] {effect_text(effect)}" for n, effect in again]
     ship_instead = sorted({name for plan in plans for name in plan.ship_instead})
-    if earlier and ship_instead and "--ship" in rerun.options:
-        advice += (f", or --ship {','.join(ship_instead)} to send the values instead of "
-                   "replaying the cells that made them")
-    if earlier and "--cells" in rerun.options:
-        advice += ", or --cells N,M,... to choose the cells to replay"
-    return "\n".join([*lines, advice + "."])
+    return "\n".join([*lines, _advice(_cells(cells) if earlier else "",
+                                       subject if again else "",
+                                       _(rerun.how), ",".join(ship_instead)
+                                       if earlier and "--ship" in rerun.options else "",
+                                       bool(earlier) and "--cells" in rerun.options)])
+
+
+def _advice(replay: str, subject: str, how: str, ship: str, cells: bool) -> str:
+    """The last line of a refusal: what to add to run anyway (`replay`: the earlier cells
+    it would replay, `subject`/`how`: what it would run more than once), and what else to
+    do (`ship`: the values to send instead, `cells`: --cells is offered)."""
+    if replay and subject:
+        advice = _("Add --allow-side-effects to replay {cells} and run {subject} {how} "
+                   "anyway").format(cells=replay, subject=subject, how=how)
+    elif replay:
+        advice = _("Add --allow-side-effects to replay {cells} anyway").format(cells=replay)
+    else:
+        advice = _("Add --allow-side-effects to run {subject} {how} anyway").format(
+            subject=subject, how=how)
+    if ship:
+        advice += _(", or --ship {names} to send the values instead of replaying the cells "
+                    "that made them").format(names=ship)
+    if cells:
+        advice += _(", or --cells N,M,... to choose the cells to replay")
+    return advice + _(".")
+
+
+def effect_text(effect: SideEffect) -> str:
+    """Return `effect` as the plan shows it, in the current language: what the call does,
+    then the call as written."""
+    return _("{reason}: {call}").format(reason=localize(effect.reason), call=effect.call)
 
 
 def _unique(effects: Iterable[tuple[int, SideEffect]]) -> list[tuple[int, SideEffect]]:
@@ -195,16 +233,19 @@ def make_plan(
     cannot be shipped, or is not needed.
     """
     if target not in history:
-        raise PlanError(f"In[{target}] is not in this kernel's history "
-                        f"(known: In[1]..In[{max(history, default=0)}])")
+        raise PlanError(_("In[{target}] is not in this kernel's history (known: "
+                          "In[1]..In[{last}])").format(target=target,
+                                                       last=max(history, default=0)))
     facts = analyse_history(history)
     if facts[target].syntax_error:
-        raise PlanError(f"In[{target}] does not parse: {facts[target].syntax_error}")
+        raise PlanError(_("In[{target}] does not parse: {error}").format(
+            target=target, error=facts[target].syntax_error))
     namespace = namespace or {}
     explicit = ship if isinstance(ship, list) else []
     absent = [name for name in explicit if name not in namespace]
     if absent:
-        raise PlanError(f"cannot ship {', '.join(absent)}: no such variable in this kernel")
+        raise PlanError(_("cannot ship {names}: no such variable in this kernel").format(
+            names=", ".join(absent)))
     if cells is not None:
         plan = _explicit_plan(facts, target, cells, explicit, namespace, allow_side_effects)
         plan.restored = list(restore)
@@ -286,7 +327,8 @@ class _Planner:
             not_shipped={k: v for k, v in self.refused.items() if k not in self.shipped},
             sources={n: self.facts[n].source for n in replay},
             side_effects=side_effects,
-            process_state=[(n, ", ".join(self.facts[n].process_state)) for n in replay
+            process_state=[(n, ", ".join(localize(s) for s in self.facts[n].process_state))
+                           for n in replay
                            if n != self.target and not self.provides.get(n)
                            and not self.facts[n].star_import],
             ship_instead=ship_instead,
@@ -345,15 +387,16 @@ class _Planner:
                 if reason is None:
                     self.needed.discard(name)
                 elif name in explicit:
-                    raise PlanError(f"cannot ship {name}: an earlier replayed cell needs the "
-                                    f"value it had before: it {reason}")
+                    raise PlanError(_("cannot ship {name}: an earlier replayed cell needs "
+                                      "the value it had before: it {reason}").format(
+                        name=name, reason=reason))
                 else:
                     raise _Unship(name, reason)
             elif reason is None:
                 self.shipped.append(name)
                 self.needed.discard(name)
             elif name in explicit:
-                raise PlanError(f"cannot ship {name}: {reason}")
+                raise PlanError(_cannot_ship(name, reason))
             else:
                 self.refused[name] = reason
 
@@ -364,17 +407,20 @@ class _Planner:
         for name in self.shipped:
             again = [n for n in self.replay if n != self.target and name in self.writes[n]]
             if again:
-                reason = f"made again by In[{min(again)}], which is replayed anyway"
+                reason = _("made again by In[{n}], which is replayed anyway").format(
+                    n=min(again))
                 if name in explicit:
-                    raise PlanError(f"cannot ship {name}: it is {reason}")
+                    raise PlanError(_("cannot ship {name}: it is {reason}").format(
+                        name=name, reason=reason))
                 raise _Unship(name, reason)
 
     def _check_complete(self) -> None:
         explicit = self.ship if isinstance(self.ship, list) else []
         unused = [name for name in explicit if name not in self.shipped]
         if unused:
-            raise PlanError(f"cannot ship {', '.join(unused)}: neither In[{self.target}] nor "
-                            "the cells it needs read it")
+            raise PlanError(_("cannot ship {names}: neither In[{target}] nor the cells it "
+                              "needs read it").format(names=", ".join(unused),
+                                                      target=self.target))
         missing = sorted(self.needed)  # uses never hold builtins (analyse_cell drops them)
         made_by = {name: [n for n in self.not_replayed if name in self.writes[n]]
                    for name in missing}
@@ -382,21 +428,27 @@ class _Planner:
         of_failed = [name for name in missing if made_by[name]]
         problems = []
         if undefined:
-            problems.append(
-                f"In[{self.target}] reads {', '.join(undefined)}, which no earlier cell defines "
-                "and which cannot be shipped (" + "; ".join(
-                    f"{n}: {self.refused.get(n, 'not defined')}" for n in undefined) + ")")
+            problems.append(_(
+                "In[{target}] reads {names}, which no earlier cell defines and which cannot "
+                "be shipped ({why})").format(target=self.target, names=", ".join(undefined),
+                                             why="; ".join(
+                    f"{n}: {self.refused.get(n) or _('not defined')}" for n in undefined)))
         if of_failed:
             cells = _cells(sorted({n for name in of_failed for n in made_by[name]}))
             unshipped = "; ".join(f"{n}: {self.refused[n]}" for n in of_failed
                                   if n in self.refused)
-            problems.append(
-                f"In[{self.target}] reads {', '.join(of_failed)}, made only by {cells}, which "
-                "failed in this session, and a replay never re-runs a cell that failed"
-                + (f" (not shipped: {unshipped})" if unshipped else "")
-                + ": run the code that makes it again in a cell that ends without error")
+            fields = {"target": self.target, "names": ", ".join(of_failed), "cells": cells,
+                      "unshipped": unshipped}
+            problems.append((_(
+                "In[{target}] reads {names}, made only by {cells}, which failed in this "
+                "session, and a replay never re-runs a cell that failed (not shipped: "
+                "{unshipped}): run the code that makes it again in a cell that ends without "
+                "error") if unshipped else _(
+                "In[{target}] reads {names}, made only by {cells}, which failed in this "
+                "session, and a replay never re-runs a cell that failed: run the code that "
+                "makes it again in a cell that ends without error")).format(**fields))
         if problems:
-            raise PlanError(". ".join(problems))
+            raise PlanError(_(". ").join(problems))
 
     def _new_version(self, failed: int) -> int | None:
         """The cell after `failed`, up to the target, that re-ran its code (None if none)."""
@@ -417,10 +469,11 @@ class _Planner:
                     shippable.add(name)
                 else:
                     names_by_reason.setdefault(why, []).append(name)
-            reasons = [f"{', '.join(names)} (not shipped: {why})"
+            reasons = [_("{names} (not shipped: {why})").format(names=", ".join(names), why=why)
                        for why, names in names_by_reason.items()]
             if self.facts[n].process_state and not self.provides.get(n):
-                reasons.append(f"process-wide state ({', '.join(self.facts[n].process_state)})")
+                reasons.append(_("process-wide state ({what})").format(
+                    what=", ".join(localize(s) for s in self.facts[n].process_state)))
             if reasons:
                 replayed_for[n] = "; ".join(reasons)
         return sorted(shippable), replayed_for
@@ -442,7 +495,8 @@ def recorded_plan(cells: Mapping[int, str], target: int, shipped: list[str], *,
     last; the values named `shipped` sent): what running it again replays and repeats.
     Raises PlanError when the target is not among the cells."""
     if target not in cells:
-        raise PlanError(f"In[{target}] is not among the recorded cells")
+        raise PlanError(_("In[{target}] is not among the recorded cells").format(
+            target=target))
     plan = _fixed_plan(analyse_history(cells), target, sorted(cells), shipped,
                        allow_side_effects)
     plan.rerun = rerun
@@ -454,11 +508,12 @@ def _explicit_plan(facts: dict[int, CellFacts], target: int, cells: list[int],
                    allow_side_effects: bool) -> Plan:
     unknown = [n for n in cells if n not in facts]
     if unknown:
-        raise PlanError(f"--cells names cells not in the history: {unknown}")
+        raise PlanError(_("--cells names cells not in the history: {cells}").format(
+            cells=unknown))
     for name in ship:
         reason = _why_not_shippable(name, namespace, {})
         if reason is not None:
-            raise PlanError(f"cannot ship {name}: {reason}")
+            raise PlanError(_cannot_ship(name, reason))
     return _fixed_plan(facts, target, sorted(set(cells) | {target}), ship, allow_side_effects)
 
 
@@ -470,6 +525,10 @@ def _fixed_plan(facts: dict[int, CellFacts], target: int, replay: list[int],
                 sources={n: facts[n].source for n in replay},
                 side_effects=[(n, e) for n in replay for e in facts[n].effects],
                 allow_side_effects=allow_side_effects)
+
+
+def _cannot_ship(name: str, reason: str) -> str:
+    return _("cannot ship {name}: {reason}").format(name=name, reason=reason)
 
 
 def _cells(numbers: list[int]) -> str:
@@ -528,19 +587,20 @@ def _alias_groups(edges_by_cell: Iterable[list[set[str]]]) -> list[set[str]]:
 def _why_not_shippable(name: str, namespace: Mapping[str, Any],
                        changed: Mapping[str, int]) -> str | None:
     if name not in namespace:
-        return "not in the namespace"
+        return _("not in the namespace")
     if name in changed:
-        return (f"may have been changed since, by In[{changed[name]}] (directly or through an "
-                "alias)")
+        return _("may have been changed since, by In[{n}] (directly or through an "
+                 "alias)").format(n=changed[name])
     value = namespace[name]
     if type(value).__name__ == "module":
-        return "a module (imports are replayed)"
+        return _("a module (imports are replayed)")
     device = _non_cpu_device(value)
     if device is not None:
-        return f"lives on {device} (rebuilt by replay, never read from the kernel)"
+        return _("lives on {device} (rebuilt by replay, never read from the kernel)").format(
+            device=device)
     nbytes = _tensor_bytes(value)
     if nbytes > SHIP_MAX_BYTES:
-        return f"too large to ship ({nbytes >> 20} MiB)"
+        return _("too large to ship ({size} MiB)").format(size=nbytes >> 20)
     if nbytes:
         return None  # CPU tensors pickle
     try:
@@ -548,7 +608,7 @@ def _why_not_shippable(name: str, namespace: Mapping[str, Any],
 
         cloudpickle.dumps(value)
     except (pickle.PicklingError, TypeError, AttributeError, ValueError, RuntimeError) as exc:
-        return f"not picklable ({type(exc).__name__}: {exc})"
+        return _("not picklable ({error})").format(error=f"{type(exc).__name__}: {exc}")
     return None
 
 
@@ -570,7 +630,7 @@ def _non_cpu_device(value: Any, depth: int = 0) -> str | None:
                 if t.device.type != "cpu":
                     return str(t.device)
         except Exception:
-            return "an unknown device"
+            return _("an unknown device")
     if depth < 3 and isinstance(value, (list, tuple, set, dict)):
         items = value.values() if isinstance(value, dict) else value
         for item in items:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudadiag.diagnose import add_device_lines, incident_of_dead_process, is_diagnosable
+from cudadiag.i18n import _, ngettext
 from cudadiag.incident import Incident, RunInfo
 from cudadiag.interrupts import interrupt_pressed
 from cudadiag.isolate.job import Job, JobCell, JobResult, ScriptTarget
@@ -140,10 +141,11 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
              ranks: RankJob | None = None,
              base_env: Mapping[str, str] | None = None) -> IsolatedResult:
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"timeout must be a positive number of seconds, not {timeout}")
+        raise ValueError(_("timeout must be a positive number of seconds, not {timeout}").format(
+            timeout=timeout))
     if os.name == "nt":
-        raise OSError("isolated runs need process groups and select() on pipes: Linux or "
-                      "macOS (the live-kernel capture works on Windows)")
+        raise OSError(_("isolated runs need process groups and select() on pipes: Linux or "
+                        "macOS (the live-kernel capture works on Windows)"))
     settings = blocking_settings(blocking)
     extra = {**settings.env, **(env or {})}
     child_env = child_environment(extra, base_env)
@@ -160,15 +162,15 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
             launcher = ranks.prepare(job, launcher)
             job.write()
         started = time.perf_counter()
-        what = ("the job" if ranks is not None else "the script" if script is not None
-                else "the isolated run")
+        what = (_("the job") if ranks is not None else _("the script") if script is not None
+                else _("the isolated run"))
         if interrupt_pressed():  # a Ctrl-C that an import swallowed: the program never starts
             raise KeyboardInterrupt
         with _interrupt_deferred() as interrupted:
             process = (launcher or SubprocessLauncher()).start(str(job.path), child_env)
             pump = _Pump(process, timeout, output, what)
         if output.stream and process.fallback:
-            print(f"cudadiag: cold start: {process.fallback}", flush=True)
+            print(_("cudadiag: cold start: {reason}").format(reason=process.fallback), flush=True)
         pump.run(interrupted=bool(interrupted))
         wall = time.perf_counter() - started
         child_result: JobResult | None
@@ -181,8 +183,8 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
             stderr=output.text("stderr"), wall_s=wall, settings=settings,
             timed_out=pump.timed_out, interrupted=pump.interrupted,
             cells=[n for n, _ in numbered], pid=process.pid,
-            start="; ".join(filter(None, [child_result.blocking_check if child_result else "",
-                                          process.how])),
+            start="; ".join(filter(None, [_(child_result.blocking_check) if child_result
+                                          else "", process.how])),
         )
         result.incident = _incident_of(result, child_result, blocking, extra)
         if result.incident is not None:
@@ -301,7 +303,7 @@ class _Pump:
             if exited_at is not None and (now - last_data > IDLE_AFTER_EXIT_S
                                           or now - exited_at > DRAIN_AFTER_EXIT_S):
                 return
-            for key, _ in selector.select(timeout=0.05):
+            for key, _mask in selector.select(timeout=0.05):
                 data = os.read(key.fd, 65536)
                 if data:
                     self.output.take(key.data, data)
@@ -331,13 +333,16 @@ class _Pump:
         alive = kill_and_wait(self.process.pid)
         killed = [member for member in left if member not in alive]
         if killed:
-            plural = "process" if len(killed) == 1 else "processes"
-            print(f"cudadiag: killed {len(killed)} left-over {plural} of {self.what}: "
-                  f"{describe(killed)}", file=sys.stderr, flush=True)
+            print(ngettext("cudadiag: killed {count} left-over process of {what}: {which}",
+                           "cudadiag: killed {count} left-over processes of {what}: {which}",
+                           len(killed)).format(count=len(killed), what=self.what,
+                                               which=describe(killed)),
+                  file=sys.stderr, flush=True)
         if alive:
-            print(f"cudadiag: {len(alive)} process(es) of {self.what} still running "
-                  f"{KILL_WAIT_S:g} s after SIGKILL: {describe(alive)}", file=sys.stderr,
-                  flush=True)
+            print(_("cudadiag: {count} process(es) of {what} still running {seconds:g} s after "
+                    "SIGKILL: {which}").format(count=len(alive), what=self.what,
+                                               seconds=KILL_WAIT_S, which=describe(alive)),
+                  file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -371,19 +376,20 @@ def _incident_of(result: IsolatedResult, child: JobResult | None, blocking: bool
 
 def _message(result: IsolatedResult, timeout: float | None, what: str) -> str:
     if result.timed_out:
-        return (f"cudadiag: {what} exceeded the timeout of {timeout:g} s; its whole "
-                "process group was killed")
+        return _("cudadiag: {what} exceeded the timeout of {timeout:g} s; its whole "
+                 "process group was killed").format(what=what, timeout=timeout)
     if result.interrupted:
-        return f"cudadiag: interrupted; {what}'s process group was killed"
+        return _("cudadiag: interrupted; {what}'s process group was killed").format(what=what)
     if result.unrelated:
-        return (f"cudadiag: {what} failed with {result.unrelated}, an error unrelated to "
-                "PyTorch: no incident recorded")
+        return _("cudadiag: {what} failed with {error}, an error unrelated to PyTorch: no "
+                 "incident recorded").format(what=what, error=result.unrelated)
     if result.incident is None and result.returncode not in (0, None):
-        return (f"cudadiag: {what} exited with status {result.returncode}, with no exception "
-                f"to diagnose (sys.exit or an error handled by the program; "
-                f"{result.settings.note})")
+        return _("cudadiag: {what} exited with status {status}, with no exception to "
+                 "diagnose (sys.exit or an error handled by the program; {note})").format(
+            what=what, status=result.returncode, note=_(result.settings.note))
     if result.incident is None:
-        return f"cudadiag: {what} finished without error ({result.settings.note})"
+        return _("cudadiag: {what} finished without error ({note})").format(
+            what=what, note=_(result.settings.note))
     return ""
 
 
@@ -397,8 +403,10 @@ def _store(incident: Incident, job: Job) -> None:
             store.keep_run_file(incident.id, path)
         not_kept = store.keep_shipped(incident.id, job.ship) if job.ship else None
     except OSError as exc:
-        print(f"cudadiag: could not write the incident log: {exc}", file=sys.stderr)
+        print(_("cudadiag: could not write the incident log: {error}").format(error=exc),
+              file=sys.stderr)
         return
     if not_kept:
-        print(f"cudadiag: the shipped values were not kept with incident {incident.id} "
-              f"({not_kept}); to export it, re-run with --ship none", file=sys.stderr)
+        print(_("cudadiag: the shipped values were not kept with incident {id} ({why}); to "
+                "export it, re-run with --ship none").format(id=incident.id, why=not_kept),
+              file=sys.stderr)

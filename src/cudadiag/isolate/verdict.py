@@ -9,12 +9,10 @@ precheck the family alone decides.
 
 from __future__ import annotations
 
+from cudadiag.i18n import _, localize
 from cudadiag.incident import Incident
 from cudadiag.isolate.eager import COMPILED_PATH_LINE
 from cudadiag.knowledge import FAMILIES, PITFALLS
-
-SUGGESTION = ("check the plan with --dry-run, or choose the cells to replay with "
-              "--cells N,M,...")
 
 
 def same_failure(original: Incident, isolated: Incident, eager: bool = False) -> bool:
@@ -38,18 +36,25 @@ def verdict_line(original: Incident, isolated: Incident | None, eager: bool = Fa
     fault in the compiled path."""
     instead = _what_the_isolated_run_does_instead(original)
     if instead is not None:
-        outcome = failure_text(isolated) if isolated else "they finished without error"
-        return f"cudadiag: {instead}: {outcome}"
+        if isolated is None:
+            return _("cudadiag: {instead}: they finished without error").format(
+                instead=localize(instead))
+        return _("cudadiag: {instead}: {outcome}").format(instead=localize(instead),
+                                                          outcome=failure_text(isolated))
     if isolated is None and eager:
-        return COMPILED_PATH_LINE.format(original=failure_text(original))
+        return _(COMPILED_PATH_LINE).format(original=failure_text(original))
     if isolated is None:
-        return (f"cudadiag: the error did not reproduce: the isolated run finished without "
-                f"error (original: {failure_text(original)}) — {SUGGESTION}")
+        return _("cudadiag: the error did not reproduce: the isolated run finished without "
+                 "error (original: {original}) — check the plan with --dry-run, or choose "
+                 "the cells to replay with --cells N,M,...").format(
+            original=failure_text(original))
     if same_failure(original, isolated, eager):
-        return (f"cudadiag: reproduced: same failure ({original.diagnosis.family}) as "
-                f"{_cell_run(original)}")
-    return (f"cudadiag: the isolated run failed differently: {failure_text(isolated)}; "
-            f"original: {failure_text(original)} — {SUGGESTION}")
+        return _("cudadiag: reproduced: same failure ({family}) as {cell}").format(
+            family=original.diagnosis.family, cell=_cell_run(original))
+    return _("cudadiag: the isolated run failed differently: {isolated}; original: "
+             "{original} — check the plan with --dry-run, or choose the cells to replay "
+             "with --cells N,M,...").format(isolated=failure_text(isolated),
+                                            original=failure_text(original))
 
 
 def _what_the_isolated_run_does_instead(original: Incident) -> str | None:
@@ -64,10 +69,14 @@ def failure_text(incident: Incident) -> str:
     """Return `device_assert SimulatedAcceleratorError in aten::nll_loss_forward at In[5]:
     print(loss.item())`: the signature of a failure and where it was raised."""
     short_type = incident.error.type.rsplit(".", 1)[-1]
-    op = f" in {incident.op.name}" if incident.op else ""
     frame = incident.error.reported_at
     source = f": {frame.source}" if frame is not None and frame.source else ""
-    return f"{incident.diagnosis.family} {short_type}{op} at {_where(incident)}{source}"
+    fields = {"family": incident.diagnosis.family, "type": short_type,
+              "where": _where(incident)}
+    if incident.op:
+        return _("{family} {type} in {op} at {where}").format(op=incident.op.name,
+                                                                **fields) + source
+    return _("{family} {type} at {where}").format(**fields) + source
 
 
 def _cell_run(incident: Incident) -> str:
@@ -83,4 +92,4 @@ def _where(incident: Incident) -> str:
     frame = incident.error.reported_at
     if frame is not None:
         return f"In[{frame.cell}]" if frame.cell is not None else frame.location()
-    return f"In[{incident.run.cells[-1]}]" if incident.run.cells else "an unknown line"
+    return f"In[{incident.run.cells[-1]}]" if incident.run.cells else _("an unknown line")

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+from cudadiag.i18n import N_, _
 from cudadiag.isolate.launcher import (
     ChildProcess,
     ForkRefused,
@@ -31,11 +32,12 @@ from cudadiag.isolate.launcher import (
 
 _lock = threading.Lock()
 _server: ForkServer | None = None
-_stopped_by = "the extension is not loaded"
+_stopped_by = N_("the extension is not loaded")
 """Why there is no server, when there is none."""
 _not_warm: set[str] = set()
 """Top-level modules whose import initialised CUDA in a server: never imported there again."""
 REFUSED_IMPORT = re.compile(r"^importing ([\w.]+) initialised CUDA$")
+CHANGED_MODULE = re.compile(r"^installed module (\S+) changed on disk since it was imported$")
 
 
 def unsupported() -> str | None:
@@ -43,7 +45,8 @@ def unsupported() -> str | None:
     system frameworks are loaded, as on macOS), or None on Linux."""
     if sys.platform.startswith("linux") and hasattr(os, "fork"):
         return None
-    return f"warm starts need Linux (fork is missing or unsafe on {sys.platform})"
+    return _("warm starts need Linux (fork is missing or unsafe on {platform})").format(
+        platform=sys.platform)
 
 
 def start() -> None:
@@ -57,12 +60,13 @@ def start() -> None:
         try:
             _server = ForkServer(child_environment({}))
         except OSError as exc:
-            _server, _stopped_by = None, f"the warm interpreter could not be started: {exc}"
+            _server, _stopped_by = None, _("the warm interpreter could not be started: "
+                                           "{error}").format(error=exc)
             return
     atexit.register(stop)
 
 
-def stop(reason: str = "stopped at %unload_ext cudadiag") -> None:
+def stop(reason: str = N_("stopped at %unload_ext cudadiag")) -> None:
     """Stop the kernel's warm interpreter (it kills the runs it still has), if one runs, and
     forget the modules it refused to import (the next `start()` begins afresh)."""
     global _server, _stopped_by
@@ -105,28 +109,44 @@ class WarmLauncher:
         process: ChildProcess
         if self.cold:
             process = SubprocessLauncher(cwd=self.cwd).start(job_path, env)
-            process.how = "cold start (--cold)"
+            process.how = _("cold start (--cold)")
             return process
         reason = _why_not_warm(env, self.wait)
         if reason is None:
             try:
                 process = _server_or_raise().fork(job_path, env, self.cwd or os.getcwd(),
                                                   _not_warm)
-                process.how = "warm start (forked from the kernel's warm interpreter)"
+                process.how = _("warm start (forked from the kernel's warm interpreter)")
                 return process
             except ForkRefused as exc:
                 refused_import = REFUSED_IMPORT.match(str(exc))
                 if refused_import:
                     _not_warm.add(refused_import.group(1).partition(".")[0])
-                reason = f"the warm interpreter refused the run ({exc}); restarting it"
+                detail = _refusal_text(str(exc))
+                reason = _("the warm interpreter refused the run ({error}); restarting "
+                           "it").format(error=detail)
                 _restart(env)
             except OSError as exc:
-                reason = f"the warm interpreter failed ({exc}); restarting it"
+                reason = _("the warm interpreter failed ({error}); restarting it").format(
+                    error=exc)
                 _restart(env)
         process = SubprocessLauncher(cwd=self.cwd).start(job_path, env)
-        process.how = f"cold start: {reason}"
+        process.how = _("cold start: {reason}").format(reason=reason)
         process.fallback = reason
         return process
+
+
+def _refusal_text(reason: str) -> str:
+    """Return the server's reason for refusing a fork (forkserver.py words it in English,
+    the protocol's language) in the current language."""
+    refused_import = REFUSED_IMPORT.match(reason)
+    if refused_import:
+        return _("importing {module} initialised CUDA").format(module=refused_import.group(1))
+    changed = CHANGED_MODULE.match(reason)
+    if changed:
+        return _("installed module {module} changed on disk since it was imported").format(
+            module=changed.group(1))
+    return _(reason)
 
 
 def _why_not_warm(env: dict[str, str], wait: float | None) -> str | None:
@@ -137,28 +157,29 @@ def _why_not_warm(env: dict[str, str], wait: float | None) -> str | None:
         return platform
     server = _server
     if server is None:
-        return f"no warm interpreter ({_stopped_by})"
+        return _("no warm interpreter ({why})").format(why=_(_stopped_by))
     if not server.alive:
-        reason = f"the warm interpreter died ({server.why_dead()}); restarting it"
+        reason = _("the warm interpreter died ({how}); restarting it").format(
+            how=server.why_dead())
         _restart(env)
         return reason
     changed = startup_difference(server.env, env)
     if changed:
         _restart(env)
-        return (f"{changed} differs from the warm interpreter's, which is read at start-up; "
-                "restarting it with the new value")
+        return _("{name} differs from the warm interpreter's, which is read at start-up; "
+                 "restarting it with the new value").format(name=changed)
     if not server.ready(wait=wait):
         if not server.alive:
             return _why_not_warm(env, 0)
-        return (f"the warm interpreter is still starting "
-                f"({time.monotonic() - server.started_at:.1f} s since it was started)")
+        return _("the warm interpreter is still starting ({seconds:.1f} s since it was "
+                 "started)").format(seconds=time.monotonic() - server.started_at)
     return None
 
 
 def _server_or_raise() -> ForkServer:
     server = _server
     if server is None:
-        raise OSError("the warm interpreter was stopped")
+        raise OSError(_("the warm interpreter was stopped"))
     return server
 
 
@@ -172,7 +193,8 @@ def _restart(env: dict[str, str]) -> None:
     try:
         server = ForkServer(env)
     except OSError as exc:
-        _stopped_by = f"the warm interpreter could not be restarted: {exc}"
+        _stopped_by = _("the warm interpreter could not be restarted: {error}").format(
+            error=exc)
         return
     with _lock:
         if _server is None:

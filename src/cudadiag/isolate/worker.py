@@ -25,6 +25,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cudadiag.i18n import _
 from cudadiag.incident import Incident, LoopContext, RunInfo, exception_chain
 from cudadiag.isolate import program_files, rankfiles, spawn
 from cudadiag.isolate.eager import disable_compilation_if_asked
@@ -84,14 +85,15 @@ def blocking_check(job: Job) -> str:
     seen = {name: (getenv(name.encode()) or b"").decode() for name in BLOCKING_VARIABLES}
     wanted = {k: v for k, v in job.env_vars.items() if k in BLOCKING_VARIABLES}
     if torch.cuda.is_initialized():
-        return "NOT in effect: CUDA was initialised before the run's variables could act"
+        return _("NOT in effect: CUDA was initialised before the run's variables could act")
     wrong = [f"{k}={seen[k] or '(unset)'}" for k, v in wanted.items() if seen[k] != v]
     if wrong:
-        return f"NOT in effect in the child: {', '.join(wrong)}"
+        return _("NOT in effect in the child: {variables}").format(variables=", ".join(wrong))
     if not wanted:
-        return "no blocking variable in the child" if not any(seen.values()) else (
-            "set in the child: " + ", ".join(f"{k}={v}" for k, v in seen.items() if v))
-    return "checked in the child before CUDA initialised"
+        return _("no blocking variable in the child") if not any(seen.values()) else (
+            _("set in the child: {variables}").format(
+                variables=", ".join(f"{k}={v}" for k, v in seen.items() if v)))
+    return _("checked in the child before CUDA initialised")
 
 
 def run_job(job: Job) -> JobResult:
@@ -147,9 +149,9 @@ def run_job(job: Job) -> JobResult:
     files_read = list(opened)  # before cudadiag's own reading of the incident
     caught = _caught_precheck(tracer, failures)
     if caught is not None:
-        print(f"cudadiag: the program caught {type(caught).__name__} "
-              f"({caught.violation.message()}) and went on; on the GPU the device's error "
-              "leaves the CUDA context unusable: it is the first error", file=sys.stderr)
+        print(_("cudadiag: the program caught {type} ({message}) and went on; on the GPU the "
+                "device's error leaves the CUDA context unusable: it is the first error").format(
+            type=type(caught).__name__, message=caught.violation.message()), file=sys.stderr)
         failures.insert(0, (caught, None))
         loop = at_raise[0] if at_raise else None  # the loop has moved on since
     if not failures:

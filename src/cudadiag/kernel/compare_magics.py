@@ -9,6 +9,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from cudadiag.i18n import _
 from cudadiag.options.option import magic_options
 from cudadiag.options.parsing import parse_magic_line
 from cudadiag.options.runs import ALLOW_SIDE_EFFECTS, BATCH, SHIP, TIMEOUT
@@ -52,15 +53,15 @@ class CompareMagics(Magics):
         """
         args = parse_magic_line(self.cuda_compare, line)
         if cell is not None and args.cell is not None:
-            raise UsageError("%%cuda_compare compares its own body: drop the cell number")
+            raise UsageError(_("%%cuda_compare compares its own body: drop the cell number"))
         # loaded on first use: %load_ext only registers the magic
         from cudadiag.comparison.magic import compare_in_shell
         from cudadiag.fixcheck.magic import check_in_shell
 
         if args.before:
             if args.variants or args.batch:
-                raise UsageError("--before runs the failing case with the old and the new "
-                                 "code only: drop --variants and --batch")
+                raise UsageError(_("--before runs the failing case with the old and the new "
+                                   "code only: drop --variants and --batch"))
 
             return check_in_shell(self.shell, args.before,
                                   cell if cell is not None else args.cell, timeout=args.timeout,

@@ -12,6 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from cudadiag.capture.shell_state import capture_for, cell_history, plan_in_shell, recorded_batch
 from cudadiag.errors import IncidentNotFound, IsolatedRunFailed
+from cudadiag.i18n import N_, _, localize
 from cudadiag.options.option import magic_options, option
 from cudadiag.options.parsing import parse_magic_line
 from cudadiag.options.runs import (
@@ -30,9 +31,11 @@ if TYPE_CHECKING:
     from cudadiag.incident import Incident
     from cudadiag.isolate.result import IsolatedResult
 
-SPAWN_LINE = ("ranks: the cells start processes with torch.multiprocessing; each one runs as "
-              "a rank of its own, forked from the isolated process")
-NPROC_IGNORED = " (their call sets how many: --nproc-per-node is not used)"
+SPAWN_LINE = N_("ranks: the cells start processes with torch.multiprocessing; each one runs "
+                "as a rank of its own, forked from the isolated process")
+SPAWN_LINE_NPROC = N_("ranks: the cells start processes with torch.multiprocessing; each one "
+                      "runs as a rank of its own, forked from the isolated process (their call "
+                      "sets how many: --nproc-per-node is not used)")
 
 
 ISOLATION_OPTIONS = (
@@ -129,17 +132,17 @@ class IsolateMagics(Magics):
         if result.interrupted:
             raise KeyboardInterrupt
         if result.incident is not None:
-            raise IsolatedRunFailed(f"{render.one_line(result.incident)} (details: "
-                                    f"%cudadiag show {result.incident.id})",
-                                    result.incident.id)
+            raise IsolatedRunFailed(_("{summary} (details: %cudadiag show {id})").format(
+                summary=render.one_line(result.incident), id=result.incident.id),
+                result.incident.id)
         if result.timed_out:
-            raise IsolatedRunFailed(result.message.removeprefix("cudadiag: "), None)
+            raise IsolatedRunFailed(localize(result.message).removeprefix("cudadiag: "), None)
 
     def _latest_incident_cell(self) -> int:
         incident = capture_for(self.shell).current
         if incident is None or not incident.run.cells:
-            raise UsageError("no incident in this kernel yet: name the cell to re-run, e.g. "
-                             "%cuda_isolate 12")
+            raise UsageError(_("no incident in this kernel yet: name the cell to re-run, "
+                               "e.g. %cuda_isolate 12"))
         return incident.run.cells[0]
 
 
@@ -183,11 +186,11 @@ def _run_isolated_cell(shell: Any, args: Any, history: dict[int, str],
                                env)
     if eager:
         env = {**env, **EAGER_ENV}
-        print(EAGER_LINE, flush=True)
+        print(_(EAGER_LINE), flush=True)
     try:
         result = _isolated_run(shell, plan, target, args, env, recorded, restore_cell)
     except (OSError, ValueError) as exc:  # Windows, no interpreter
-        raise UsageError(f"cannot run isolated: {exc}") from None
+        raise UsageError(_("cannot run isolated: {error}").format(error=exc)) from None
     ended = not (result.timed_out or result.interrupted)
     verdict = verdict_line(original, result.incident, eager) if original and ended else None
     print(render_isolated(result, plan.describe(), verdict))
@@ -215,15 +218,16 @@ def _restore_assignments(args: Any) -> list[tuple[str, str]]:
     from_checkpoint = getattr(args, "from_checkpoint", None)
     pairs = getattr(args, "restore", None) or []
     if bool(from_checkpoint) != bool(pairs):
-        raise UsageError("--from-checkpoint and --restore go together: %cuda_isolate "
-                         "--from-checkpoint latest --restore model=ckpt['model']")
+        raise UsageError(_("--from-checkpoint and --restore go together: %cuda_isolate "
+                           "--from-checkpoint latest --restore model=ckpt['model']"))
     assignments = []
     for quoted in pairs:
         # IPython's magic parser keeps the quotes around a spaced argument
         item = quoted[1:-1] if len(quoted) > 1 and quoted[0] == quoted[-1] in "'\"" else quoted
         name, sep, expression = (part.strip() for part in item.partition("="))
         if not sep or not name.isidentifier() or not expression:
-            raise UsageError(f"--restore takes NAME=EXPR, e.g. model=ckpt['model'], not {item!r}")
+            raise UsageError(_("--restore takes NAME=EXPR, e.g. model=ckpt['model'], not "
+                               "{item!r}").format(item=item))
         try:
             compile(expression, "--restore", "eval")
         except SyntaxError as exc:
@@ -241,8 +245,8 @@ def _restore_cell(spec: str, assignments: list[tuple[str, str]]) -> tuple[int, s
         chosen = checkpoint.resolve(spec)
     except checkpoint.CheckpointError as exc:
         raise UsageError(f"--from-checkpoint {spec}: {exc}") from None
-    print(f"checkpoint: {chosen.path} (step {chosen.step}, written {chosen.written_at}), "
-          "trusted", flush=True)
+    print(_("checkpoint: {path} (step {step}, written {written}), trusted").format(
+        path=chosen.path, step=chosen.step, written=chosen.written_at), flush=True)
     return 0, checkpoint.restore_code(chosen.path.resolve(), assignments)
 
 
@@ -258,7 +262,7 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
     ranks: RankJob | None = None
     if calls_spawn(plan.sources[n] for n in plan.replay):
         ranks = SpawnJob()
-        print(SPAWN_LINE + (NPROC_IGNORED if args.nproc_per_node is not None else ""),
+        print(_(SPAWN_LINE_NPROC if args.nproc_per_node is not None else SPAWN_LINE),
               flush=True)
     elif args.nproc_per_node is not None:
         ranks = TorchrunJob(["--nproc-per-node", args.nproc_per_node, "--standalone"],
@@ -285,5 +289,5 @@ def _isolated_run(shell: Any, plan: Any, target: int, args: Any, env: dict[str, 
 def _key_value(item: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     if not sep or not key:
-        raise ValueError(f"--env takes KEY=VALUE, not {item!r}")
+        raise ValueError(_("--env takes KEY=VALUE, not {item!r}").format(item=item))
     return key, value

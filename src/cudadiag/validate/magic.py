@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 
 from cudadiag.capture.shell_state import cell_history
 from cudadiag.comparison.magic import check_plans, plan_program
+from cudadiag.i18n import _
 from cudadiag.options.option import add_options
 from cudadiag.options.parsing import MagicParser, split_line
 from cudadiag.options.runs import ALLOW_SIDE_EFFECTS, TIMEOUT
@@ -47,25 +48,27 @@ def validate_in_shell(shell: Any, line: str) -> ValidationView:
     args = _parser().parse_args(split_line(line))
     record = watched_in(args.cell)
     if record is None:
-        where = f"In[{args.cell}]" if args.cell is not None else "this kernel"
-        raise UsageError(f"no watch() has run in {where} since %load_ext cudadiag: wrap the "
-                         "loop's iterable, for batch in cudadiag.watch(loader): ..., run the "
-                         "cell, then validate it")
+        where = f"In[{args.cell}]" if args.cell is not None else _("this kernel")
+        raise UsageError(_("no watch() has run in {where} since %load_ext cudadiag: wrap the "
+                           "loop's iterable, for batch in cudadiag.watch(loader): ..., run "
+                           "the cell, then validate it").format(where=where))
     cell = cell_of(record)
     if cell is None:
-        raise UsageError("the latest watch() ran outside a notebook cell: name the cell")
+        raise UsageError(_("the latest watch() ran outside a notebook cell: name the cell"))
     history = cell_history(shell)
     if cell not in history:
-        raise UsageError(f"In[{cell}] is not in this kernel's history")
+        raise UsageError(_("In[{cell}] is not in this kernel's history").format(cell=cell))
     program, plan = plan_program(shell, history, cell, rerun=VALIDATION_RUN,
                                  allow_side_effects=args.allow_side_effects)
     seen = profiles(record)
     failing = None if record.exhausted else record.step
     chosen = None if args.all else choose_steps(seen, record.length, failing, seed=args.seed)
-    scope = "every step" if chosen is None else f"steps {sorted(chosen)}"
+    fields = {"cell": cell, "watch": record.name, "steps": sorted(chosen or ())}
     with CommandOutput(shell) as output:
-        print(f"validating In[{cell}] (watch {record.name!r}) over {scope} in a fresh process",
-              flush=True)
+        print((_("validating In[{cell}] (watch {watch!r}) over every step in a fresh process")
+               if chosen is None else
+               _("validating In[{cell}] (watch {watch!r}) over steps {steps} in a fresh "
+                 "process")).format(**fields), flush=True)
         check_plans([("", plan)])
         total = record.length if record.length is not None else len(seen)
         progress = _bar(total) if args.all else None
@@ -73,7 +76,7 @@ def validate_in_shell(shell: Any, line: str) -> ValidationView:
             report = validate_program(program, record.name, chosen, seen, total=record.length,
                                       timeout=args.timeout, progress=progress)
         except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot run isolated: {exc}") from None
+            raise UsageError(_("cannot run isolated: {error}").format(error=exc)) from None
         if progress is not None:
             print(file=sys.stdout, flush=True)
     results.remember(shell, "Validate", ("cell", report.cell), validation_section(report))
@@ -85,7 +88,9 @@ def _bar(total: int) -> Any:
 
     def show(done: int) -> None:
         filled = BAR_WIDTH * done // total if total else 0
-        print(f"\r[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {done}/{total or '?'} steps",
+        bar = "#" * filled + "." * (BAR_WIDTH - filled)
+        print("\r" + _("[{bar}] {done}/{total} steps").format(bar=bar, done=done,
+                                                             total=total or "?"),
               end="", flush=True)
 
     return show

@@ -16,14 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.comparison.run import FAILED, TIMED_OUT, Program, Row, run_row
+from cudadiag.i18n import N_, _, ngettext
 from cudadiag.isolate.plan import Rerun
 from cudadiag.steps import StepProfile
 from cudadiag.validate.child import PROGRESS_FILE
 
-PASSED, NOT_REACHED, CAUGHT, LEFT = "ok", "not reached", "exception caught", "left early"
+PASSED, NOT_REACHED, CAUGHT, LEFT = (N_("ok"), N_("not reached"), N_("exception caught"),
+                                     N_("left early"))
+"""A step's outcome (shown with `_`)."""
 CHILD_HOOKS = "cudadiag.validate.child"
 """The child side of a validated run (comparison/variants.py calls its setup, start and finish)."""
-VALIDATION_RUN = Rerun(1, "once", frozenset())
+VALIDATION_RUN = Rerun(1, N_("once"), frozenset())
 """A validation runs the loop's cell once, over the chosen steps."""
 
 
@@ -61,18 +64,24 @@ class Validation:
     @property
     def verdict(self) -> str:
         """One line: the failing step, or the counts and what is missing."""
-        count = f"{self.processed} of {self.expected} samples processed"
+        count = _("{processed} of {expected} samples processed").format(
+            processed=self.processed, expected=self.expected)
         if self.unknown_sizes:
-            steps = "step" if self.unknown_sizes == 1 else "steps"
-            count += f" ({self.unknown_sizes} {steps} of unknown size not counted)"
+            count += " " + ngettext("({count} step of unknown size not counted)",
+                                    "({count} steps of unknown size not counted)",
+                                    self.unknown_sizes).format(count=self.unknown_sizes)
         if self.failure is not None:
-            where = f"step {self.failing_step}" if self.failing_step is not None else "the cell"
-            return f"fails at {where}: {self.failure}; {count}"
+            where = (_("step {step}").format(step=self.failing_step)
+                     if self.failing_step is not None else _("the cell"))
+            return _("fails at {where}: {failure}; {count}").format(
+                where=where, failure=self.failure, count=count)
         if self.processed == self.expected and not self.swallowed and not self.rejected:
-            return f"every chosen step passes: {count}"
-        return f"the cell ran, but {count}" + (
-            f"; {sum(s['count'] for s in self.swallowed)} exception(s) caught and swallowed"
-            if self.swallowed else "")
+            return _("every chosen step passes: {count}").format(count=count)
+        if self.swallowed:
+            return _("the cell ran, but {count}; {caught} exception(s) caught and "
+                     "swallowed").format(count=count,
+                                         caught=sum(s["count"] for s in self.swallowed))
+        return _("the cell ran, but {count}").format(count=count)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the report as JSON-ready data."""
@@ -148,7 +157,8 @@ def _report(cell: int, watch: str | None, chosen: dict[int, list[str]],
         key = (s["run"], s["step"])
         if not s["completed"]:
             outcome = FAILED if s is failing else LEFT
-            detail = _failure(row) if s is failing else "the loop ended before this step did"
+            detail = (_failure(row) if s is failing
+                      else _("the loop ended before this step did"))
         elif key in caught:
             outcome = CAUGHT
             detail = f"{caught[key]['type']}: {caught[key]['message']}"
@@ -161,8 +171,8 @@ def _report(cell: int, watch: str | None, chosen: dict[int, list[str]],
     sizes = {p.step: p.size for p in seen}
     for step, why in chosen.items():
         if step not in reached:
-            detail = ("the run stopped before it" if failed
-                      else "the loop ended before it (fewer steps than the kernel saw)")
+            detail = (_("the run stopped before it") if failed
+                      else _("the loop ended before it (fewer steps than the kernel saw)"))
             outcomes.append(StepOutcome(step, why, NOT_REACHED, sizes.get(step), None, 0,
                                         detail))
     outcomes.sort(key=lambda o: (o.run, o.step))
