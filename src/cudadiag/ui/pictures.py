@@ -90,7 +90,8 @@ def _values_alone(incident: Incident) -> Picture | None:
     shown = ", ".join(f"{v} ×{c}" for v, c in counts)
     unknown = _(RANGE_UNKNOWN)
     return Picture(_histogram(title, unknown, counts, None, caption_fill="currentColor"),
-                   f"{title}: {shown}; {unknown}")
+                   _("{title}: {values}; {note}").format(title=title, values=shown,
+                                                           note=unknown))
 
 
 def _offending_tensor(tensors: list[TensorSummary], low: int, high: int,

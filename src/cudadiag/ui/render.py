@@ -799,7 +799,8 @@ def environment_lines(env: EnvInfo | None) -> list[str]:
         return [_("not recorded")]
     builds = [f"{name} {value}" for name, value in
               (("CUDA", env.cuda), ("HIP", env.hip), ("cuDNN", env.cudnn)) if value]
-    lines = [f"PyTorch {env.torch}, Python {env.python}, {env.platform}",
+    lines = [_("PyTorch {torch}, Python {python}, {platform}").format(
+                 torch=env.torch, python=env.python, platform=env.platform),
              _("backend {backend}; {builds}").format(
                  backend=env.backend,
                  builds="; ".join(builds) if builds else _("this build has no CUDA, HIP or "

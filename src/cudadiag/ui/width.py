@@ -77,23 +77,30 @@ def fill(text: str, width: int, initial_indent: str = "", subsequent_indent: str
 
 def cut(text: str, width: int, marker: str = " …") -> str:
     """Return the first characters of `text` that take at most `width` columns with
-    `marker` added (all of `text` when it fits)."""
+    `marker` added (all of `text` when it fits): cut before a word (a katakana run, a
+    narrow word) that does not fit when that keeps three quarters of the room, else within
+    it."""
     if display_width(text) <= width:
         return text
-    kept, used, room = [], 0, width - display_width(marker)
-    for char in text:
-        used += char_width(char)
-        if used > room:
+    room, kept, used = width - display_width(marker), "", 0
+    for separator, chunk in _chunks(text):
+        piece = (separator if kept else "") + chunk
+        if used + display_width(piece) > room:
+            if used < room * 3 // 4:  # a long word: cut within it
+                for char in piece:
+                    if used + char_width(char) > room:
+                        break
+                    kept, used = kept + char, used + char_width(char)
             break
-        kept.append(char)
-    return "".join(kept).rstrip() + marker
+        kept, used = kept + piece, used + display_width(piece)
+    return kept.rstrip().rstrip("".join(NO_LINE_END)) + marker
 
 
 def _chunks(text: str) -> list[tuple[str, str]]:
     """The unbreakable chunks of `text`, each with the separator before it (" " where the text
     had whitespace, "" between wide characters): a run of narrow characters is one chunk, a
-    wide character another; a closing mark joins the chunk before it, an opening one the
-    chunk after it."""
+    run of katakana (a word: カーネル) another, any other wide character another; a closing
+    mark joins the chunk before it, an opening one the chunk after it."""
     chunks: list[tuple[str, str]] = []
     separator, current = "", ""
     for char in text:
@@ -103,14 +110,24 @@ def _chunks(text: str) -> list[tuple[str, str]]:
                 current = ""
             separator = " "
             continue
-        wide = char_width(char) == 2
-        if current and (wide or char_width(current[-1]) == 2):
+        if current and _breaks_between(current[-1], char):
             chunks.append((separator, current))
             current, separator = "", ""
         current += char
     if current:
         chunks.append((separator, current))
     return _kinsoku(chunks)
+
+
+def _breaks_between(before: str, after: str) -> bool:
+    """True when a line may break between `before` and `after` (no space between them)."""
+    if char_width(before) != 2 and char_width(after) != 2:
+        return False  # a narrow word
+    return not (_katakana(before) and _katakana(after))
+
+
+def _katakana(char: str) -> bool:
+    return "\u30a1" <= char <= "\u30ff"
 
 
 def _kinsoku(chunks: list[tuple[str, str]]) -> list[tuple[str, str]]:
