@@ -10,7 +10,7 @@ import re
 import sys
 
 from cudadiag import incidents
-from cudadiag.ui.render import LEAD_WIDTH, render_short, render_text
+from cudadiag.ui.render import LEAD_WIDTH, render_html, render_short, render_text
 from cudadiag.ui.width import NO_LINE_START, display_width
 from scenarios import SETUP, run
 from untranslated import english_left
@@ -133,6 +133,13 @@ def test_show_writes_the_incident_in_japanese_with_the_restart_in_the_guides_wor
     wrapped = [line for line in shown.split("\n\n", 1)[1].splitlines()
                if display_width(line) > len(line) and "|" not in line]
     assert wrapped and all(display_width(line) <= 100 for line in wrapped)
+    # the HTML form: the same words, the restart box framed in the theme's error colour
+    html = render_html(incident)
+    assert ('<div class="cd-restart" style="border: 2px solid var(--jp-error-color1, #d32f2f)'
+            in html)
+    assert "<b>再起動が必要です</b>" in html and "<h4>最初のエラー</h4>" in html
+    assert 'class="cd-restart-line"' in html and "カーネルを再起動してください" in html
+    # the knowledge's sentences too (the checks, the conclusions to avoid), once translated
     assert english_left(shown, verbatim=tuple(LOOP.splitlines())) == []  # code as typed
 
 

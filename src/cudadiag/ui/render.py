@@ -267,7 +267,8 @@ def _fitted(lines: list[LeadLine], budget: int, width: int = LEAD_WIDTH) -> list
 def _cut(text: str, width: int) -> str:
     """`text` in at most `width` columns, ending in " …" when cut: at a space when one
     keeps three quarters of it, else within a word (a long path or value: a cut at a space
-    would leave it out whole); text with wide characters between any two characters."""
+    would leave it out whole); text with wide characters by its display width, before a
+    word that does not fit or within it (width.cut)."""
     text = " ".join(text.split())
     if width_of.has_wide(text):
         return width_of.cut(text, width)
