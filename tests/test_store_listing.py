@@ -155,7 +155,7 @@ def test_the_magic_lists_with_the_same_filters(log, shell, capsys):
         shell.run_line_magic("cudadiag", "incidents --mode gpu")
     with pytest.raises(UsageError) as unknown:
         shell.run_line_magic("cudadiag", "bogus")
-    assert "{incidents,show,panel,report,export,checkpoints,explain,validate,attach}" in str(
+    assert "{incidents,show,panel,report,export,checkpoints,explain,validate,attach,lang}" in str(
         unknown.value)
 
 

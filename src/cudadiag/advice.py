@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
 from cudadiag import knowledge
+from cudadiag.i18n import N_, Text, msg
 from cudadiag.incident import Diagnosis, Incident, OpInfo, TensorSummary
 from cudadiag.knowledge import Advice
 from cudadiag.shortlist import cut_list
@@ -39,6 +41,8 @@ from cudadiag.shortlist import cut_list
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 COMPAT_SOURCES = ("method 5", "method 12")
 """What a failed compatibility check's line traces to (versions, binary extensions)."""
+_ORDINALS = {1: N_("{n}st"), 2: N_("{n}nd"), 3: N_("{n}rd")}
+_ORDINAL = N_("{n}th")
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,8 @@ def fitted(family: str, details: Mapping[str, Any], *, kinds: tuple[str, ...] = 
     """Return (the first checks, the conclusions to avoid) for an error of `family` with
     `details`, the failing operator taking indices of `kinds`, its offending `values`, in
     `case`; `extra` are checks found elsewhere (failed compatibility checks), put after the
-    pitfall's."""
+    pitfall's. Each line is a Text (i18n): its English, with its message id and words, so a
+    record keeps them and shows them in the reader's language."""
     fam = knowledge.FAMILIES[family]
     pitfall = knowledge.PITFALLS.get(str(details.get("pitfall")))
     by_kind = [a for a in map(knowledge.operator_advice, kinds) if a is not None]
@@ -70,7 +75,7 @@ def fitted(family: str, details: Mapping[str, Any], *, kinds: tuple[str, ...] = 
     avoid = [*(pitfall.avoid if pitfall and pitfall.avoid else fam.avoid),
              *(c for a in by_kind for c in a.avoid)]
     facts = case.facts | _detail_facts(details, kinds)
-    words = {k: v.replace("{script}", case.script)
+    words = {k: filled(v, {"script": case.script})
              for k, v in knowledge.SURFACES[case.surface].items()}
     return (_fit(checks, facts, words, knowledge.MAX_FIRST_CHECKS),
             _fit(avoid, facts, words, None))
@@ -157,7 +162,7 @@ def pattern_rows(kinds: tuple[str, ...], values: knowledge.IndexValues | None) -
     if values is None or not values.offending:
         return []
     rows, groups = [], set()
-    seen = (f"; these targets span {values.min}..{values.max}"
+    seen = (msg("; these targets span {min}..{max}", min=values.min, max=values.max)
             if values.min is not None and values.max is not None else "")
     fields = {
         "low": values.low, "high": values.high, "last": values.high - 1,
@@ -170,7 +175,7 @@ def pattern_rows(kinds: tuple[str, ...], values: knowledge.IndexValues | None) -
             continue
         if pattern.matches(values):
             rows.append(dataclasses.replace(pattern.advice,
-                                            text=pattern.advice.text.format(**fields)))
+                                            text=filled(pattern.advice.text, fields)))
             groups.add(pattern.group)
     return rows
 
@@ -198,10 +203,10 @@ def model_rows(incident: Incident, kinds: tuple[str, ...],
             "max": values.largest,
             "values": cut_list(values.offending, 5),
             "where": _dataset_rows(tensor, values),
-            "tokenizer": (f", len(tokenizer) = {facts.tokenizer_length}"
+            "tokenizer": (msg(", len(tokenizer) = {length}", length=facts.tokenizer_length)
                           if facts.tokenizer_length is not None else ""),
         }
-        rows.append(dataclasses.replace(row.advice, text=row.advice.text.format(**fields)))
+        rows.append(dataclasses.replace(row.advice, text=filled(row.advice.text, fields)))
     return rows
 
 
@@ -234,7 +239,7 @@ def _values_in(incident: Incident, high: int, tensor: TensorSummary | None
                                  max=None if seen[1] is None else int(seen[1]))
 
 
-def _dataset_rows(tensor: TensorSummary | None, values: knowledge.IndexValues) -> str:
+def _dataset_rows(tensor: TensorSummary | None, values: knowledge.IndexValues) -> Text | str:
     """` (dataset index 45)`: the samples of the batch holding the offending extreme, when
     the batch's dataset indices are known; else ``."""
     if tensor is None:
@@ -246,14 +251,31 @@ def _dataset_rows(tensor: TensorSummary | None, values: knowledge.IndexValues) -
         rows = tensor.min_at
     if not rows:
         return ""
-    return (f" (dataset index {rows[0]})" if len(rows) == 1
-            else f" (dataset indices {cut_list(rows, 5)})")
+    return (msg(" (dataset index {index})", index=rows[0]) if len(rows) == 1
+            else msg(" (dataset indices {indices})", indices=cut_list(rows, 5)))
 
 
-def ordinal(n: int) -> str:
-    """`1st`, `2nd`, `3rd`, `4th`, `11th`, `21st`, `28th`..."""
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
+def ordinal(n: int) -> Text:
+    """Return `n` as an ordinal in words kept with their message id: `1st`, `2nd`, `3rd`,
+    `4th`, `11th`, `21st`, `28th`... in English (`28 番目` in Japanese)."""
+    template = _ORDINAL if 10 <= n % 100 <= 20 else _ORDINALS.get(n % 10, _ORDINAL)
+    return msg(template, n=n)
+
+
+def filled(template: str, fields: Mapping[str, Any]) -> Text:
+    """Return `template` (an English message kept in a table, N_) filled with those of
+    `fields` it names, as a Text that keeps its id and those words (a value that is no str or
+    number is kept as its str). A `template` that is already a Text keeps its own words.
+    Raises KeyError when the template names a field `fields` lacks."""
+    if isinstance(template, Text):
+        fields = {**fields, **template.args}
+        template = template.template
+    names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    return msg(template, **{name: _argument(fields[name]) for name in names})
+
+
+def _argument(value: Any) -> str | int | float:
+    return value if isinstance(value, str | int | float) else str(value)
 
 
 def _fit(rows: Iterable[Advice], facts: frozenset[str], words: Mapping[str, str],
@@ -265,9 +287,7 @@ def _fit(rows: Iterable[Advice], facts: frozenset[str], words: Mapping[str, str]
     for row in rows:
         if row.answered_by & facts or covered & set(row.topics):
             continue
-        text = row.text
-        for name, value in words.items():
-            text = text.replace("{" + name + "}", value)
+        text = filled(row.text, words)
         if text in lines:
             continue
         lines.append(text)
@@ -298,7 +318,7 @@ def _detail_rows(family: str, details: Mapping[str, Any]) -> list[Advice]:
     if (family == "op_unavailable" and details.get("capability") and details.get("arch_list")
             and details.get("device_in_arch_list") is not True):
         rows.append(knowledge.ARCH_CHECK)
-    return [dataclasses.replace(r, text=r.text.format(**details)) for r in rows]
+    return [dataclasses.replace(r, text=filled(r.text, details)) for r in rows]
 
 
 def _compat_rows(incident: Incident) -> list[Advice]:
@@ -310,7 +330,9 @@ def _compat_rows(incident: Incident) -> list[Advice]:
         from cudadiag.compat import attach_checks
 
         attach_checks(incident)
-    return [Advice(f"{c.name}: {c.reason}" + (f" — {c.fix}" if c.fix else ""), COMPAT_SOURCES)
+    return [Advice(msg("{name}: {reason} — {fix}", name=c.name, reason=c.reason, fix=c.fix)
+                   if c.fix else msg("{name}: {reason}", name=c.name, reason=c.reason),
+                   COMPAT_SOURCES)
             for c in incident.env.compat if c.status == "fail"]
 
 

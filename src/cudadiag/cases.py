@@ -19,6 +19,7 @@ import torch
 
 from cudadiag.batch import map_tensors, summarize
 from cudadiag.durable import SHARED_FILE, replace_atomically, write_failure
+from cudadiag.i18n import _
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -51,19 +52,22 @@ def keep_case(batch: Any, name: str, *, reason: str, directory: str | Path = "te
     the files cannot be written.
     """
     if not _NAME.match(name):
-        raise ValueError(f"case name {name!r}: use letters, digits, '_', '-', '.' (no path)")
+        raise ValueError(_("case name {name!r}: use letters, digits, '_', '-', '.' (no "
+                           "path)").format(name=name))
     if not reason.strip():
-        raise ValueError("reason: say why this case is kept (e.g. 'label 4 in a 4-class task')")
+        raise ValueError(_("reason: say why this case is kept (e.g. 'label 4 in a 4-class "
+                           "task')"))
     folder = Path(directory)
     data_path, meta_path = folder / f"{name}.pt", folder / f"{name}.json"
     if not overwrite and (data_path.exists() or meta_path.exists()):
-        raise FileExistsError(f"case {name!r} already exists in {folder}; pass overwrite=True "
-                              "to replace it")
+        raise FileExistsError(_("case {name!r} already exists in {folder}; pass "
+                                "overwrite=True to replace it").format(name=name, folder=folder))
     try:
         on_cpu = map_tensors(batch, lambda t: t.detach().cpu())
     except RuntimeError as exc:
-        raise RuntimeError(f"cannot copy the batch to the CPU ({str(exc).splitlines()[0]}); "
-                           "restart the kernel and rebuild the batch") from exc
+        raise RuntimeError(_("cannot copy the batch to the CPU ({error}); restart the kernel "
+                             "and rebuild the batch").format(error=str(exc).splitlines()[0])
+                           ) from exc
     meta = {
         "name": name, "reason": reason, "verdict": verdict, "incident_id": incident_id,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -98,7 +102,8 @@ def load_cases(directory: str | Path = "tests/cases") -> list[Case]:
         meta = json.loads(meta_path.read_text())
         data_path = meta_path.with_suffix(".pt")
         if not data_path.exists():
-            raise FileNotFoundError(f"case {meta_path.stem!r}: {data_path} is missing")
+            raise FileNotFoundError(_("case {name!r}: {path} is missing").format(
+                name=meta_path.stem, path=data_path))
         cases.append(Case(
             name=meta.get("name", meta_path.stem),
             batch=torch.load(data_path, weights_only=False),

@@ -14,6 +14,7 @@ from typing import Any
 from cudadiag import knowledge
 from cudadiag.advice import fitted
 from cudadiag.error_codes import table as error_codes
+from cudadiag.i18n import Text, msg
 from cudadiag.incident import (
     Alternative,
     Diagnosis,
@@ -23,7 +24,9 @@ from cudadiag.incident import (
 )
 
 STICKY_TAIL = " — the CUDA context is unusable: restart the process"
-"""How a summary ends when the error leaves the process's CUDA context unusable."""
+"""How a summary ends (in English) when the error leaves the process's CUDA context
+unusable: `sticky_summary` adds it, and `summary.removesuffix(STICKY_TAIL)` gives back the
+summary without it, which `localize` still knows (its message was made with it)."""
 _SIZE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
 _HIP_ERROR_NAME = re.compile(r"\bhipError\w+")
@@ -103,10 +106,24 @@ def _unknown_summary(diagnosis: Diagnosis) -> str:
     seen = [str(details["exception_type"])] if details.get("exception_type") else []
     if code:
         seen.append(f"{code}{number}")
-    head = _shorten(diagnosis.evidence) or "no error line found in the text"
-    what = f" ({', '.join(seen)})" if seen else ""
-    tail = STICKY_TAIL if diagnosis.sticky else ""
-    return f"{knowledge.FAMILIES['unknown'].title}: {head}{what}{tail}"
+    head: str = _shorten(diagnosis.evidence) or msg("no error line found in the text")
+    title = knowledge.FAMILIES["unknown"].title
+    summary = (msg("{title}: {head} ({seen})", title=title, head=head, seen=", ".join(seen))
+               if seen else summary_line(title, head))
+    return sticky_summary(summary) if diagnosis.sticky else summary
+
+
+def summary_line(title: str, head: str) -> Text:
+    """Return the summary `title: head` (a family's or a pitfall's title, then what was
+    seen: the error's own line, kept verbatim), as a sentence to keep."""
+    return msg("{title}: {head}", title=title, head=head)
+
+
+def sticky_summary(summary: str) -> Text:
+    """Return `summary` followed by STICKY_TAIL (the CUDA context is unusable), as a
+    sentence to keep."""
+    return msg("{summary} — the CUDA context is unusable: restart the process",
+               summary=summary)
 
 
 def _error_named_in(text: str) -> knowledge.CudaError | None:
@@ -266,10 +283,10 @@ def _diagnosis(
     _note_fragmentation(family, details)
     checks, avoid = fitted(family, details)
     if pitfall is not None:
-        summary = f"{pitfall.title}: {_shorten(evidence)}"
+        summary = summary_line(pitfall.title, _shorten(evidence))
     if alternatives:
-        summary += " — not confident: the same message also fits " + " and ".join(
-            a.family for a in alternatives)
+        summary = msg("{summary} — not confident: the same message also fits {families}",
+                      summary=summary, families=_joined([a.family for a in alternatives]))
     return Diagnosis(
         family=family,
         sticky=sticky,
@@ -383,15 +400,36 @@ def _note_fragmentation(family: str, details: dict[str, Any]) -> None:
 
 
 def _summary(fam: knowledge.Family, details: dict[str, Any], evidence: str, sticky: bool) -> str:
+    head: str
     if fam.name == "device_assert" and details.get("assertion"):
-        where = details.get("kernel", "a kernel")
-        place = f" ({details['file'].rsplit('/', 1)[-1]}:{details['line']})" if details.get(
-            "file") else ""
-        head = f"`{details['assertion']}` failed in {where}{place}"
+        head = _failed_assertion(details)
     else:
-        head = _shorten(evidence) or "no known CUDA/PyTorch error message found"
-    tail = STICKY_TAIL if sticky else ""
-    return f"{fam.title}: {head}{tail}"
+        head = _shorten(evidence) or msg("no known CUDA/PyTorch error message found")
+    summary = summary_line(fam.title, head)
+    return sticky_summary(summary) if sticky else summary
+
+
+def _failed_assertion(details: dict[str, Any]) -> Text:
+    """`t >= 0 && t < n_classes` failed in the kernel, at its file and line when known."""
+    assertion, kernel = str(details["assertion"]), details.get("kernel")
+    if details.get("file"):
+        place = {"assertion": assertion, "file": str(details["file"]).rsplit("/", 1)[-1],
+                 "line": str(details["line"])}
+        if kernel:
+            return msg("`{assertion}` failed in {kernel} ({file}:{line})", kernel=str(kernel),
+                       **place)
+        return msg("`{assertion}` failed in a kernel ({file}:{line})", **place)
+    if kernel:
+        return msg("`{assertion}` failed in {kernel}", assertion=assertion, kernel=str(kernel))
+    return msg("`{assertion}` failed in a kernel", assertion=assertion)
+
+
+def _joined(names: list[str]) -> str:
+    """`a and b and c` (names of families, kept as they are), as a sentence to keep."""
+    joined: str = names[0]
+    for name in names[1:]:
+        joined = msg("{first} and {second}", first=joined, second=name)
+    return joined
 
 
 def _shorten(line: str, limit: int = 160) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from cudadiag import i18n
 from cudadiag.durable import unwritable, write_failure
 from cudadiag.errors import CudadiagError, ExportError, MinimizeInterrupted
+from cudadiag.i18n import _
 from cudadiag.interrupts import interrupt_pressed, remember_interrupts, restore_interrupts
 from cudadiag.log.options import add_listing_options
 from cudadiag.options.commands import add_command
@@ -30,7 +31,7 @@ from cudadiag.options.runs import (
     RECORD_DIR,
     TIMEOUT,
 )
-from cudadiag.repro.options import add_export_options
+from cudadiag.repro.options import add_export_options, add_report_options
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -63,22 +64,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupted)."""
     previous = remember_interrupts()
     try:
-        parser = _parser()
         words = list(sys.argv[1:] if argv is None else argv)
         words, said = _take_language(words)
         if said is not None:
             print(said, file=sys.stderr if words else sys.stdout)
             return 0 if not words else 2
+        parser = _parser()  # after --lang: its descriptions are in the language chosen
         args = _multi_rank_run(words) or parser.parse_args(words)
         status: int = args.handler(args)
         return status
     except KeyboardInterrupt:  # a running script's group is killed by the runner already
-        print("cudadiag: interrupted", file=sys.stderr)
+        print(_("cudadiag: interrupted"), file=sys.stderr)
         return 128 + signal.SIGINT
     except ImportError:
         if not interrupt_pressed():  # an import that Ctrl-C cut short fails again later
             raise
-        print("cudadiag: interrupted", file=sys.stderr)
+        print(_("cudadiag: interrupted"), file=sys.stderr)
         return 128 + signal.SIGINT
     except BrokenPipeError:  # `cudadiag show ID | head`: the reader left, as with any tool
         _silence_stdout()
@@ -117,33 +118,34 @@ def _silence_stdout() -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cudadiag",
-        description="Diagnose PyTorch CUDA errors: environment, incident log, demo.",
+        description=_("Diagnose PyTorch CUDA errors: environment, incident log, demo."),
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    env = sub.add_parser("env", help="print the environment (versions, backend, device)",
-                         description="Print versions, backend and device of this machine.")
-    env.add_argument("--json", action="store_true", help="print JSON instead of text")
+    env = sub.add_parser("env", help=_("print the environment (versions, backend, device)"),
+                         description=_("Print versions, backend and device of this machine."))
+    env.add_argument("--json", action="store_true", help=_("print JSON instead of text"))
     env.add_argument("--check", action="store_true",
-                     help="check that the build runs here: device capability vs the build's "
-                          "arch list, driver vs the build's CUDA, ROCm gfx targets, "
-                          "torchvision / torchaudio / triton and compiled extensions vs torch "
-                          "(exit status 1 when a check fails)")
+                     help=_("check that the build runs here: device capability vs the build's "
+                            "arch list, driver vs the build's CUDA, ROCm gfx targets, "
+                            "torchvision / torchaudio / triton and compiled extensions vs "
+                            "torch (exit status 1 when a check fails)"))
     env.add_argument("--capability", metavar="X.Y",
-                     help="with --check: the capability of the GPU the program will run on "
-                          "(8.6, sm_86, or a ROCm gfx target), instead of the GPUs found here")
+                     help=_("with --check: the capability of the GPU the program will run on "
+                            "(8.6, sm_86, or a ROCm gfx target), instead of the GPUs found "
+                            "here"))
     env.set_defaults(handler=_cmd_env, parser=env)
     incidents = add_command(
         sub, "incidents",
-        description="List the incidents of the log, oldest first (filters combine), show "
-                    "what the log holds and its retention (--stats), or prune what the "
-                    "retention no longer keeps (--prune).")
+        description=_("List the incidents of the log, oldest first (filters combine), show "
+                      "what the log holds and its retention (--stats), or prune what the "
+                      "retention no longer keeps (--prune)."))
     add_listing_options(incidents)
     incidents.set_defaults(handler=_cmd_incidents)
-    show = add_command(sub, "show", description="Print one incident in full.")
+    show = add_command(sub, "show", description=_("Print one incident in full."))
     show.set_defaults(handler=_cmd_show)
     run = sub.add_parser(
-        "run", help="run a script with blocking launches, the op tracer and the prechecks",
-        description="Run SCRIPT the way `CUDA_LAUNCH_BLOCKING=1 python SCRIPT` does, plus "
+        "run", help=_("run a script with blocking launches, the op tracer and the prechecks"),
+        description=_("Run SCRIPT the way `CUDA_LAUNCH_BLOCKING=1 python SCRIPT` does, plus "
                     "cudadiag's op tracer, index prechecks and watch(): its output and its "
                     "traceback print as Python prints them, then the diagnosis, and the "
                     "incident is stored. The exit status is the script's (130 after Ctrl-C). "
@@ -160,65 +162,69 @@ def _parser() -> argparse.ArgumentParser:
                     "--node-rank K --rdzv-backend c10d --rdzv-endpoint HOST:PORT, one such "
                     "command per node, the nodes' agents agree on the job's first failure "
                     "through the rendezvous store (or --record-dir) and each prints the same "
-                    "summary; under srun, SLURM's variables give what is left out.",
+                    "summary; under srun, SLURM's variables give what is left out."),
     )
     _add_run_options(run)
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="[--] SCRIPT [ARGS...]")
     run.set_defaults(handler=_cmd_run, parser=run, torchrun=[])
-    report = add_command(sub, "report", description="Print a Markdown report ready for an issue "
-                         "tracker, with personal data and needless paths removed.")
+    report = add_command(sub, "report", description=_("Print a Markdown report ready for an issue "
+                                           "tracker, with personal data and needless paths "
+                                           "removed."))
+    add_report_options(report)
     report.set_defaults(handler=_cmd_report)
     export = add_command(
         sub, "export",
-        description="Minimize the cells of an isolated incident, or the top-level statements "
+        description=_("Minimize the cells of an isolated incident, or the top-level statements "
                     "of a `cudadiag run` script (each candidate in a fresh process, in the "
                     "program's working directory), write a repro notebook (.ipynb) or script "
                     "(.py) and check it reproduces in a fresh kernel or process. Ctrl-C stops "
-                    "the minimization early and keeps the best candidate so far.")
-    export.add_argument("id", help="incident id or unique prefix")
-    export.add_argument("path", help="the repro to write (PATH.ipynb or PATH.py), in an "
-                                     "existing directory")
+                    "the minimization early and keeps the best candidate so far."))
+    export.add_argument("id", help=_("incident id or unique prefix"))
+    export.add_argument("path", help=_("the repro to write (PATH.ipynb or PATH.py), in an "
+                                       "existing directory"))
     add_export_options(export)
     export.add_argument("--no-verify", action="store_true",
-                        help="write the repro without executing it")
+                        help=_("write the repro without executing it"))
     export.set_defaults(handler=_cmd_export, parser=export)
     explain = add_command(
         sub, "explain",
-        description="Read a log as you would paste it (a SLURM output, a notebook traceback, "
+        description=_("Read a log as you would paste it (a SLURM output, a notebook traceback, "
                     "an issue body, several ranks interleaved), find the first relevant "
                     "error of the cascade and the rank that failed first, and print the "
                     "diagnosis. Exit status: 0 when an error was found, 1 when none, 2 for "
-                    "bad arguments.")
+                    "bad arguments."))
     explain.add_argument("file", nargs="?", default="-",
-                         help="the log (a .gz file is decompressed); - or nothing: standard "
-                              "input")
+                         help=_("the log (a .gz file is decompressed); - or nothing: standard "
+                                "input"))
     explain.add_argument("--json", action="store_true",
-                         help="print the diagnosis as JSON (family, sticky, rank, evidence...)")
+                         help=_("print the diagnosis as JSON (family, sticky, rank, evidence...)"))
     explain.set_defaults(handler=_cmd_explain)
     checkpoints = add_command(
         sub, "checkpoints",
-        description="List the checkpoints of DIRECTORY, newest first, each trusted or rejected "
+        description=_("List the checkpoints of DIRECTORY, newest first, each trusted or rejected "
                     "with its reason (no manifest, hash mismatch, non-finite tensor, written "
                     "after the error). Exit status: 0 when one is trusted, 1 when none is, 2 "
-                    "for bad arguments.")
+                    "for bad arguments."))
     checkpoints.add_argument("directory", nargs="?", default=".",
-                             help="the checkpoint directory (default: the current directory)")
-    checkpoints.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+                             help=_("the checkpoint directory (default: the current directory)"))
+    checkpoints.add_argument("--json", action="store_true",
+                             help=_("print the verdicts as JSON"))
     checkpoints.set_defaults(handler=_cmd_checkpoints)
     demo = sub.add_parser(
-        "demo", help="run a simulated device-side assert in an IPython shell on the CPU",
-        description="Run the method's worked example (4 classes, targets [0, 2, 4]) on a simulated "
-                    "CUDA device in an IPython shell, and print what cudadiag captured.",
+        "demo", help=_("run a simulated device-side assert in an IPython shell on the CPU"),
+        description=_("Run the method's worked example (4 classes, targets [0, 2, 4]) on a "
+                      "simulated CUDA device in an IPython shell, and print what cudadiag "
+                      "captured."),
     )
     demo.add_argument("--keep", action="store_true",
-                      help="record the demo's incident in your incident log")
+                      help=_("record the demo's incident in your incident log"))
     demo.set_defaults(handler=_cmd_demo)
     return parser
 
 
 def _add_run_options(run: argparse.ArgumentParser) -> None:
     add_options(run, NO_BLOCKING, TIMEOUT)
-    run.add_argument("--json", metavar="PATH", help="also write the incident as JSON here")
+    run.add_argument("--json", metavar="PATH", help=_("also write the incident as JSON here"))
     add_options(run, NO_PRECHECK, NPROC_PER_NODE, NODE_RANK, RECORD_DIR)
 
 
@@ -253,16 +259,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     python, target, argv, module = _split_command(args.command)
     if target is None:
         parser: argparse.ArgumentParser = args.parser
-        parser.error("name the script to run: cudadiag run [--] [python] SCRIPT [ARGS...]"
-                          " or cudadiag run -- python -m MODULE [ARGS...]")
+        parser.error(_("name the script to run: cudadiag run [--] [python] SCRIPT [ARGS...]"
+                       " or cudadiag run -- python -m MODULE [ARGS...]"))
     if not module and not os.path.exists(target):
-        print(f"cudadiag run: {target}: no such script", file=sys.stderr)
+        print(_("cudadiag run: {target}: no such script").format(target=target), file=sys.stderr)
         return 2
     if not module and os.path.isdir(target) and not os.path.isfile(
             os.path.join(target, "__main__.py")):
-        print(f"cudadiag run: {target} is a folder, not a script: name the script in it "
-              f"(cudadiag run -- python {os.path.join(target, 'train.py')}) or run a package "
-              "with -m (cudadiag run -- python -m PACKAGE)", file=sys.stderr)
+        print(_("cudadiag run: {target} is a folder, not a script: name the script in it "
+                "(cudadiag run -- python {script}) or run a package with -m (cudadiag run "
+                "-- python -m PACKAGE)").format(target=target,
+                                                script=os.path.join(target, "train.py")),
+              file=sys.stderr)
         return 2
     json_refused = unwritable(Path(args.json)) if args.json else None
     if json_refused:
@@ -279,8 +287,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"cudadiag run: {exc}", file=sys.stderr)
         return 2
     if "No module named 'cudadiag" in result.stderr and python:
-        print(f"cudadiag run: {python} cannot import cudadiag; install it there or leave the "
-              "interpreter out", file=sys.stderr)
+        print(_("cudadiag run: {python} cannot import cudadiag; install it there or leave "
+                "the interpreter out").format(python=python), file=sys.stderr)
     if result.incident is not None:
         saved = IncidentStore().is_saved(result.incident.id)
         print(render_short(result.incident, show=SHOW_IN_TERMINAL if saved else None,
@@ -298,8 +306,9 @@ def _write_json(path: Path, text: str) -> None:
     try:
         path.write_text(text)
     except OSError as exc:
-        print(f"cudadiag run: {write_failure(path.name, path.parent, exc)} (the incident is "
-              "in the log: `cudadiag show --json`)", file=sys.stderr)
+        print(_("cudadiag run: {failure} (the incident is in the log: `cudadiag show "
+                "--json`)").format(failure=write_failure(path.name, path.parent, exc)),
+              file=sys.stderr)
 
 
 def _torchrun_job(args: argparse.Namespace, python: str | None) -> TorchrunJob | None:
@@ -349,7 +358,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from cudadiag import commands
 
     try:
-        print(commands.report(_store(), args.id))
+        with i18n.using(args.lang or i18n.current_code()):
+            print(commands.report(_store(), args.id))
     except CudadiagError as exc:
         print(f"cudadiag report: {exc}", file=sys.stderr)
         return 1
@@ -383,11 +393,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
             store, incident, path, inputs, options,
             commands.progress_line(options.max_trials, options.timeout))
     except MinimizeInterrupted:
-        print(f"\ncudadiag export: {commands.STOPPED_EARLY}", file=sys.stderr)
+        print(f"\ncudadiag export: {_(commands.STOPPED_EARLY)}", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
-        print("\ncudadiag export: stopped early: interrupted while writing the repro; "
-              "nothing was written", file=sys.stderr)
+        print("\n" + _("cudadiag export: stopped early: interrupted while writing the repro; "
+                       "nothing was written"), file=sys.stderr)
         return 130
     except CudadiagError as exc:
         print(f"\ncudadiag export: {exc}", file=sys.stderr)
@@ -406,21 +416,21 @@ def _export_rank_job(incident: Incident, path: Path, options: ExportOptions) -> 
     from cudadiag.repro.view import render_rank_export
 
     if path.suffix != ".py":
-        print(f"cudadiag export: {path}: a multi-rank job is exported as a script that runs "
-              "it under torchrun: give PATH.py", file=sys.stderr)
+        print(_("cudadiag export: {path}: a multi-rank job is exported as a script that runs "
+                "it under torchrun: give PATH.py").format(path=path), file=sys.stderr)
         return 2
     reason = refusal(incident)
     if reason is not None:
-        print(f"cudadiag export: incident {incident.id} cannot be exported as a repro: {reason}",
-              file=sys.stderr)
+        print(_("cudadiag export: incident {id} cannot be exported as a repro: {reason}").format(
+            id=incident.id, reason=reason), file=sys.stderr)
         return 1
-    print(f"exporting incident {incident.id} as a job of its ranks under torchrun (not "
-          "minimized: the ranks need each other)...", flush=True)
+    print(_("exporting incident {id} as a job of its ranks under torchrun (not minimized: "
+            "the ranks need each other)...").format(id=incident.id), flush=True)
     try:
         export = export_rank_job(incident, path, verify=options.verify,
                                  timeout=max(options.timeout, RANK_JOB_VERIFY_S))
     except KeyboardInterrupt:
-        print("\ncudadiag export: stopped: nothing was written", file=sys.stderr)
+        print("\n" + _("cudadiag export: stopped: nothing was written"), file=sys.stderr)
         return 130
     except CudadiagError as exc:
         print(f"cudadiag export: {exc}", file=sys.stderr)
@@ -433,8 +443,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from cudadiag import commands
 
     if args.file == "-" and sys.stdin.isatty():
-        print("cudadiag explain: give a log file, or pipe or paste the text into standard "
-              "input (end with Ctrl-D)", file=sys.stderr)
+        print(_("cudadiag explain: give a log file, or pipe or paste the text into standard "
+                "input (end with Ctrl-D)"), file=sys.stderr)
     try:
         explained = (commands.explain_standard_input() if args.file == "-"
                      else commands.explain_file(args.file))
@@ -452,7 +462,8 @@ def _cmd_env(args: argparse.Namespace) -> int:
     from cudadiag.ui.render import environment_table
 
     if args.capability is not None and not args.check:
-        args.parser.error("--capability goes with --check: cudadiag env --check --capability X.Y")
+        args.parser.error(_("--capability goes with --check: cudadiag env --check --capability "
+                            "X.Y"))
     _initialise_cuda_if_present(torch)
     if args.check:
         return _check_env(collect_env(), args)
@@ -492,7 +503,8 @@ def _initialise_cuda_if_present(torch: ModuleType) -> None:
         if torch.cuda.is_available():
             torch.cuda.init()
     except Exception as exc:  # a broken driver is part of what this command reports
-        print(f"cudadiag: CUDA could not be initialised: {exc}", file=sys.stderr)
+        print(_("cudadiag: CUDA could not be initialised: {error}").format(error=exc),
+              file=sys.stderr)
 
 
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
@@ -556,9 +568,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                 del os.environ["CUDADIAG_HOME"]
             else:
                 os.environ["CUDADIAG_HOME"] = previous
-    print("cudadiag demo: the demo's incident went to a temporary log, now removed (its "
-          "`show` hint no longer applies); run `cudadiag demo --keep` to record it in your "
-          "incident log, then `cudadiag incidents` and `cudadiag show ID` find it.")
+    print(_("cudadiag demo: the demo's incident went to a temporary log, now removed (its "
+            "`show` hint no longer applies); run `cudadiag demo --keep` to record it in your "
+            "incident log, then `cudadiag incidents` and `cudadiag show ID` find it."))
     return 0
 
 
@@ -567,7 +579,7 @@ def _run_demo() -> None:
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance(colors="nocolor")
-    print("cudadiag demo: a simulated CUDA device on the CPU (no GPU needed)\n")
+    print(_("cudadiag demo: a simulated CUDA device on the CPU (no GPU needed)") + "\n")
     for source in DEMO_CELLS:
         prompt = f"In [{shell.execution_count}]: "
         # on stderr, like cudadiag's own notes: one pipe keeps them in order

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from cudadiag.errors import ExplainError
 from cudadiag.explain.view import render_explanation
+from cudadiag.i18n import N_, _
 from cudadiag.incident import Incident
 from cudadiag.log.store import IncidentStore
 from cudadiag.repro.options import DEFAULT_MAX_TRIALS, DEFAULT_TIMEOUT_S, SUFFIXES
@@ -136,16 +137,18 @@ def explain_standard_input() -> Explained:
     from cudadiag.explain import explain_stream
 
     try:
-        return Explained(explain_stream(sys.stdin.buffer), "standard input")
+        return Explained(explain_stream(sys.stdin.buffer), _("standard input"))
     except OSError as exc:
-        raise ExplainError(f"standard input cannot be read: {exc}") from None
+        raise ExplainError(_("standard input cannot be read: {error}").format(
+            error=exc)) from None
 
 
-def explain_pasted(text: str, source: str = "the text given") -> Explained:
-    """Explain `text`, a log pasted or a traceback at hand. Never raises for odd input."""
+def explain_pasted(text: str, source: str | None = None) -> Explained:
+    """Explain `text`, a log pasted or a traceback at hand (`source`: where it comes from,
+    default "the text given"). Never raises for odd input."""
     from cudadiag.explain import explain_text
 
-    return Explained(explain_text(text), source)
+    return Explained(explain_text(text), _("the text given") if source is None else source)
 
 
 def export_target(store: IncidentStore, options: ExportOptions) -> tuple[Incident, Path]:
@@ -166,8 +169,9 @@ def export_target(store: IncidentStore, options: ExportOptions) -> tuple[Inciden
 
 def export_intro(incident: Incident, inputs: ReproInputs, timeout: float) -> str:
     """The line printed when a minimization starts."""
-    return (f"minimizing incident {incident.id} ({len(inputs.cells)} cell(s)), each candidate "
-            f"in a fresh process (at most {timeout:g} s; Ctrl-C keeps the best so far)...")
+    return _("minimizing incident {id} ({cells} cell(s)), each candidate in a fresh process "
+             "(at most {timeout:g} s; Ctrl-C keeps the best so far)...").format(
+        id=incident.id, cells=len(inputs.cells), timeout=timeout)
 
 
 def export(store: IncidentStore, incident: Incident, path: Path, inputs: ReproInputs,
@@ -186,9 +190,10 @@ def export(store: IncidentStore, incident: Incident, path: Path, inputs: ReproIn
                         bundle=options.bundle, store=store, progress=progress)
 
 
-STOPPED_EARLY = ("stopped early: interrupted before the full program's run finished; "
-                 "nothing was written")
-"""What an export says when Ctrl-C came before there was anything to keep."""
+STOPPED_EARLY = N_("stopped early: interrupted before the full program's run finished; "
+                   "nothing was written")
+"""What an export says when Ctrl-C came before there was anything to keep (in English:
+shown with `_`)."""
 
 
 class Budget:
@@ -209,14 +214,20 @@ class Budget:
         return min(int(100 * used), 100)
 
 
+_PHASES = {"cells": N_("cells"), "statements": N_("statements")}
+"""The unit of a minimization's phase (repro/minimize.py), as the progress line names it."""
+
+
 def progress_line(max_trials: int, timeout: float) -> Progress:
     """Return a progress callback that rewrites one terminal line: trials, best size, time
     used."""
     budget = Budget(max_trials, timeout)
 
     def line(trials: int, size: int, phase: str) -> None:
-        sys.stdout.write(f"\r  trial {trials}/{max_trials}, best {size} {phase}, "
-                         f"{budget.elapsed():.0f} of {timeout:g} s   ")
+        sys.stdout.write("\r  " + _("trial {trials}/{most}, best {size} {phase}, {elapsed:.0f} "
+                                   "of {timeout:g} s").format(
+            trials=trials, most=max_trials, size=size, phase=_(_PHASES.get(phase, phase)),
+            elapsed=budget.elapsed(), timeout=timeout) + "   ")
         sys.stdout.flush()
 
     return line

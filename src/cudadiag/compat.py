@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from cudadiag import compat_table as table
 from cudadiag.env import collect_env, loaded_extensions
+from cudadiag.i18n import _, msg
 from cudadiag.incident import CompatCheck, EnvInfo, Incident
 
 _ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
@@ -121,11 +122,12 @@ def capability_checks(facts: Facts, *, asked: bool = False) -> list[CompatCheck]
         return [_no_gpu_build(facts, asked)]
     if not facts.devices:
         return [CompatCheck("capability", "skip",
-                            f"{facts.devices_note or 'no GPU found'}; give --capability X.Y to "
-                            "check the GPU the program will run on")]
+                            msg("{note}; give --capability X.Y to check the GPU the program "
+                                "will run on", note=facts.devices_note or msg("no GPU found")))]
     if not facts.arch_list:
         return [CompatCheck("capability", "skip",
-                            "the build's arch list cannot be read (torch._C has no arch flags)")]
+                            msg("the build's arch list cannot be read (torch._C has no arch "
+                                "flags)"))]
     return [_rocm_target(facts, d) if facts.hip else _cuda_capability(facts, d)
             for d in facts.devices]
 
@@ -134,32 +136,36 @@ def driver_check(facts: Facts) -> CompatCheck:
     """Return whether the NVIDIA driver runs the CUDA the build was made for: the toolkit's
     own minimum, else the major release's minimum under minor version compatibility."""
     if not facts.cuda:
-        what = "a ROCm build" if facts.hip else "a build without CUDA"
-        return CompatCheck("driver", "skip", f"{what}: no NVIDIA driver needed")
+        return CompatCheck("driver", "skip",
+                           msg("a ROCm build: no NVIDIA driver needed") if facts.hip
+                           else msg("a build without CUDA: no NVIDIA driver needed"))
     if facts.driver is None:
-        return CompatCheck("driver", "skip", facts.driver_note or "no NVIDIA driver found")
+        return CompatCheck("driver", "skip", facts.driver_note or msg("no NVIDIA driver found"))
     build = _major_minor(facts.cuda)
     toolkit = _toolkit_minimum(build)
     minimum = table.MINOR_VERSION_MINIMUM.get(build[0])
     driver = _numbers(facts.driver)
     name = f"driver {facts.driver}"
     if toolkit is not None and driver >= _numbers(_for_system(toolkit, facts.system)):
-        return CompatCheck(name, "pass", f"runs CUDA {facts.cuda} (needs >= "
-                                         f"{_for_system(toolkit, facts.system)})",
+        return CompatCheck(name, "pass", msg("runs CUDA {cuda} (needs >= {driver})",
+                                             cuda=facts.cuda,
+                                             driver=_for_system(toolkit, facts.system)),
                            source=toolkit.source)
     if minimum is not None and driver >= _numbers(_for_system(minimum, facts.system)):
         return CompatCheck(
             name, "warn",
-            f"older than CUDA {facts.cuda}'s own driver, but runs CUDA {build[0]}.x through "
-            f"minor version compatibility (>= {_for_system(minimum, facts.system)}): PTX "
-            f"compiled by CUDA {facts.cuda} cannot be JIT-compiled by this driver",
+            msg("older than CUDA {cuda}'s own driver, but runs CUDA {major}.x through minor "
+                "version compatibility (>= {driver}): PTX compiled by CUDA {cuda} cannot be "
+                "JIT-compiled by this driver", cuda=facts.cuda, major=build[0],
+                driver=_for_system(minimum, facts.system)),
             fix=_driver_fix(toolkit, facts.system), source=minimum.source)
     known = minimum or toolkit
     needed = _for_system(known, facts.system) if known else "?"
     return CompatCheck(
         name, "fail",
-        f"too old for this PyTorch build (CUDA {facts.cuda} needs a driver >= {needed}): "
-        "torch.cuda.is_available() is False, with 'The NVIDIA driver on your system is too old'",
+        msg("too old for this PyTorch build (CUDA {cuda} needs a driver >= {driver}): "
+            "torch.cuda.is_available() is False, with 'The NVIDIA driver on your system is too "
+            "old'", cuda=facts.cuda, driver=needed),
         fix=_older_build_fix(driver, facts.system) or _driver_fix(toolkit, facts.system),
         source=known.source if known else table.NVIDIA_MVC)
 
@@ -193,9 +199,10 @@ def nvml_facts() -> tuple[str | None, list[Device], str]:
     try:
         nvml = ctypes.CDLL(library)
     except OSError:
-        return None, [], f"no NVIDIA driver found ({library} cannot be loaded)"
+        return None, [], msg("no NVIDIA driver found ({library} cannot be loaded)",
+                             library=library)
     if nvml.nvmlInit_v2() != _NVML_OK:
-        return None, [], "the NVIDIA driver does not answer (nvmlInit failed)"
+        return None, [], msg("the NVIDIA driver does not answer (nvmlInit failed)")
     try:
         text = ctypes.create_string_buffer(96)
         driver = (text.value.decode() if nvml.nvmlSystemGetDriverVersion(text, 96) == _NVML_OK
@@ -256,45 +263,51 @@ def _normal(capability: str) -> str:
         return text
     match = _CAPABILITY.fullmatch(text)
     if not match:
-        raise ValueError(f"--capability takes X.Y (e.g. 8.6), sm_XY (sm_86) or a gfx target "
-                         f"(gfx90a), not {capability!r}")
+        raise ValueError(_("--capability takes X.Y (e.g. 8.6), sm_XY (sm_86) or a gfx "
+                           "target (gfx90a), not {value}").format(value=repr(capability)))
     return f"{int(match[1])}.{match[2]}"
 
 
 def _no_gpu_build(facts: Facts, asked: bool) -> CompatCheck:
     if not asked and not facts.devices:
         return CompatCheck("capability", "skip",
-                           f"torch {facts.torch} is a build without CUDA and no GPU was found")
+                           msg("torch {torch} is a build without CUDA and no GPU was found",
+                               torch=facts.torch))
     device = facts.devices[0]
-    what = (f"a GPU of capability {device.capability}" if asked
-            else f"the GPUs found ({', '.join(d.name for d in facts.devices)})")
-    return CompatCheck(
-        f"capability {device.capability}", "fail",
-        f"this PyTorch build (torch {facts.torch}) has no CUDA support: it cannot run on "
-        f"{what}", fix=_build_for(device.capability), source=table.INSTALL_PAGE)
+    reason = (msg("this PyTorch build (torch {torch}) has no CUDA support: it cannot run on a "
+                  "GPU of capability {capability}", torch=facts.torch,
+                  capability=device.capability) if asked
+              else msg("this PyTorch build (torch {torch}) has no CUDA support: it cannot run "
+                       "on the GPUs found ({devices})", torch=facts.torch,
+                       devices=", ".join(d.name for d in facts.devices)))
+    return CompatCheck(f"capability {device.capability}", "fail", reason,
+                       fix=_build_for(device.capability), source=table.INSTALL_PAGE)
 
 
 def _cuda_capability(facts: Facts, device: Device) -> CompatCheck:
     name = f"capability {device.capability} ({device.name})"
     if device.capability.startswith("gfx"):
-        return CompatCheck(name, "fail", f"{device.capability} is an AMD target; this is a "
-                                         f"CUDA build (CUDA {facts.cuda})",
+        return CompatCheck(name, "fail", msg("{target} is an AMD target; this is a CUDA build "
+                                             "(CUDA {cuda})", target=device.capability,
+                                             cuda=str(facts.cuda)),
                            fix=_build_for(device.capability))
     wanted = _major_minor(device.capability)
     how, arch = _code_for(facts.arch_list, wanted)
     listed = " ".join(facts.arch_list)
     if how == "sass":
-        return CompatCheck(name, "pass", f"the build carries {arch} code for it ({listed})",
+        return CompatCheck(name, "pass", msg("the build carries {arch} code for it ({archs})",
+                                             arch=arch, archs=listed),
                            source=table.PTX_JIT_RULE)
     if how == "ptx":
         return CompatCheck(
             name, "warn",
-            f"no machine code for it, only {arch} PTX, which the driver compiles at the first "
-            f"launch (slow) and only when it supports CUDA {facts.cuda} or newer",
+            msg("no machine code for it, only {arch} PTX, which the driver compiles at the "
+                "first launch (slow) and only when it supports CUDA {cuda} or newer", arch=arch,
+                cuda=str(facts.cuda)),
             fix=_build_for(device.capability), source=table.PTX_JIT_RULE)
     return CompatCheck(
-        name, "fail", f"the build carries no code that runs on it ({listed}): 'no kernel "
-                      "image is available for execution on the device'",
+        name, "fail", msg("the build carries no code that runs on it ({archs}): 'no kernel "
+                          "image is available for execution on the device'", archs=listed),
         fix=_build_for(device.capability), source=table.PTX_JIT_RULE)
 
 
@@ -302,17 +315,20 @@ def _rocm_target(facts: Facts, device: Device) -> CompatCheck:
     name = f"gfx target {device.capability} ({device.name})"
     target = device.capability.split(":")[0]
     if not target.startswith("gfx"):
-        return CompatCheck(name, "fail", f"{target} is an NVIDIA capability; this is a ROCm "
-                                         f"build (HIP {facts.hip})",
+        return CompatCheck(name, "fail", msg("{target} is an NVIDIA capability; this is a ROCm "
+                                             "build (HIP {hip})", target=target,
+                                             hip=str(facts.hip)),
                            fix=_build_for(target), source=table.ROCM_RULE)
     if target in {a.split(":")[0] for a in facts.arch_list}:
-        return CompatCheck(name, "pass", f"{target} is in the build's arch list",
+        return CompatCheck(name, "pass", msg("{target} is in the build's arch list",
+                                             target=target),
                            source=table.ROCM_RULE)
     return CompatCheck(
-        name, "fail", f"{target} is not in the build's arch list "
-                      f"({' '.join(facts.arch_list)}); ROCm has no forward compatibility",
-        fix=f"install a ROCm build of PyTorch that lists {target}, or build PyTorch with "
-            f"PYTORCH_ROCM_ARCH={target}", source=table.ROCM_RULE)
+        name, "fail", msg("{target} is not in the build's arch list ({archs}); ROCm has no "
+                          "forward compatibility", target=target,
+                          archs=" ".join(facts.arch_list)),
+        fix=msg("install a ROCm build of PyTorch that lists {target}, or build PyTorch with "
+                "PYTORCH_ROCM_ARCH={target}", target=target), source=table.ROCM_RULE)
 
 
 def _code_for(arch_list: tuple[str, ...], wanted: tuple[int, int]) -> tuple[str | None, str]:
@@ -343,17 +359,19 @@ def _build_for(capability: str) -> str:
     """What to install for a GPU of `capability`: the first wheel index whose builds carry
     machine code for it."""
     if capability.startswith("gfx"):
-        return ("install a ROCm build of PyTorch that lists it: " + table.INSTALL_PAGE)
+        return msg("install a ROCm build of PyTorch that lists it: {page}",
+                   page=table.INSTALL_PAGE)
     wanted = _major_minor(capability)
     for wheel in table.WHEEL_VARIANTS:
         archs = tuple(f"sm_{a.replace('.', '').removesuffix('+PTX')}"
                       for a in wheel.archs.split(";"))
         if _code_for(archs, wanted)[0] == "sass":
-            return (f"pip install '{wheel.torch}' --index-url "
-                    f"{table.WHEEL_INDEX.format(variant=wheel.variant)} (built for "
-                    f"{wheel.archs})")
-    return (f"no PyTorch wheel in the table carries code for capability {capability}: build "
-            f"PyTorch from source with TORCH_CUDA_ARCH_LIST={capability}")
+            return msg("pip install '{wheel}' --index-url {index} (built for {archs})",
+                       wheel=wheel.torch, index=table.WHEEL_INDEX.format(variant=wheel.variant),
+                       archs=wheel.archs)
+    return msg("no PyTorch wheel in the table carries code for capability {capability}: build "
+               "PyTorch from source with TORCH_CUDA_ARCH_LIST={capability}",
+               capability=capability)
 
 
 def _toolkit_minimum(build: tuple[int, int]) -> table.DriverMinimum | None:
@@ -367,9 +385,10 @@ def _for_system(row: table.DriverMinimum, system: str) -> str:
 
 def _driver_fix(toolkit: table.DriverMinimum | None, system: str) -> str:
     if toolkit is None:
-        return "update the NVIDIA driver"
-    return (f"update the NVIDIA driver to >= {_for_system(toolkit, system)} (CUDA "
-            f"{toolkit.cuda}'s own), from https://www.nvidia.com/Download/index.aspx")
+        return msg("update the NVIDIA driver")
+    return msg("update the NVIDIA driver to >= {driver} (CUDA {cuda}'s own), from {page}",
+               driver=_for_system(toolkit, system), cuda=toolkit.cuda,
+               page="https://www.nvidia.com/Download/index.aspx")
 
 
 def _older_build_fix(driver: tuple[int, ...], system: str) -> str:
@@ -378,9 +397,9 @@ def _older_build_fix(driver: tuple[int, ...], system: str) -> str:
     for wheel in table.WHEEL_VARIANTS:
         minimum = table.MINOR_VERSION_MINIMUM.get(_major_minor(wheel.cuda)[0])
         if minimum is not None and driver >= _numbers(_for_system(minimum, system)):
-            return (f"update the driver, or install a build this driver runs: pip install "
-                    f"'{wheel.torch}' --index-url "
-                    f"{table.WHEEL_INDEX.format(variant=wheel.variant)}")
+            return msg("update the driver, or install a build this driver runs: pip install "
+                       "'{wheel}' --index-url {index}", wheel=wheel.torch,
+                       index=table.WHEEL_INDEX.format(variant=wheel.variant))
     return ""
 
 
@@ -390,27 +409,35 @@ def _companion_check(facts: Facts, package: Package) -> CompatCheck:
     torch_version = _version(facts.torch)
     expected = _companion_row(facts.torch)
     wanted = getattr(expected, package.name, None) if expected else None
-    fix = (f"pip install '{package.name}=={wanted}.*' from the index torch came from"
+    fix = (msg("pip install '{package}=={version}.*' from the index torch came from",
+               package=package.name, version=wanted)
            if wanted and not wanted.endswith("+") else
-           f"install the {package.name} release made for torch {facts.torch}")
+           msg("install the {package} release made for torch {torch}", package=package.name,
+               torch=facts.torch))
     cuda_clash = _cuda_tag_clash(package.version, facts.torch)
     if cuda_clash:
         return CompatCheck(name, "fail", cuda_clash, fix=fix, source=table.COMPANION_RULE)
     if pin is not None and pin.specifier and torch_version is not None:
         if pin.specifier.contains(torch_version, prereleases=True):
-            return CompatCheck(name, "pass", f"built for torch {pin.specifier}",
+            return CompatCheck(name, "pass", msg("built for torch {torch}",
+                                                 torch=str(pin.specifier)),
                                source="its own metadata (Requires-Dist)")
-        return CompatCheck(name, "fail", f"built for torch {pin.specifier}, this is torch "
-                                         f"{facts.torch}", fix=fix,
+        return CompatCheck(name, "fail", msg("built for torch {pinned}, this is torch {torch}",
+                                             pinned=str(pin.specifier), torch=facts.torch),
+                           fix=fix,
                            source="its own metadata (Requires-Dist)")
     if wanted is None or expected is None:
-        return CompatCheck(name, "skip", f"the table has no {package.name} release for torch "
-                                         f"{facts.torch} and the package pins no torch")
+        return CompatCheck(name, "skip", msg("the table has no {package} release for torch "
+                                             "{torch} and the package pins no torch",
+                                             package=package.name, torch=facts.torch))
     if _fits_release(package.version, wanted, facts.torch):
-        return CompatCheck(name, "pass", f"the release made for torch {expected.torch}",
+        return CompatCheck(name, "pass", msg("the release made for torch {torch}",
+                                             torch=expected.torch),
                            source=expected.source)
-    return CompatCheck(name, "fail", f"torch {expected.torch} goes with {package.name} "
-                                     f"{wanted}", fix=fix, source=expected.source)
+    return CompatCheck(name, "fail", msg("torch {torch} goes with {package} {version}",
+                                         torch=expected.torch, package=package.name,
+                                         version=str(wanted)),
+                       fix=fix, source=expected.source)
 
 
 def _triton_check(facts: Facts, triton: Package) -> CompatCheck:
@@ -423,16 +450,18 @@ def _triton_check(facts: Facts, triton: Package) -> CompatCheck:
     if pin is not None and pin.specifier and installed is not None:
         ok = pin.specifier.contains(installed, prereleases=True)
         return CompatCheck(name, "pass" if ok else "fail",
-                           f"torch {facts.torch} requires {triton.name}{pin.specifier}",
+                           msg("torch {torch} requires {requirement}", torch=facts.torch,
+                               requirement=triton.name + str(pin.specifier)),
                            fix="" if ok else f"pip install '{triton.name}{pin.specifier}'",
                            source="torch's own metadata (Requires-Dist)")
     row = _companion_row(facts.torch)
     if row is None or row.triton is None or installed is None:
-        return CompatCheck(name, "skip", f"torch {facts.torch} pins no triton here and the "
-                                         "table has no triton release for it")
+        return CompatCheck(name, "skip", msg("torch {torch} pins no triton here and the table "
+                                             "has no triton release for it", torch=facts.torch))
     ok = installed.release[:2] == Version(row.triton).release[:2]
     return CompatCheck(name, "pass" if ok else "fail",
-                       f"torch {row.torch} was released with triton {row.triton}",
+                       msg("torch {torch} was released with triton {triton}", torch=row.torch,
+                           triton=row.triton),
                        fix="" if ok else f"pip install 'triton=={row.triton}'",
                        source=row.source)
 
@@ -441,9 +470,9 @@ def _extension_check(facts: Facts, package: Package) -> CompatCheck:
     name = f"{package.name} {package.version}" + (" (loaded)" if package.loaded else "")
     pin = _torch_requirement(package.requires)
     torch_version = _version(facts.torch)
-    fix = (f"install the {package.name} build made for torch {facts.torch}, or rebuild it "
-           f"against this torch (pip install --no-build-isolation --force-reinstall "
-           f"{package.name})")
+    fix = msg("install the {package} build made for torch {torch}, or rebuild it against this "
+              "torch (pip install --no-build-isolation --force-reinstall {package})",
+              package=package.name, torch=facts.torch)
     cuda_clash = _cuda_tag_clash(package.version, facts.torch)
     if cuda_clash:
         return CompatCheck(name, "fail", cuda_clash, fix=fix, source=table.EXTENSION_RULE)
@@ -451,16 +480,19 @@ def _extension_check(facts: Facts, package: Package) -> CompatCheck:
     if built_for is not None and torch_version is not None:
         ok = torch_version.release[:2] == built_for
         return CompatCheck(name, "pass" if ok else "fail",
-                           f"built for torch {built_for[0]}.{built_for[1]} (its version tag)",
+                           msg("built for torch {torch} (its version tag)",
+                               torch=".".join(map(str, built_for))),
                            fix="" if ok else fix, source=table.EXTENSION_RULE)
     if pin is not None and _pins_a_release(pin.specifier) and torch_version is not None:
         ok = pin.specifier.contains(torch_version, prereleases=True)
         return CompatCheck(name, "pass" if ok else "fail",
-                           f"built for torch {pin.specifier} (its metadata)",
+                           msg("built for torch {torch} (its metadata)",
+                               torch=str(pin.specifier)),
                            fix="" if ok else fix, source=table.EXTENSION_RULE)
     return CompatCheck(name, "skip",
-                       "it records no PyTorch it was built for: an 'undefined symbol' "
-                       f"ImportError would mean it needs a rebuild for torch {facts.torch}",
+                       msg("it records no PyTorch it was built for: an 'undefined symbol' "
+                           "ImportError would mean it needs a rebuild for torch {torch}",
+                           torch=facts.torch),
                        source=table.EXTENSION_RULE)
 
 
@@ -490,10 +522,12 @@ def _cuda_tag_clash(version: str, torch: str) -> str | None:
     if mine is None or theirs is None or mine == theirs:
         return None
     if "cpu" in (mine, theirs):
-        return f"built for {mine.upper()}, torch {torch} for {theirs.upper()}"
+        return msg("built for {mine}, torch {torch} for {theirs}", mine=mine.upper(),
+                   torch=torch, theirs=theirs.upper())
     if mine[:-1] != theirs[:-1]:  # cu124 vs cu130: another major release
-        return (f"built for CUDA {_cuda_of_tag(mine)}, torch {torch} for CUDA "
-                f"{_cuda_of_tag(theirs)}: 'compiled with different CUDA major versions'")
+        return msg("built for CUDA {mine}, torch {torch} for CUDA {theirs}: 'compiled with "
+                   "different CUDA major versions'", mine=_cuda_of_tag(mine), torch=torch,
+                   theirs=_cuda_of_tag(theirs))
     return None
 
 

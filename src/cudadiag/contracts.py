@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cudadiag.i18n import Text, msg
+
 MAX_REPORTED = 10
 
 
@@ -87,19 +89,25 @@ class Violation:
         return self.cpu_error.format(value=self.values[0], dim=self.dim or 0, high=self.high,
                                      position=position, shape=self.shape)
 
-    def message(self) -> str:
+    def message(self) -> Text:
         """Return e.g. `aten::nll_loss_forward: target 4 at position 2 outside [0, 4)
-        (ignore_index=-100)`."""
+        (ignore_index=-100)`, a sentence to keep (the incident's summary holds it)."""
         positions = [p[0] if len(p) == 1 else p for p in self.positions]
+        where: dict[str, str | int] = {"op": f"aten::{self.op}", "argument": self.argument,
+                                       "low": self.low, "high": self.high}
         if len(self.values) == 1:
-            what = f"{self.argument} {self.values[0]} at position {positions[0]}"
+            text = msg("{op}: {argument} {value} at position {position} outside [{low}, "
+                       "{high})", value=self.values[0], position=str(positions[0]), **where)
         else:
-            what = f"{self.argument} values {self.values} at positions {positions}"
-        text = f"aten::{self.op}: {what} outside [{self.low}, {self.high})"
+            text = msg("{op}: {argument} values {values} at positions {positions} outside "
+                       "[{low}, {high})", values=str(self.values), positions=str(positions),
+                       **where)
         if self.ignore_index is not None:
-            text += f" (ignore_index={self.ignore_index})"
+            text = msg("{violation} (ignore_index={ignore_index})", violation=text,
+                       ignore_index=self.ignore_index)
         if self.count > len(self.values):
-            text += f"; {self.count} offending elements in all"
+            text = msg("{violation}; {count} offending elements in all", violation=text,
+                       count=self.count)
         return text
 
 

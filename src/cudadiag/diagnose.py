@@ -22,6 +22,7 @@ from cudadiag.classify import classify, first_error_line
 from cudadiag.contracts import Violation
 from cudadiag.env import collect_env
 from cudadiag.generated_code import describe_generated_code
+from cudadiag.i18n import msg
 from cudadiag.incident import (
     Diagnosis,
     ErrorInfo,
@@ -109,8 +110,10 @@ def _locate_in_batch(incident: Incident, violation: Violation) -> None:
     found = position_in_batch(violation, incident.batch, names)
     if found is not None:
         incident.op.in_batch = found
-        incident.diagnosis.summary += f"; position {_position_text(violation)} is " \
-                                      f"{found.describe()}"
+        incident.diagnosis.summary = msg("{summary}; position {position} is {element}",
+                                         summary=incident.diagnosis.summary,
+                                         position=_position_text(violation),
+                                         element=found.describe())
 
 
 def _position_text(violation: Violation) -> str:
@@ -144,15 +147,17 @@ def incident_from_recorded_error(error_type: str, message: str, text: str,
 
 
 def incident_of_dead_process(stdout: str, stderr: str, run: RunInfo, *,
-                             process: str = "the isolated process") -> Incident:
+                             process: str | None = None) -> Incident:
     """Return the incident of a child that died without writing its result (a signal,
     os._exit, an abort in a library): what it printed, classified. `run.signal` names the
     signal that killed it; `run.exit_status` is its exit status otherwise; `process` names
     the child in the message (`rank 1`)."""
     output = stderr + "\n" + stdout
-    died = (f"{process} was killed by {run.signal}" if run.signal
-            else f"{process} exited with status {run.exit_status} without a "
-                 "Python exception")
+    process = process or msg("the isolated process")
+    died = (msg("{process} was killed by {signal}", process=process, signal=run.signal)
+            if run.signal else
+            msg("{process} exited with status {status} without a Python exception",
+                process=process, status=str(run.exit_status)))
     incident = Incident(
         error=ErrorInfo(type=f"ProcessDied({run.signal or run.exit_status})",
                         message=first_error_line(output) or died,
@@ -201,4 +206,5 @@ def _name_the_violation(diagnosis: Diagnosis, violation: Violation) -> None:
         op=f"aten::{violation.op}", argument=violation.argument, value=violation.values[0],
         position=list(violation.positions[0]), valid_range=[violation.low, violation.high],
     )
-    diagnosis.summary = f"{FAMILIES[diagnosis.family].title}: {violation.message()}"
+    diagnosis.summary = msg("{title}: {violation}", title=FAMILIES[diagnosis.family].title,
+                            violation=violation.message())

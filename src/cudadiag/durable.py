@@ -8,21 +8,26 @@ import errno
 import os
 from pathlib import Path
 
+from cudadiag.i18n import N_, _
+
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
 SHARED_FILE = 0o666  # less the umask: a project's own files
 
-_WRITE_HINTS = {errno.ENOSPC: "; free some space or choose another directory",
-                errno.EDQUOT: "; free some space or choose another directory",
-                errno.EROFS: "; choose a writable directory",
-                errno.EACCES: "; choose a directory you can write to"}
+FREE_SPACE = N_("; free some space or choose another directory")
+WRITABLE = N_("; choose a writable directory")
+YOURS = N_("; choose a directory you can write to")
+_WRITE_HINTS = {errno.ENOSPC: FREE_SPACE, errno.EDQUOT: FREE_SPACE, errno.EROFS: WRITABLE,
+                errno.EACCES: YOURS}
+"""What to do after a failed write, by its errno (in English: shown with `_`)."""
 
 
 def write_failure(name: str, folder: Path, exc: OSError) -> str:
     """Return `could not write NAME in FOLDER: REASON; WHAT TO DO` for a failed write (the
     what-to-do part for a full disk, a read-only or forbidden directory)."""
     reason = exc.strerror or str(exc)
-    return f"could not write {name} in {folder}: {reason}{_WRITE_HINTS.get(exc.errno or 0, '')}"
+    return (_("could not write {name} in {folder}: {reason}").format(
+        name=name, folder=folder, reason=reason) + _(_WRITE_HINTS.get(exc.errno or 0, "")))
 
 
 def unwritable(path: Path) -> str | None:
@@ -30,11 +35,12 @@ def unwritable(path: Path) -> str | None:
     missing or not writable), checked before any work; None when it can."""
     folder = path.parent
     if path.is_dir():
-        return "is a directory; name the file to write"
+        return _("is a directory; name the file to write")
     if not folder.is_dir():
-        return f"the directory {folder} does not exist; create it first or choose another path"
+        return _("the directory {folder} does not exist; create it first or choose another "
+                 "path").format(folder=folder)
     if not os.access(folder, os.W_OK | os.X_OK):
-        return f"the directory {folder} is not writable"
+        return _("the directory {folder} is not writable").format(folder=folder)
     return None
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from cudadiag.i18n import msg
 from cudadiag.incident import EnvInfo
 
 # Binary extensions with their own compatibility matrix (method point 12), reported when loaded.
@@ -159,7 +160,8 @@ def _fill_device(info: EnvInfo, torch: ModuleType) -> None:
         major, minor = torch.cuda.get_device_capability(index)
         gcn_arch = getattr(torch.cuda.get_device_properties(index), "gcnArchName", "")
     except Exception as exc:  # a poisoned context raises here; the record must still be made
-        info.device_name = info.capability = f"unavailable: {str(exc).splitlines()[0]}"
+        info.device_name = info.capability = msg("unavailable: {error}",
+                                                 error=(str(exc).splitlines() or [""])[0])
         return
     info.capability = gcn_arch.split(":")[0] if info.hip and gcn_arch else f"sm_{major}{minor}"
     if info.arch_list:

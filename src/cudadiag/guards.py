@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from cudadiag.errors import GuardError
+from cudadiag.i18n import _
 from cudadiag.knowledge import GUARD_ADVICE
 from cudadiag.shortlist import cut_join, cut_list
 
@@ -37,26 +38,30 @@ def check_class_targets(target: torch.Tensor, num_classes: int, *, ignore_index:
         return
     if target.dtype != torch.long:
         raise GuardError(
-            f"{name}: class-index targets must be torch.long (int64), not {target.dtype}; "
-            "convert with .long() where the labels are made",
+            _("{name}: class-index targets must be torch.long (int64), not {dtype}; convert "
+              "with .long() where the labels are made").format(name=name, dtype=target.dtype),
             argument=name, rule="dtype is torch.long", values=[str(target.dtype)])
     if target.dim() == 0:
-        raise GuardError(f"{name}: a 0-dimensional target; expected shape (N) or (N, d1, ...)",
-                         argument=name, rule="shape (N) or (N, d1, ...)", values=[[]])
+        message = _("{name}: a 0-dimensional target; expected shape (N) or (N, d1, ...)")
+        raise GuardError(message.format(name=name), argument=name,
+                         rule="shape (N) or (N, d1, ...)", values=[[]])
     counted = target != ignore_index
     if not bool(counted.any()):
         raise GuardError(
-            f"{name}: every target equals ignore_index={ignore_index}; the mean loss over zero "
-            f"elements is NaN. {GUARD_ADVICE['all_ignored'].text}",
+            _("{name}: every target equals ignore_index={ignore_index}; the mean loss over zero "
+              "elements is NaN. {advice}").format(name=name, ignore_index=ignore_index,
+                                                  advice=_(GUARD_ADVICE["all_ignored"].text)),
             argument=name, rule=f"not empty once ignore_index={ignore_index} is removed")
     bad = counted & ((target < 0) | (target >= num_classes))
     if bool(bad.any()):
         values, positions = _offending(target, bad)
+        advice = _(GUARD_ADVICE["class_targets"].text).format(classes=num_classes,
+                                                              last=num_classes - 1)
         raise GuardError(
-            f"{name}: {int(bad.sum())} value(s) outside [0, {num_classes}) (ignore_index="
-            f"{ignore_index}): {_listing(values, positions, int(bad.sum()))}. "
-            + GUARD_ADVICE["class_targets"].text.format(classes=num_classes,
-                                                        last=num_classes - 1),
+            _("{name}: {count} value(s) outside [0, {classes}) (ignore_index={ignore_index}): "
+              "{listing}. {advice}").format(
+                name=name, count=int(bad.sum()), classes=num_classes, ignore_index=ignore_index,
+                listing=_listing(values, positions, int(bad.sum())), advice=advice),
             argument=name, rule=f"0 <= {name} < {num_classes} or {name} == {ignore_index}",
             values=values, positions=positions)
 
@@ -67,16 +72,19 @@ def check_index_range(index: torch.Tensor, size: int, *, name: str = "index",
     for embeddings, gathers and indexing. Raises GuardError naming values and positions."""
     _require_tensor(index, name)
     if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
-        raise GuardError(f"{name}: indices must be an integer tensor, not {index.dtype}",
-                         argument=name, rule="integer dtype", values=[str(index.dtype)])
+        message = _("{name}: indices must be an integer tensor, not {dtype}").format(
+            name=name, dtype=index.dtype)
+        raise GuardError(message, argument=name, rule="integer dtype",
+                         values=[str(index.dtype)])
     low = -size if allow_negative else 0
     bad = (index < low) | (index >= size)
     if bool(bad.any()):
         values, positions = _offending(index, bad)
         raise GuardError(
-            f"{name}: {int(bad.sum())} value(s) outside [{low}, {size}): "
-            f"{_listing(values, positions, int(bad.sum()))}. "
-            f"{GUARD_ADVICE['index_range'].text}",
+            _("{name}: {count} value(s) outside [{low}, {size}): {listing}. {advice}").format(
+                name=name, count=int(bad.sum()), low=low, size=size,
+                listing=_listing(values, positions, int(bad.sum())),
+                advice=_(GUARD_ADVICE["index_range"].text)),
             argument=name, rule=f"{low} <= {name} < {size}", values=values, positions=positions)
 
 
@@ -93,7 +101,8 @@ def check_same_device(module_or_tensors: Any, *tensors: Any) -> None:
     if len(devices) > 1:
         parts = "; ".join(f"{d}: {cut_join(names, 5)}" for d, names in devices.items())
         raise GuardError(
-            f"tensors on {len(devices)} devices: {parts}. {GUARD_ADVICE['same_device'].text}",
+            _("tensors on {count} devices: {parts}. {advice}").format(
+                count=len(devices), parts=parts, advice=_(GUARD_ADVICE["same_device"].text)),
             argument="devices", rule="one device", values=list(devices),
             positions=[names[0] for names in devices.values()])
 
@@ -111,19 +120,25 @@ def check_label_mapping(mapping: Mapping[Any, int], class_names: Sequence[Any]) 
     out_of_range = {k: v for k, v in mapping.items() if not 0 <= v < count}
     gaps = sorted(set(range(count)) - set(mapping.values()))
     if missing:
-        problems.append(f"class names without an index: {cut_list(missing, MAX_REPORTED)}")
+        problems.append(_("class names without an index: {names}").format(
+            names=cut_list(missing, MAX_REPORTED)))
     if extra:
-        problems.append(f"labels that are not class names: {cut_list(extra, MAX_REPORTED)}")
+        problems.append(_("labels that are not class names: {labels}").format(
+            labels=cut_list(extra, MAX_REPORTED)))
     if duplicates:
-        problems.append(f"indices shared by several labels: {duplicates}")
+        problems.append(_("indices shared by several labels: {shared}").format(
+            shared=duplicates))
     if out_of_range:
-        problems.append(f"indices outside [0, {count}): {out_of_range}")
+        problems.append(_("indices outside [0, {count}): {indices}").format(
+            count=count, indices=out_of_range))
     if gaps:
-        problems.append(f"indices no label maps to: {cut_list(gaps, MAX_REPORTED)}")
+        problems.append(_("indices no label maps to: {indices}").format(
+            indices=cut_list(gaps, MAX_REPORTED)))
     values = [*missing, *extra, *duplicates, *out_of_range, *gaps]
     if problems:
         raise GuardError(
-            f"label mapping is not a bijection onto range({count}): " + "; ".join(problems),
+            _("label mapping is not a bijection onto range({count}): {problems}").format(
+                count=count, problems="; ".join(problems)),
             argument="mapping", rule=f"bijection onto range({count})",
             values=values[:MAX_REPORTED])
 
@@ -180,33 +195,38 @@ def _check_probabilities(target: torch.Tensor, num_classes: int, input: torch.Te
                          name: str) -> None:
     expected = list(input.shape) if input is not None else None
     if expected is not None and list(target.shape) != expected:
-        raise GuardError(f"{name}: probability targets must have the input's shape {expected}, "
-                         f"not {list(target.shape)}", argument=name, rule="shape of input",
+        message = _("{name}: probability targets must have the input's shape {expected}, "
+                    "not {shape}").format(name=name, expected=expected, shape=list(target.shape))
+        raise GuardError(message, argument=name, rule="shape of input",
                          values=[list(target.shape)])
     class_dim = 1 if target.dim() >= 2 else 0
     if target.shape[class_dim] != num_classes:
-        raise GuardError(f"{name}: {target.shape[class_dim]} probability columns for "
-                         f"{num_classes} classes", argument=name,
-                         rule=f"{num_classes} classes", values=[target.shape[class_dim]])
+        message = _("{name}: {columns} probability columns for {classes} classes").format(
+            name=name, columns=target.shape[class_dim], classes=num_classes)
+        raise GuardError(message, argument=name, rule=f"{num_classes} classes",
+                         values=[target.shape[class_dim]])
     bad = (target < 0) | (target > 1) | ~torch.isfinite(target)
     if bool(bad.any()):
         values, positions = _offending(target, bad)
-        raise GuardError(f"{name}: probabilities outside [0, 1]: "
-                         f"{_listing(values, positions, int(bad.sum()))}",
-                         argument=name, rule="0 <= p <= 1", values=values, positions=positions)
+        message = _("{name}: probabilities outside [0, 1]: {listing}").format(
+            name=name, listing=_listing(values, positions, int(bad.sum())))
+        raise GuardError(message, argument=name, rule="0 <= p <= 1", values=values,
+                         positions=positions)
     sums = target.sum(dim=class_dim)
     off = (sums - 1).abs() > ROW_SUM_TOLERANCE
     if bool(off.any()):
         values, positions = _offending(sums, off)
-        raise GuardError(f"{name}: class probabilities do not sum to 1: "
-                         f"{_listing(values, positions, int(off.sum()))}", argument=name,
-                         rule="rows sum to 1", values=values, positions=positions)
+        message = _("{name}: class probabilities do not sum to 1: {listing}").format(
+            name=name, listing=_listing(values, positions, int(off.sum())))
+        raise GuardError(message, argument=name, rule="rows sum to 1", values=values,
+                         positions=positions)
 
 
 def _require_tensor(value: Any, name: str) -> None:
     if not isinstance(value, torch.Tensor):
-        raise GuardError(f"{name}: expected a torch.Tensor, got {type(value).__name__}",
-                         argument=name, rule="a tensor", values=[type(value).__name__])
+        kind = type(value).__name__
+        raise GuardError(_("{name}: expected a torch.Tensor, got {kind}").format(
+            name=name, kind=kind), argument=name, rule="a tensor", values=[kind])
 
 
 def _offending(values: torch.Tensor, bad: torch.Tensor) -> tuple[list[Any], list[Any]]:
@@ -218,7 +238,8 @@ def _offending(values: torch.Tensor, bad: torch.Tensor) -> tuple[list[Any], list
 
 def _listing(values: list[Any], positions: list[Any], total: int) -> str:
     """`4 at position 2, …` for the offending values kept, and how many more there are."""
-    pairs = [f"{v} at position {p}" for v, p in zip(values, positions, strict=False)]
+    pairs = [_("{value} at position {position}").format(value=v, position=p)
+             for v, p in zip(values, positions, strict=False)]
     return cut_join(pairs, max(len(pairs), 1), omitted=total - len(pairs))
 
 

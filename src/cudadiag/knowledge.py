@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from cudadiag.error_codes import table as error_codes
+from cudadiag.i18n import N_, Text, msg
 
 if sys.version_info >= (3, 11):  # the pattern parser behind `re` (anchors come from it)
     from re import _constants as _sre_constants
@@ -130,24 +131,24 @@ CASE_FACTS: dict[str, str] = {
 
 SURFACES: dict[str, dict[str, str]] = {
     "notebook": {
-        "rerun": "re-run the cell isolated with blocking launches (%cuda_isolate)",
-        "restarting": "Restarting the kernel",
-        "env": "`!cudadiag env` in a cell",
-        "report": "`%cudadiag report` (a scrubbed Markdown report of the incident)",
+        "rerun": N_("re-run the cell isolated with blocking launches (%cuda_isolate)"),
+        "restarting": N_("Restarting the kernel"),
+        "env": N_("`!cudadiag env` in a cell"),
+        "report": N_("`%cudadiag report` (a scrubbed Markdown report of the incident)"),
     },
     "script": {
-        "rerun": "run the script with `cudadiag run -- python {script}` (blocking launches, "
-                 "the op tracer and prechecks)",
-        "restarting": "Restarting the process",
+        "rerun": N_("run the script with `cudadiag run -- python {script}` (blocking launches, "
+                    "the op tracer and prechecks)"),
+        "restarting": N_("Restarting the process"),
         "env": "`cudadiag env`",
-        "report": "`cudadiag report` (a scrubbed Markdown report of the incident)",
+        "report": N_("`cudadiag report` (a scrubbed Markdown report of the incident)"),
     },
     "log": {
-        "rerun": "re-run the program with `cudadiag run -- python {script}` (blocking "
-                 "launches, the op tracer and prechecks; %cuda_isolate in a notebook)",
-        "restarting": "Restarting the process (or the notebook's kernel)",
+        "rerun": N_("re-run the program with `cudadiag run -- python {script}` (blocking "
+                    "launches, the op tracer and prechecks; %cuda_isolate in a notebook)"),
+        "restarting": N_("Restarting the process (or the notebook's kernel)"),
         "env": "`cudadiag env`",
-        "report": "`cudadiag report` (a scrubbed Markdown report of the incident)",
+        "report": N_("`cudadiag report` (a scrubbed Markdown report of the incident)"),
     },
 }
 """The words of commands and actions as the user can act on them where the advice is read: a
@@ -196,16 +197,17 @@ BROKEN_HARDWARE = (r"\b(?:replace|swap|return|RMA)\b[^.]*\b(?:GPU|card|device)\b
                    r"|\b(?:reinstall|update|upgrade|downgrade)\w*\b[^.]*\bdriver\b"
                    r"|\b(?:faulty|broken)\b[^.]*\b(?:GPU|memory|driver)\b")
 
-WIDENING_AVOID = _avoid("Widening the output layer or the embedding until the error goes away.",
-                        "method 7", forbids=WIDENING)
+WIDENING_AVOID = _avoid(
+    N_("Widening the output layer or the embedding until the error goes away."), "method 7",
+    forbids=WIDENING)
 SUBTRACTING_AVOID = _avoid(
-    "Subtracting 1 from every label before knowing that every source numbers them 1..C.",
+    N_("Subtracting 1 from every label before knowing that every source numbers them 1..C."),
     "method 7", forbids=SUBTRACTING_ONE)
 INDEX_RANGE = _check(
-    "Check the indices and targets given to the operator that failed: class targets must lie "
-    "in [0, C) or equal ignore_index; embedding indices in [0, num_embeddings).",
+    N_("Check the indices and targets given to the operator that failed: class targets must lie "
+       "in [0, C) or equal ignore_index; embedding indices in [0, num_embeddings)."),
     "method 5", "cross-entropy", "embedding", topics=("index_range",))
-RERUN_ISOLATED = _check("Name the operator that really failed: {rerun}.", "method 4",
+RERUN_ISOLATED = _check(N_("Name the operator that really failed: {rerun}."), "method 4",
                         answered_by=("isolated",))
 
 
@@ -229,25 +231,25 @@ FAMILIES: dict[str, Family] = {
     for f in (
         Family(
             "device_assert",
-            "Device-side assertion",
+            N_("Device-side assertion"),
             first_checks=(
                 INDEX_RANGE,
-                _check("Read the assertion line printed before the error (file, kernel, "
-                       "condition): it names the contract of the operator that was broken.",
+                _check(N_("Read the assertion line printed before the error (file, kernel, "
+                          "condition): it names the contract of the operator that was broken."),
                        "method 5", answered_by=("no_assertion", "kind_known")),
                 RERUN_ISOLATED,
-                _check("Look at the batch in flight: the last incomplete batch, rare labels, "
-                       "empty or padded targets.", "method 2", "method 10", topics=("batch",)),
+                _check(N_("Look at the batch in flight: the last incomplete batch, rare labels, "
+                          "empty or padded targets."), "method 2", "method 10", topics=("batch",)),
             ),
             avoid=(
-                _avoid("The GPU or the driver is broken.", "method 5", forbids=BROKEN_HARDWARE),
-                _avoid("The line in the traceback (.item(), .cpu(), print) is the cause: it is "
-                       "only where the asynchronous error was noticed.", "method 3",
+                _avoid(N_("The GPU or the driver is broken."), "method 5", forbids=BROKEN_HARDWARE),
+                _avoid(N_("The line in the traceback (.item(), .cpu(), print) is the cause: it is "
+                          "only where the asynchronous error was noticed."), "method 3",
                        "cuda-semantics", answered_by=("prechecked",),
                        forbids=r"\b(?:remove|delete|drop|avoid|comment out)\b[^.]*"
                                r"(?:\.item\(\)|\.cpu\(\)|\bprint\b)"),
-                _avoid("{restarting} fixes it: the restart clears the poisoned CUDA context, "
-                       "not the bad target or index.", "method 6",
+                _avoid(N_("{restarting} fixes it: the restart clears the poisoned CUDA context, "
+                          "not the bad target or index."), "method 6",
                        forbids=r"\brestart\w*\b[^.]*\b(?:fix|fixes|solves?|resolves?)\b"
                                r"(?! no\b)"),
                 WIDENING_AVOID,
@@ -256,278 +258,279 @@ FAMILIES: dict[str, Family] = {
         ),
         Family(
             "illegal_memory",
-            "Illegal memory access on the device",
+            N_("Illegal memory access on the device"),
             first_checks=(
-                _check("Name the kernel that faulted: {rerun}.", "method 4",
+                _check(N_("Name the kernel that faulted: {rerun}."), "method 4",
                        answered_by=("isolated",)),
-                _check("Check sizes, indices and contiguity of the tensors given to custom "
-                       "kernels and binary extensions (flash-attn, xformers, apex, your own "
-                       "CUDA code).", "method 8", "method 12"),
-                _check("Turn optional extensions off one at a time and compare with a "
-                       "reference operator or the same operator on the CPU.", "method 9"),
-                _check("Run compute-sanitizer --tool memcheck with "
-                       "PYTORCH_NO_CUDA_MEMORY_CACHING=1 (the caching allocator hides "
-                       "out-of-bounds accesses).", "compute-sanitizer", "cuda-memory"),
+                _check(N_("Check sizes, indices and contiguity of the tensors given to custom "
+                          "kernels and binary extensions (flash-attn, xformers, apex, your own "
+                          "CUDA code)."), "method 8", "method 12"),
+                _check(N_("Turn optional extensions off one at a time and compare with a "
+                          "reference operator or the same operator on the CPU."), "method 9"),
+                _check(N_("Run compute-sanitizer --tool memcheck with "
+                          "PYTORCH_NO_CUDA_MEMORY_CACHING=1 (the caching allocator hides "
+                          "out-of-bounds accesses)."), "compute-sanitizer", "cuda-memory"),
             ),
             avoid=(
-                _avoid("The GPU memory is faulty.", "method 5", forbids=BROKEN_HARDWARE),
-                _avoid("It is an out-of-memory error.", "method 5",
+                _avoid(N_("The GPU memory is faulty."), "method 5", forbids=BROKEN_HARDWARE),
+                _avoid(N_("It is an out-of-memory error."), "method 5",
                        forbids=r"\b(?:reduce|lower|halve)\b[^.]*\bbatch size\b"
                                r"|\bexpandable_segments\b"),
-                _avoid("The operator in the traceback is the cause.", "method 3",
+                _avoid(N_("The operator in the traceback is the cause."), "method 3",
                        answered_by=("prechecked",),
                        forbids=r"\bfix\b[^.]*\bthe (?:line|operator) (?:in|of) the traceback\b"),
-                _avoid("Changing batch, precision and library at once: change one thing at a "
-                       "time.", "method 5", "method 9",
+                _avoid(N_("Changing batch, precision and library at once: change one thing at a "
+                          "time."), "method 5", "method 9",
                        forbids=r"\bchange\b[^.]*\bbatch\b[^.]*\bprecision\b"),
             ),
             asynchronous=True,
         ),
         Family(
             "oom",
-            "Out of memory",
+            N_("Out of memory"),
             first_checks=(
-                _check("Check the shapes of this step: batch size, sequence length, image "
-                       "size; one outsized sample is enough.", "method 2", "method 5"),
-                _check("Check tensor lifetimes: losses summed without .item(), outputs kept in "
-                       "lists, the traceback of a caught exception pinning tensors.",
+                _check(N_("Check the shapes of this step: batch size, sequence length, image "
+                          "size; one outsized sample is enough."), "method 2", "method 5"),
+                _check(N_("Check tensor lifetimes: losses summed without .item(), outputs kept in "
+                          "lists, the traceback of a caught exception pinning tensors."),
                        "method 5", "faq-memory"),
-                _check("Check the process's memory: other processes on the GPU, memory "
-                       "reserved but unallocated (fragmentation), torch.cuda.memory_summary().",
+                _check(N_("Check the process's memory: other processes on the GPU, memory "
+                          "reserved but unallocated (fragmentation), torch.cuda.memory_summary()."),
                        "method 5", "cuda-memory"),
             ),
             avoid=(
-                _avoid("Every CUDA error means a lack of VRAM.", "method 5",
+                _avoid(N_("Every CUDA error means a lack of VRAM."), "method 5",
                        forbids=r"\black of (?:VRAM|memory)\b"),
-                _avoid("A bigger GPU is needed, before measuring what the step really needs.",
+                _avoid(N_("A bigger GPU is needed, before measuring what the step really needs."),
                        "method 5", forbids=r"\b(?:bigger|larger) GPU\b|\bmore VRAM\b"),
-                _avoid("Halving the batch size is the fix when one sample is outsized.",
+                _avoid(N_("Halving the batch size is the fix when one sample is outsized."),
                        "method 5", forbids=r"\bhalv\w*\b|\b(?:reduce|lower)\b[^.]*\bbatch size\b"),
             ),
         ),
         Family(
             "op_unavailable",
-            "Operator or kernel unavailable",
+            N_("Operator or kernel unavailable"),
             first_checks=(
-                _check("Check versions: the PyTorch build (torch.version.cuda / "
-                       "torch.version.hip), the device's compute capability against the "
-                       "build's arch list.", "method 5", "method 13", "arch-list"),
-                _check("Check binary extensions (torchvision, xformers, flash-attn, ...) were "
-                       "built for this PyTorch and this CUDA or ROCm.", "method 12",
+                _check(N_("Check versions: the PyTorch build (torch.version.cuda / "
+                          "torch.version.hip), the device's compute capability against the "
+                          "build's arch list."), "method 5", "method 13", "arch-list"),
+                _check(N_("Check binary extensions (torchvision, xformers, flash-attn, ...) were "
+                          "built for this PyTorch and this CUDA or ROCm."), "method 12",
                        "cpp-extension"),
-                _check("Check the backend of the inputs: the operator may exist only for the "
-                       "CPU.", "method 5"),
-                _check("Check the dtype: the operator may have no kernel for Half, BFloat16 or "
-                       "Int.", "method 5"),
+                _check(N_("Check the backend of the inputs: the operator may exist only for the "
+                          "CPU."), "method 5"),
+                _check(N_("Check the dtype: the operator may have no kernel for Half, BFloat16 or "
+                          "Int."), "method 5"),
             ),
             avoid=(
-                _avoid("Reinstalling everything at random.", "method 5",
+                _avoid(N_("Reinstalling everything at random."), "method 5",
                        forbids=r"\breinstall\w*\b[^.]*\b(?:everything|all packages|at random)\b"),
-                _avoid("Upgrading the driver without checking the build's CUDA version and "
-                       "arch list.", "method 5", "cuda-compatibility",
+                _avoid(N_("Upgrading the driver without checking the build's CUDA version and "
+                          "arch list."), "method 5", "cuda-compatibility",
                        forbids=r"\b(?:upgrade|update)\w*\b[^.]*\bdriver\b"),
-                _avoid("The GPU is broken.", "method 5", forbids=BROKEN_HARDWARE),
+                _avoid(N_("The GPU is broken."), "method 5", forbids=BROKEN_HARDWARE),
             ),
         ),
         Family(
             "device_mismatch",
-            "Tensors on different devices",
+            N_("Tensors on different devices"),
             first_checks=(
-                _check("Check where the model sits (next(model.parameters()).device) and where "
-                       "each input of the operator was created.", "method 5"),
-                _check("Look for tensors created inside forward() without device=, and buffers "
-                       "not registered with register_buffer (they do not move with .to()).",
+                _check(N_("Check where the model sits (next(model.parameters()).device) and where "
+                          "each input of the operator was created."), "method 5"),
+                _check(N_("Look for tensors created inside forward() without device=, and buffers "
+                          "not registered with register_buffer (they do not move with .to())."),
                        "method 5", "register-buffer"),
-                _check("Check the device of what the data loader yields.", "method 5"),
+                _check(N_("Check the device of what the data loader yields."), "method 5"),
             ),
             avoid=(
-                _avoid("Adding .to(device) copies everywhere without knowing where the stray "
-                       "tensor came from.", "method 5",
+                _avoid(N_("Adding .to(device) copies everywhere without knowing where the stray "
+                          "tensor came from."), "method 5",
                        forbids=r"\.to\(device\)[^.]*\beverywhere\b"
                                r"|\badd(?:ing)?\b[^.]*\bcop(?:y|ies)\b"),
-                _avoid("Moving everything to the CPU to make it run.", "method 5",
+                _avoid(N_("Moving everything to the CPU to make it run."), "method 5",
                        forbids=r"\bmov\w*\b[^.]*\beverything\b[^.]*\bCPU\b"),
             ),
         ),
         Family(
             "dtype_mismatch",
-            "Mismatched dtypes",
+            N_("Mismatched dtypes"),
             first_checks=(
-                _check("Check the dtype of each input of the operator: class targets must be "
-                       "torch.long; BCE and MSE targets floating point.", "cross-entropy",
+                _check(N_("Check the dtype of each input of the operator: class targets must be "
+                          "torch.long; BCE and MSE targets floating point."), "cross-entropy",
                        "bce"),
-                _check("Check autocast regions and .half() / .bfloat16() applied to parts of "
-                       "the model.", "amp"),
-                _check("Check the dtype produced by the data pipeline (numpy float64 becomes "
-                       "torch.float64).", "from-numpy"),
+                _check(N_("Check autocast regions and .half() / .bfloat16() applied to parts of "
+                          "the model."), "amp"),
+                _check(N_("Check the dtype produced by the data pipeline (numpy float64 becomes "
+                          "torch.float64)."), "from-numpy"),
             ),
             avoid=(
-                _avoid("Casting everything to float32 everywhere.", "method 5", "method 9",
+                _avoid(N_("Casting everything to float32 everywhere."), "method 5", "method 9",
                        forbids=r"\bcast\w*\b[^.]*\beverything\b|\.float\(\)[^.]*\beverywhere\b"),
-                _avoid("Disabling mixed precision globally without finding the operator.",
+                _avoid(N_("Disabling mixed precision globally without finding the operator."),
                        "method 9",
                        forbids=r"\bdisabl\w*\b[^.]*\b(?:autocast|mixed precision|amp)\b"),
             ),
         ),
         Family(
             "shape_mismatch",
-            "Mismatched shapes",
+            N_("Mismatched shapes"),
             first_checks=(
-                _check("Compare the shapes in the message with what the layer or loss "
-                       "expects.", "method 5", "linear"),
-                _check("Check the last incomplete batch and variable sequence lengths.",
+                _check(N_("Compare the shapes in the message with what the layer or loss "
+                          "expects."), "method 5", "linear"),
+                _check(N_("Check the last incomplete batch and variable sequence lengths."),
                        "method 2", "method 10"),
-                _check("Check squeeze / unsqueeze / view / flatten before linear layers, and "
-                       "the target shape against the output shape for the loss.", "method 5",
+                _check(N_("Check squeeze / unsqueeze / view / flatten before linear layers, and "
+                          "the target shape against the output shape for the loss."), "method 5",
                        "view"),
             ),
             avoid=(
-                _avoid("Reshaping until it runs: view and reshape can silently mix samples.",
+                _avoid(N_("Reshaping until it runs: view and reshape can silently mix samples."),
                        "view", forbids=r"\breshap\w*\b[^.]*\buntil\b"),
-                _avoid("The data is corrupt.", "method 5",
+                _avoid(N_("The data is corrupt."), "method 5",
                        forbids=r"\b(?:re-?download|regenerate)\b[^.]*\bdata\b"),
             ),
         ),
         Family(
             "index_out_of_bounds",
-            "Index or target out of range",
+            N_("Index or target out of range"),
             first_checks=(
-                _check("Compare the value in the message with the size of the dimension.",
+                _check(N_("Compare the value in the message with the size of the dimension."),
                        "method 5", topics=("index_range",)),
-                _check("For class targets, a value equal to C has two readings: labels "
-                       "numbered 1..C, or a class the model was not built for; over the whole "
-                       "dataset, min and max, whether 0 occurs and the number of distinct "
-                       "labels tell them apart.", "method 7", topics=("label_readings",),
+                _check(N_("For class targets, a value equal to C has two readings: labels "
+                          "numbered 1..C, or a class the model was not built for; over the whole "
+                          "dataset, min and max, whether 0 occurs and the number of distinct "
+                          "labels tell them apart."), "method 7", topics=("label_readings",),
                        answered_by=("kind_known",)),
-                _check("For embeddings: indices against num_embeddings (vocabulary size, "
-                       "padding id).", "embedding", topics=("vocabulary",),
+                _check(N_("For embeddings: indices against num_embeddings (vocabulary size, "
+                          "padding id)."), "embedding", topics=("vocabulary",),
                        answered_by=("kind_known",)),
-                _check("Check that the label mapping is a bijection with the class names: "
-                       "cudadiag.check_label_mapping(label_to_index, class_names).", "method 7",
+                _check(N_("Check that the label mapping is a bijection with the class names: "
+                          "cudadiag.check_label_mapping(label_to_index, class_names)."), "method 7",
                        topics=("label_mapping",), answered_by=("kind_known",)),
             ),
             avoid=(
                 WIDENING_AVOID,
-                _avoid("The GPU's 'device-side assert triggered' for the same data is another "
-                       "bug: it is this failure, reported without the values.", "method 3",
+                _avoid(N_("The GPU's 'device-side assert triggered' for the same data is another "
+                          "bug: it is this failure, reported without the values."), "method 3",
                        "method 9", forbids=r"\b(?:another|a different|a separate) bug\b"),
             ),
         ),
         Family(
             "library_status",
-            "CUDA library status (cuBLAS, cuDNN, ...)",
+            N_("CUDA library status (cuBLAS, cuDNN, ...)"),
             first_checks=(
-                _check("An earlier asynchronous error often surfaces as a library status: "
-                       "{rerun}.", "method 3", "method 4", answered_by=("isolated",)),
-                _check("CUBLAS_STATUS_NOT_INITIALIZED often means out of memory at handle "
-                       "creation, or an out-of-range embedding index just before.",
+                _check(N_("An earlier asynchronous error often surfaces as a library status: "
+                          "{rerun}."), "method 3", "method 4", answered_by=("isolated",)),
+                _check(N_("CUBLAS_STATUS_NOT_INITIALIZED often means out of memory at handle "
+                          "creation, or an out-of-range embedding index just before."),
                        "cublas-status", "method 3"),
-                _check("Check the layout and dtype of the inputs (contiguity; cuDNN "
-                       "NOT_SUPPORTED).", "method 8", "cudnn"),
-                _check("Check the library versions shipped with the PyTorch build.", "method 2",
+                _check(N_("Check the layout and dtype of the inputs (contiguity; cuDNN "
+                          "NOT_SUPPORTED)."), "method 8", "cudnn"),
+                _check(N_("Check the library versions shipped with the PyTorch build."), "method 2",
                        "method 12"),
             ),
             avoid=(
-                _avoid("The library is broken.", "method 5",
+                _avoid(N_("The library is broken."), "method 5",
                        forbids=r"\breinstall\w*\b[^.]*\b(?:cublas|cudnn|library)\b"),
-                _avoid("Reinstalling CUDA.", "method 5", forbids=r"\breinstall\w*\b[^.]*\bCUDA\b"),
-                _avoid("Disabling cuDNN for good.", "method 9",
+                _avoid(N_("Reinstalling CUDA."), "method 5",
+                       forbids=r"\breinstall\w*\b[^.]*\bCUDA\b"),
+                _avoid(N_("Disabling cuDNN for good."), "method 9",
                        forbids=r"cudnn\.enabled ?= ?False|\bdisabl\w*\b[^.]*\bcuDNN\b"),
             ),
             asynchronous=True,
         ),
         Family(
             "distributed",
-            "Distributed / collective failure",
+            N_("Distributed / collective failure"),
             first_checks=(
-                _check("Find the first rank that failed and its own first error: the other "
-                       "ranks only time out waiting for it.", "method 1"),
-                _check("Re-run with NCCL_DEBUG=INFO.", "nccl-env"),
-                _check("Check that every rank runs the same collectives in the same order with "
-                       "the same shapes.", "distributed"),
-                _check("Look for a CUDA error (out of memory, device assert) inside one rank "
-                       "before the collective.", "method 1"),
+                _check(N_("Find the first rank that failed and its own first error: the other "
+                          "ranks only time out waiting for it."), "method 1"),
+                _check(N_("Re-run with NCCL_DEBUG=INFO."), "nccl-env"),
+                _check(N_("Check that every rank runs the same collectives in the same order with "
+                          "the same shapes."), "distributed"),
+                _check(N_("Look for a CUDA error (out of memory, device assert) inside one rank "
+                          "before the collective."), "method 1"),
             ),
             avoid=(
-                _avoid("The network is the cause.", "method 1",
+                _avoid(N_("The network is the cause."), "method 1",
                        forbids=r"\b(?:network|interconnect|infiniband)\b[^.]*"
                                r"\b(?:cause|broken|faulty)\b"),
-                _avoid("Raising the timeout fixes it.", "method 1",
+                _avoid(N_("Raising the timeout fixes it."), "method 1",
                        forbids=r"\b(?:rais|increas)\w*\b[^.]*\btimeout\b"),
-                _avoid("The rank that printed last is the culprit.", "method 1",
+                _avoid(N_("The rank that printed last is the culprit."), "method 1",
                        forbids=r"\b(?:last|latest) (?:rank|message)\b[^.]*\b(?:culprit|cause)\b"),
             ),
         ),
         Family(
             "driver",
-            "Driver or device initialisation",
+            N_("Driver or device initialisation"),
             first_checks=(
-                _check("Check that nvidia-smi (or rocm-smi) sees the GPU.", "nvidia-smi",
+                _check(N_("Check that nvidia-smi (or rocm-smi) sees the GPU."), "nvidia-smi",
                        "method 13"),
-                _check("Check the driver version against torch.version.cuda.",
+                _check(N_("Check the driver version against torch.version.cuda."),
                        "cuda-compatibility"),
-                _check("Check CUDA_VISIBLE_DEVICES and the device index you ask for.",
+                _check(N_("Check CUDA_VISIBLE_DEVICES and the device index you ask for."),
                        "cuda-env-vars"),
-                _check("For launch timeouts: a display watchdog on a GPU that also drives a "
-                       "screen.", "cuda-runtime-errors"),
+                _check(N_("For launch timeouts: a display watchdog on a GPU that also drives a "
+                          "screen."), "cuda-runtime-errors"),
             ),
             avoid=(
-                _avoid("Reinstalling PyTorch before checking the driver.", "method 5",
+                _avoid(N_("Reinstalling PyTorch before checking the driver."), "method 5",
                        forbids=r"\breinstall\w*\b[^.]*\b(?:PyTorch|torch)\b"),
-                _avoid("The model code is wrong.", "method 5",
+                _avoid(N_("The model code is wrong."), "method 5",
                        forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
             ),
         ),
         Family(
             "cuda_graph",
-            "CUDA graph capture or replay",
+            N_("CUDA graph capture or replay"),
             first_checks=(
-                _check("Find what synchronises or allocates inside the captured region: "
-                       ".item(), .cpu(), print of a tensor, torch.cuda.synchronize(), a "
-                       "data-dependent shape (nonzero, masked indexing), a new tensor on "
-                       "another device; none of them is allowed while a stream captures.",
+                _check(N_("Find what synchronises or allocates inside the captured region: "
+                          ".item(), .cpu(), print of a tensor, torch.cuda.synchronize(), a "
+                          "data-dependent shape (nonzero, masked indexing), a new tensor on "
+                          "another device; none of them is allowed while a stream captures."),
                        "cuda-graphs", "cuda-stream-capture", topics=("capture",)),
-                _check("Warm the code up on a side stream before capturing (a few iterations "
-                       "outside the graph: lazy initialisation of cuBLAS, cuDNN and the "
-                       "allocator must happen before capture).", "cuda-graphs"),
-                _check("With torch.compile(mode=\"reduce-overhead\"): clone an output you "
-                       "keep past the next call, or call torch.compiler.cudagraph_mark_step_"
-                       "begin() before each step; mode=\"default\" runs the same code without "
-                       "graphs.", "cudagraph-trees"),
-                _check("Capture replays fixed addresses from the graph's private memory pool: "
-                       "inputs must be static tensors refilled with .copy_(), not new tensors "
-                       "made each step (torch.tensor(...) from Python data, host copies).",
+                _check(N_("Warm the code up on a side stream before capturing (a few iterations "
+                          "outside the graph: lazy initialisation of cuBLAS, cuDNN and the "
+                          "allocator must happen before capture)."), "cuda-graphs"),
+                _check(N_("With torch.compile(mode=\"reduce-overhead\"): clone an output you "
+                          "keep past the next call, or call torch.compiler.cudagraph_mark_step_"
+                          "begin() before each step; mode=\"default\" runs the same code without "
+                          "graphs."), "cudagraph-trees"),
+                _check(N_("Capture replays fixed addresses from the graph's private memory pool: "
+                          "inputs must be static tensors refilled with .copy_(), not new tensors "
+                          "made each step (torch.tensor(...) from Python data, host copies)."),
                        "cuda-graphs"),
-                _check("Re-run without graphs to see the code's own error, if any: {rerun}.",
+                _check(N_("Re-run without graphs to see the code's own error, if any: {rerun}."),
                        "method 4", answered_by=("isolated",)),
             ),
-            isolated="the original failure was a CUDA graph capture's; the isolated re-run "
-                     "ran with compilation disabled, so torch.compile's graphs "
-                     "(mode=\"reduce-overhead\") were not captured (torch.cuda.graph() in "
-                     "the cells still captures)",
+            isolated=N_("the original failure was a CUDA graph capture's; the isolated re-run "
+                        "ran with compilation disabled, so torch.compile's graphs "
+                        "(mode=\"reduce-overhead\") were not captured (torch.cuda.graph() in "
+                        "the cells still captures)"),
             avoid=(
-                _avoid("The GPU or the driver is broken.", "cuda-stream-capture",
+                _avoid(N_("The GPU or the driver is broken."), "cuda-stream-capture",
                        forbids=BROKEN_HARDWARE),
-                _avoid("The captured operator's arguments are wrong: the capture failed "
-                       "before the operator ran.", "cuda-stream-capture",
+                _avoid(N_("The captured operator's arguments are wrong: the capture failed "
+                          "before the operator ran."), "cuda-stream-capture",
                        forbids=r"\b(?:fix|change|check)\b[^.]*\b(?:arguments?|indices)\b"
                                r"[^.]*\bcaptur"),
             ),
         ),
         Family(
             "unknown",
-            "Unrecognised error",
+            N_("Unrecognised error"),
             first_checks=(
-                _check("Find the first error in the output, not the last.", "method 1"),
-                _check("Name the operator that failed: {rerun}.", "method 4",
+                _check(N_("Find the first error in the output, not the last."), "method 1"),
+                _check(N_("Name the operator that failed: {rerun}."), "method 4",
                        answered_by=("isolated",)),
-                _check("Record versions and backend: {env}.", "method 2"),
-                _check("cudadiag does not know this message yet: report it so it can be added. "
-                       "{report} holds what to paste in cudadiag's issue tracker: the whole "
-                       "message from its first error line, the exception type, the error code "
-                       "and the versions.", "method 1", "method 2"),
+                _check(N_("Record versions and backend: {env}."), "method 2"),
+                _check(N_("cudadiag does not know this message yet: report it so it can be added. "
+                          "{report} holds what to paste in cudadiag's issue tracker: the whole "
+                          "message from its first error line, the exception type, the error code "
+                          "and the versions."), "method 1", "method 2"),
             ),
-            avoid=(_avoid("Concluding from the last message printed.", "method 1",
+            avoid=(_avoid(N_("Concluding from the last message printed."), "method 1",
                           forbids=r"\bfrom the last (?:message|error|line)\b"),),
         ),
     )
@@ -1244,22 +1247,22 @@ with the first error (its advice already follows from them; the error's name is 
 # of what was asked for: the memory exists but not as one block.
 FRAGMENTATION_RATIO = 1.0
 FRAGMENTATION_CHECK = _check(
-    "Memory reserved by PyTorch but unallocated ({reserved_unallocated}) is at least what was "
-    "requested ({requested}): fragmentation is likely; try "
-    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.", "cuda-memory")
+    N_("Memory reserved by PyTorch but unallocated ({reserved_unallocated}) is at least what was "
+       "requested ({requested}): fragmentation is likely; try "
+       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."), "cuda-memory")
 RUNTIME_OOM_CHECK = _check(
-    "This is CUDA's own out-of-memory (context creation, cuBLAS/cuDNN workspaces, NCCL, an "
-    "extension), not PyTorch's allocator: check other processes on the GPU and memory held "
-    "outside PyTorch.", "cuda-runtime-errors", "cuda-memory")
+    N_("This is CUDA's own out-of-memory (context creation, cuBLAS/cuDNN workspaces, NCCL, an "
+       "extension), not PyTorch's allocator: check other processes on the GPU and memory held "
+       "outside PyTorch."), "cuda-runtime-errors", "cuda-memory")
 LOG_FILE_CHECK = _check(
-    "Run it again with CUDA_LOG_FILE=stderr (CUDA 12.9 or newer, as the message asks): the "
-    "driver then writes why the call failed, in words, next to the error code.",
+    N_("Run it again with CUDA_LOG_FILE=stderr (CUDA 12.9 or newer, as the message asks): the "
+       "driver then writes why the call failed, in words, next to the error code."),
     "cuda-error-log")
 """For the hint PyTorch adds to a CUDA error since pytorch/pytorch#181011 (HINT_PATTERNS
 `log_file_hint`)."""
 ARCH_CHECK = _check(
-    "The device's capability {capability} is not in the build's arch list ({arch_list}): "
-    "install a PyTorch build that supports it.", "arch-list", "install", "method 5")
+    N_("The device's capability {capability} is not in the build's arch list ({arch_list}): "
+       "install a PyTorch build that supports it."), "arch-list", "install", "method 5")
 
 
 @dataclass(frozen=True)
@@ -1283,74 +1286,74 @@ PITFALLS: dict[str, Pitfall] = {
     for p in (
         Pitfall(
             "notebook_function_in_child",
-            "A process started with the 'spawn' start method cannot load a function defined "
-            "in the notebook",
+            N_("A process started with the 'spawn' start method cannot load a function defined "
+               "in the notebook"),
             checks=(
-                _check("torch.multiprocessing.spawn starts each process with the 'spawn' start "
-                       "method: it imports __main__ afresh and looks the function up there, and "
-                       "a notebook's __main__ is no file, so the function is not found. The "
-                       "training code never ran: this says nothing about it.",
+                _check(N_("torch.multiprocessing.spawn starts each process with the 'spawn' start "
+                          "method: it imports __main__ afresh and looks the function up there, and "
+                          "a notebook's __main__ is no file, so the function is not found. The "
+                          "training code never ran: this says nothing about it."),
                        "multiprocessing", "start-methods"),
-                _check("Re-run the cell with %cuda_isolate: cudadiag runs every rank as its own "
-                       "process forked from a fresh interpreter that holds the notebook's "
-                       "function (blocking launches, the tracer and the prechecks in each rank) "
-                       "and names the rank that failed first.", "method 4",
+                _check(N_("Re-run the cell with %cuda_isolate: cudadiag runs every rank as its own "
+                          "process forked from a fresh interpreter that holds the notebook's "
+                          "function (blocking launches, the tracer and the prechecks in each rank) "
+                          "and names the rank that failed first."), "method 4",
                        answered_by=("isolated",)),
-                _check("Or move the function (and what it uses) to a .py file beside the "
-                       "notebook and import it from there: `from ddp_worker import worker`.",
+                _check(N_("Or move the function (and what it uses) to a .py file beside the "
+                          "notebook and import it from there: `from ddp_worker import worker`."),
                        "start-methods"),
             ),
-            isolated="the original failure was the spawn start method's (its processes could "
-                     "not load the notebook's function); here each rank was forked with it, so "
-                     "this is what the ranks themselves do",
+            isolated=N_("the original failure was the spawn start method's (its processes could "
+                        "not load the notebook's function); here each rank was forked with it, so "
+                        "this is what the ranks themselves do"),
         ),
         Pitfall(
             "extension_binary",
-            "An extension binary built for another torch, CUDA or Python",
+            N_("An extension binary built for another torch, CUDA or Python"),
             checks=(
-                _check("A compiled extension (flash-attn, xformers, bitsandbytes, apex, a custom "
-                       "op) links against the torch, CUDA and Python it was built with: compare "
-                       "them with this environment's, `python -c \"import torch, sys; "
-                       "print(torch.__version__, torch.version.cuda, sys.version)\"` ({env} "
-                       "shows them too).", "cpp-extension", "install"),
-                _check("Install the extension's build for exactly this torch (its wheel names "
-                       "torch, CUDA, the C++ ABI and Python), or build it from source against "
-                       "the installed torch (`pip install --no-build-isolation ...`); an "
-                       "upgrade of torch needs the extension rebuilt.", "cpp-extension"),
-                _check("Building it: the nvcc on PATH must be the CUDA version torch was built "
-                       "with (torch.version.cuda).", "cpp-extension", "cuda-compatibility"),
+                _check(N_("A compiled extension (flash-attn, xformers, bitsandbytes, apex, a "
+                          "custom op) links against the torch, CUDA and Python it was built with: "
+                          "compare them with this environment's, `python -c \"import torch, sys; "
+                          "print(torch.__version__, torch.version.cuda, sys.version)\"` ({env} "
+                          "shows them too)."), "cpp-extension", "install"),
+                _check(N_("Install the extension's build for exactly this torch (its wheel names "
+                          "torch, CUDA, the C++ ABI and Python), or build it from source against "
+                          "the installed torch (`pip install --no-build-isolation ...`); an "
+                          "upgrade of torch needs the extension rebuilt."), "cpp-extension"),
+                _check(N_("Building it: the nvcc on PATH must be the CUDA version torch was built "
+                          "with (torch.version.cuda)."), "cpp-extension", "cuda-compatibility"),
             ),
-            isolated="the original failure was the extension's binary (built for another "
-                     "torch, CUDA or Python); the isolated run loads the same one",
+            isolated=N_("the original failure was the extension's binary (built for another "
+                        "torch, CUDA or Python); the isolated run loads the same one"),
             avoid=(
-                _avoid("The model code is wrong: the extension never ran.", "cpp-extension",
+                _avoid(N_("The model code is wrong: the extension never ran."), "cpp-extension",
                        forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
-                _avoid("The GPU or the driver is broken.", "cpp-extension",
+                _avoid(N_("The GPU or the driver is broken."), "cpp-extension",
                        forbids=BROKEN_HARDWARE),
             ),
         ),
         Pitfall(
             "cpu_only_build",
-            "This PyTorch is a build without CUDA",
+            N_("This PyTorch is a build without CUDA"),
             checks=(
-                _check("The torch the program imported has no CUDA support: check it with "
-                       "`python -c \"import torch; print(torch.__file__, torch.__version__, "
-                       "torch.version.cuda)\"` run by the same interpreter (a `+cpu` version, "
-                       "or torch.version.cuda None; {env} shows it too).", "hip",
+                _check(N_("The torch the program imported has no CUDA support: check it with "
+                          "`python -c \"import torch; print(torch.__file__, torch.__version__, "
+                          "torch.version.cuda)\"` run by the same interpreter (a `+cpu` version, "
+                          "or torch.version.cuda None; {env} shows it too)."), "hip",
                        "method 2"),
-                _check("Install a CUDA build in this environment (the pip command for your "
-                       "CUDA version from pytorch.org's install selector); a notebook kernel "
-                       "may run another environment than your terminal: `import sys; "
-                       "sys.executable`.", "install"),
-                _check("No GPU at hand? Keep the tensors on the CPU: `device = 'cuda' if "
-                       "torch.cuda.is_available() else 'cpu'`.", "cuda-semantics"),
+                _check(N_("Install a CUDA build in this environment (the pip command for your "
+                          "CUDA version from pytorch.org's install selector); a notebook kernel "
+                          "may run another environment than your terminal: `import sys; "
+                          "sys.executable`."), "install"),
+                _check(N_("No GPU at hand? Keep the tensors on the CPU: `device = 'cuda' if "
+                          "torch.cuda.is_available() else 'cpu'`."), "cuda-semantics"),
             ),
-            isolated="the original failure was the build's (no CUDA in it); the isolated "
-                     "run uses the same build",
+            isolated=N_("the original failure was the build's (no CUDA in it); the isolated "
+                        "run uses the same build"),
             avoid=(
-                _avoid("The driver or the GPU is at fault: this build never looks for them.",
+                _avoid(N_("The driver or the GPU is at fault: this build never looks for them."),
                        "install", forbids=BROKEN_HARDWARE),
-                _avoid("The model code is wrong.", "method 5",
+                _avoid(N_("The model code is wrong."), "method 5",
                        forbids=r"\b(?:rewrite|change|fix)\b[^.]*\bmodel code\b"),
             ),
             family_checks=False,
@@ -1413,20 +1416,20 @@ class ValuePattern:
 
 
 TOKEN_VOCABULARY = _check(
-    "The tokenizer (or the dictionary) and the model must share one vocabulary: len(tokenizer) "
-    "against the model's vocab_size, counted once every token is in — a tokenizer from another "
-    "checkpoint gives ids the model does not have.", "hf-tokenizer", "embedding",
+    N_("The tokenizer (or the dictionary) and the model must share one vocabulary: len(tokenizer) "
+       "against the model's vocab_size, counted once every token is in — a tokenizer from another "
+       "checkpoint gives ids the model does not have."), "hf-tokenizer", "embedding",
     topics=("vocabulary",))
 SPECIAL_TOKENS = _check(
-    "Special tokens added to the tokenizer (pad, eos, new tokens) need "
-    "model.resize_token_embeddings(len(tokenizer)) afterwards.", "hf-resize-embeddings",
+    N_("Special tokens added to the tokenizer (pad, eos, new tokens) need "
+       "model.resize_token_embeddings(len(tokenizer)) afterwards."), "hf-resize-embeddings",
     "hf-tokenizer", topics=("special_tokens",))
 IGNORE_INDEX = _check(
-    "Padding and unlabeled targets must equal the loss's ignore_index (default −100), not −1 "
-    "or 0.", "cross-entropy", topics=("ignore_index",), answered_by=("no_negative_values",))
+    N_("Padding and unlabeled targets must equal the loss's ignore_index (default −100), not −1 "
+       "or 0."), "cross-entropy", topics=("ignore_index",), answered_by=("no_negative_values",))
 NEGATIVE_INDICES = _check(
-    "Negative indices: advanced indexing (t[idx]) counts them from the end, gather, scatter "
-    "and index_select do not; a −1 used as padding or 'not found' is out of range.",
+    N_("Negative indices: advanced indexing (t[idx]) counts them from the end, gather, scatter "
+       "and index_select do not; a −1 used as padding or 'not found' is out of range."),
     "gather", "index-select", topics=("negative",), answered_by=("no_negative_values",))
 
 OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
@@ -1436,21 +1439,21 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
              "nll_loss2d_backward", "nll_loss", "nll_loss_nd", "nll_loss2d",
              "cross_entropy_loss"),
         checks=(
-            _check("Class targets must lie in [0, C) or equal ignore_index, C = the output "
-                   "width (logits.shape[1]). A target equal to C has two readings: labels "
-                   "numbered 1..C, or a class the model was not built for; over the whole "
-                   "dataset, not one batch, min and max, whether 0 occurs and the number of "
-                   "distinct labels against the class names tell them apart.",
+            _check(N_("Class targets must lie in [0, C) or equal ignore_index, C = the output "
+                      "width (logits.shape[1]). A target equal to C has two readings: labels "
+                      "numbered 1..C, or a class the model was not built for; over the whole "
+                      "dataset, not one batch, min and max, whether 0 occurs and the number of "
+                      "distinct labels against the class names tell them apart."),
                    "cross-entropy", "method 7", topics=("index_range", "label_readings")),
-            _check("Fix the mapping where the labels are made, not the model: check it is a "
-                   "bijection with the class names (cudadiag.check_label_mapping("
-                   "label_to_index, class_names)), and keep the failing batch as a case that "
-                   "lives with the project (cudadiag.keep_case(batch, 'bad_label', "
-                   "reason=...)).", "method 7", topics=("label_mapping", "keep_case")),
+            _check(N_("Fix the mapping where the labels are made, not the model: check it is a "
+                      "bijection with the class names (cudadiag.check_label_mapping("
+                      "label_to_index, class_names)), and keep the failing batch as a case that "
+                      "lives with the project (cudadiag.keep_case(batch, 'bad_label', "
+                      "reason=...))."), "method 7", topics=("label_mapping", "keep_case")),
             IGNORE_INDEX,
-            _check("In a language model the targets are token ids and C is the vocabulary: "
-                   "compare the largest id with the vocabulary the model was built with (a "
-                   "token added after it, such as <eos>, has the id C).", "cross-entropy",
+            _check(N_("In a language model the targets are token ids and C is the vocabulary: "
+                      "compare the largest id with the vocabulary the model was built with (a "
+                      "token added after it, such as <eos>, has the id C)."), "cross-entropy",
                    "embedding", topics=("vocabulary",), answered_by=("no_vocabulary",)),
         ),
         avoid=(SUBTRACTING_AVOID,),
@@ -1459,9 +1462,9 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
         "token_target",
         ops=(),
         checks=(
-            _check("These targets are token ids: the loss's classes are the model's "
-                   "vocabulary (an embedding of as many rows takes the same ids). Compare the "
-                   "largest id in the data with the vocabulary the model was built with.",
+            _check(N_("These targets are token ids: the loss's classes are the model's "
+                      "vocabulary (an embedding of as many rows takes the same ids). Compare the "
+                      "largest id in the data with the vocabulary the model was built with."),
                    "cross-entropy", "embedding", "method 5", topics=("index_range",)),
             TOKEN_VOCABULARY,
             SPECIAL_TOKENS,
@@ -1473,13 +1476,13 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
         ops=("embedding", "embedding_dense_backward", "embedding_backward", "embedding_bag",
              "_embedding_bag", "_embedding_bag_forward_only", "embedding_renorm_"),
         checks=(
-            _check("Token ids must lie in [0, num_embeddings): compare ids.max() with the "
-                   "embedding's num_embeddings (model.get_input_embeddings().num_embeddings).",
+            _check(N_("Token ids must lie in [0, num_embeddings): compare ids.max() with the "
+                      "embedding's num_embeddings (model.get_input_embeddings().num_embeddings)."),
                    "embedding", topics=("index_range",)),
             TOKEN_VOCABULARY,
             SPECIAL_TOKENS,
-            _check("padding_idx must be a valid id (< num_embeddings), and the padding value "
-                   "in the batches must equal it.", "embedding", topics=("padding",)),
+            _check(N_("padding_idx must be a valid id (< num_embeddings), and the padding value "
+                      "in the batches must equal it."), "embedding", topics=("padding",)),
             NEGATIVE_INDICES,
         ),
     ),
@@ -1490,15 +1493,15 @@ OPERATOR_ADVICE: tuple[OperatorAdvice, ...] = (
              "_index_put_impl_", "take", "take_along_dim", "index_add", "index_add_",
              "index_copy", "index_copy_", "index_fill", "index_fill_"),
         checks=(
-            _check("Each index must be smaller than the size of the dimension it indexes: "
-                   "compare index.max() with tensor.shape[dim] for the dim the operator uses.",
+            _check(N_("Each index must be smaller than the size of the dimension it indexes: "
+                      "compare index.max() with tensor.shape[dim] for the dim the operator uses."),
                    "gather", "index-select", topics=("index_range",)),
-            _check("An index equal to the size is a value the table was not sized for. Taken "
-                   "from a mapping (characters, categories, ids numbered as they are found), "
-                   "it is a new category in the data, not an off-by-one: compare what the "
-                   "mapping holds (len(stoi)) with the table's rows. Computed from another "
-                   "tensor (argmax, lengths, offsets), it must refer to this tensor's shape, "
-                   "after any slicing or filtering.", "method 7", "method 5",
+            _check(N_("An index equal to the size is a value the table was not sized for. Taken "
+                      "from a mapping (characters, categories, ids numbered as they are found), "
+                      "it is a new category in the data, not an off-by-one: compare what the "
+                      "mapping holds (len(stoi)) with the table's rows. Computed from another "
+                      "tensor (argmax, lengths, offsets), it must refer to this tensor's shape, "
+                      "after any slicing or filtering."), "method 7", "method 5",
                    topics=("index_readings",)),
             NEGATIVE_INDICES,
         ),
@@ -1554,33 +1557,33 @@ MODEL_FACT_ADVICE: tuple[ModelFactAdvice, ...] = (
     ModelFactAdvice(
         "labels_reach_num_labels", ("class_target",), "num_labels",
         lambda v, n: v.high == n and v.largest >= n,
-        _check("The model has {num_labels_from} = {fact}, so its classes are 0..{last}; labels "
-               "reach {max}{where}. Look at that sample's label and at how the dataset's "
-               "labels were turned into ids (one label2id over every split): fix the mapping "
-               "where the data is prepared; {num_labels_from} counts the class names, it does "
-               "not follow the largest label.", "method 7", topics=("model_labels",))),
+        _check(N_("The model has {num_labels_from} = {fact}, so its classes are 0..{last}; labels "
+                  "reach {max}{where}. Look at that sample's label and at how the dataset's "
+                  "labels were turned into ids (one label2id over every split): fix the mapping "
+                  "where the data is prepared; {num_labels_from} counts the class names, it does "
+                  "not follow the largest label."), "method 7", topics=("model_labels",))),
     ModelFactAdvice(
         "labels_padded_with_pad_token", ("class_target", "token_target"), "pad_token_id",
         lambda v, pad: pad in v.offending and v.ignore_index != pad,
-        _check("Labels {values}{where} equal the tokenizer's pad_token_id = {fact}: labels "
-               "padded like input ids. Hugging Face's data collators "
-               "(DataCollatorForTokenClassification, DataCollatorForSeq2Seq) pad labels with "
-               "−100 (label_pad_token_id), the loss's ignore_index; pad them that way.",
+        _check(N_("Labels {values}{where} equal the tokenizer's pad_token_id = {fact}: labels "
+                  "padded like input ids. Hugging Face's data collators "
+                  "(DataCollatorForTokenClassification, DataCollatorForSeq2Seq) pad labels with "
+                  "−100 (label_pad_token_id), the loss's ignore_index; pad them that way."),
                "hf-data-collator", "cross-entropy", topics=("ignore_index",))),
     ModelFactAdvice(
         "labels_padded_not_ignored", ("class_target", "token_target"), "num_labels",
         lambda v, _: any(x < 0 for x in v.offending) and v.ignore_index not in v.offending,
-        _check("Labels {values}{where}: Hugging Face's data collators "
-               "(DataCollatorForTokenClassification, DataCollatorForSeq2Seq) pad labels with "
-               "−100 (label_pad_token_id), the loss's ignore_index; a custom collator or "
-               "dataset that pads with another value gives targets the loss rejects.",
+        _check(N_("Labels {values}{where}: Hugging Face's data collators "
+                  "(DataCollatorForTokenClassification, DataCollatorForSeq2Seq) pad labels with "
+                  "−100 (label_pad_token_id), the loss's ignore_index; a custom collator or "
+                  "dataset that pads with another value gives targets the loss rejects."),
                "hf-data-collator", "cross-entropy", topics=("ignore_index",))),
     ModelFactAdvice(
         "ids_reach_vocab_size", ("embedding", "token_target"), "vocab_size",
         lambda v, n: v.high == n and v.largest >= n,
-        _check("The model has config.vocab_size = {fact}{tokenizer}; ids reach {max}{where}: "
-               "a tokenizer of another checkpoint, or tokens added to the tokenizer without "
-               "model.resize_token_embeddings(len(tokenizer)) afterwards.",
+        _check(N_("The model has config.vocab_size = {fact}{tokenizer}; ids reach {max}{where}: "
+                  "a tokenizer of another checkpoint, or tokens added to the tokenizer without "
+                  "model.resize_token_embeddings(len(tokenizer)) afterwards."),
                "hf-tokenizer", "hf-resize-embeddings", topics=("vocabulary",))),
 )
 
@@ -1589,84 +1592,85 @@ VALUE_PATTERNS: tuple[ValuePattern, ...] = (
     _pattern(
         "labels_without_zero", ("class_target",),
         lambda v: v.min is not None and v.min >= 1 and v.largest == v.high,
-        "target {high} for {high} output columns (valid [{low}, {high}); these targets span "
-        "{min}..{max}, no 0): labels numbered 1..{high}, or a class the model was not built for. "
-        "Over the whole dataset: 0 never a label and {high} distinct values 1..{high} reads as "
-        "a 1..{high} encoding; {wider} distinct values, 0 among them, as an unexpected "
-        "{ordinal} class", "method 7", "cross-entropy", group="range",
+        N_("target {high} for {high} output columns (valid [{low}, {high}); these targets span "
+           "{min}..{max}, no 0): labels numbered 1..{high}, or a class the model was not built "
+           "for. Over the whole dataset: 0 never a label and {high} distinct values 1..{high} "
+           "reads as a 1..{high} encoding; {wider} distinct values, 0 among them, as an unexpected "
+           "{ordinal} class"), "method 7", "cross-entropy", group="range",
         topics=("index_range", "label_readings")),
     _pattern(
         "label_equals_classes", ("class_target",),
         lambda v: v.largest == v.high,
-        "target {high} for {high} output columns (valid [{low}, {high}){seen}): a class the model "
-        "was not built for, or labels numbered 1..{high}. Over the whole dataset: {wider} "
-        "distinct values, 0 among them, reads as an unexpected {ordinal} class; 0 never a label "
-        "and {high} distinct values 1..{high} as a 1..{high} encoding", "method 7", "cross-entropy",
-        group="range", topics=("index_range", "label_readings")),
+        N_("target {high} for {high} output columns (valid [{low}, {high}){seen}): a class the "
+           "model was not built for, or labels numbered 1..{high}. Over the whole dataset: {wider} "
+           "distinct values, 0 among them, reads as an unexpected {ordinal} class; 0 never a label "
+           "and {high} distinct values 1..{high} as a 1..{high} encoding"), "method 7",
+        "cross-entropy", group="range", topics=("index_range", "label_readings")),
     _pattern(
         "targets_far_beyond", ("class_target",),
         lambda v: v.largest > v.high,
-        "targets reach {max} for {high} output columns (valid [{low}, {high})): too far for a "
-        "1..{high} encoding — a marker for positions to skip (then pass ignore_index={max}) or "
-        "ids of another numbering, to map onto [0, {high}) where the labels are made",
+        N_("targets reach {max} for {high} output columns (valid [{low}, {high})): too far for a "
+           "1..{high} encoding — a marker for positions to skip (then pass ignore_index={max}) or "
+           "ids of another numbering, to map onto [0, {high}) where the labels are made"),
         "method 7", "cross-entropy", group="range", topics=("index_range", "label_readings")),
     _pattern(
         "padding_not_ignored", ("class_target", "token_target"),
         lambda v: -1 in v.offending and v.ignore_index != -1,
-        "−1 among the targets, and the loss skips only ignore_index={ignore_index}: if −1 marks "
-        "padding or unlabeled positions, pad with {ignore_index} or pass ignore_index=-1; if it "
-        "is what a lookup returned for a label it did not find (dict.get(label, -1)), the "
-        "mapping misses a label",
+        N_("−1 among the targets, and the loss skips only ignore_index={ignore_index}: if −1 marks "
+           "padding or unlabeled positions, pad with {ignore_index} or pass ignore_index=-1; if it "
+           "is what a lookup returned for a label it did not find (dict.get(label, -1)), the "
+           "mapping misses a label"),
         "cross-entropy", "method 7", group="negative", topics=("index_range", "ignore_index")),
     _pattern(
         "target_id_is_vocabulary_size", ("token_target",),
         lambda v: v.largest == v.high,
-        "a target token id equals the vocabulary size ({high}): the loss's {high} classes are "
-        "the model's vocabulary (its embedding has {high} rows), so this is a token the model "
-        "was not built with, not one class more — a token given its id after the model was "
-        "sized (<eos>, pad, a special token): count the vocabulary once every token is in, "
-        "before the model is built, or give that token an id the model has", "embedding",
+        N_("a target token id equals the vocabulary size ({high}): the loss's {high} classes are "
+           "the model's vocabulary (its embedding has {high} rows), so this is a token the model "
+           "was not built with, not one class more — a token given its id after the model was "
+           "sized (<eos>, pad, a special token): count the vocabulary once every token is in, "
+           "before the model is built, or give that token an id the model has"), "embedding",
         "hf-tokenizer", "method 5", group="range", topics=("index_range",)),
     _pattern(
         "target_ids_beyond_vocabulary", ("token_target",),
         lambda v: v.largest > v.high,
-        "target token ids reach {max} for a vocabulary of {high}: the targets were made by "
-        "another tokenizer or dictionary than the model's", "hf-tokenizer", "method 5",
+        N_("target token ids reach {max} for a vocabulary of {high}: the targets were made by "
+           "another tokenizer or dictionary than the model's"), "hf-tokenizer", "method 5",
         group="range", topics=("index_range", "vocabulary")),
     _pattern(
         "id_is_vocabulary_size", ("embedding",),
         lambda v: v.largest == v.high,
-        "a token id equals the vocabulary size ({high}): a token given its id after the "
-        "embedding was sized (pad, eos, a special token) — count the vocabulary once every "
-        "token is in, before the model is built, or resize the embedding to len(tokenizer)",
+        N_("a token id equals the vocabulary size ({high}): a token given its id after the "
+           "embedding was sized (pad, eos, a special token) — count the vocabulary once every "
+           "token is in, before the model is built, or resize the embedding to len(tokenizer)"),
         "embedding", "hf-resize-embeddings", group="range", topics=("index_range",)),
     _pattern(
         "ids_beyond_vocabulary", ("embedding",),
         lambda v: v.largest > v.high,
-        "token ids reach {max} for an embedding of {high}: the tokenizer and the model do not "
-        "share a vocabulary (another checkpoint, another tokenizer)", "embedding",
+        N_("token ids reach {max} for an embedding of {high}: the tokenizer and the model do not "
+           "share a vocabulary (another checkpoint, another tokenizer)"), "embedding",
         "hf-tokenizer", group="range", topics=("index_range", "vocabulary")),
     _pattern(
         "index_is_dimension_size", ("index",),
         lambda v: v.largest == v.high,
-        "an index equals the size of the dimension it indexes ({high}; valid [{low}, {high})). "
-        "Taken from a mapping (characters, categories, ids numbered as they are found), it is "
-        "a {ordinal} value where the table holds {high} — a new category in the data, not an "
-        "off-by-one: count what the mapping holds (len(stoi), the distinct values) against the "
-        "table's {high} rows and find the new one. Computed (a length, an offset), it may be "
-        "off by one", "method 7", "method 5", group="range",
+        N_("an index equals the size of the dimension it indexes ({high}; valid [{low}, {high})). "
+           "Taken from a mapping (characters, categories, ids numbered as they are found), it is "
+           "a {ordinal} value where the table holds {high} — a new category in the data, not an "
+           "off-by-one: count what the mapping holds (len(stoi), the distinct values) against the "
+           "table's {high} rows and find the new one. Computed (a length, an offset), it may be "
+           "off by one"), "method 7", "method 5", group="range",
         topics=("index_range", "index_readings")),
     _pattern(
         "indices_beyond", ("index",),
         lambda v: v.largest > v.high,
-        "indices reach {max} for a dimension of {high} (valid [{low}, {high})): they were made for "
-        "another tensor — another table, the size before a slice or a filter, a global id used "
-        "as a local one", "method 5", group="range", topics=("index_range", "index_readings")),
+        N_("indices reach {max} for a dimension of {high} (valid [{low}, {high})): they were made "
+           "for another tensor — another table, the size before a slice or a filter, a global id "
+           "used as a local one"), "method 5", group="range",
+        topics=("index_range", "index_readings")),
     _pattern(
         "negative_indices", ("embedding", "index"),
         lambda v: v.low == 0 and any(x < 0 for x in v.offending),
-        "negative indices {values}: this operator does not wrap them like Python; a −1 is "
-        "often a padding or 'not found' marker — mask those positions first", "gather",
+        N_("negative indices {values}: this operator does not wrap them like Python; a −1 is "
+           "often a padding or 'not found' marker — mask those positions first"), "gather",
         "index-select", group="negative", topics=("negative",)),
 )
 
@@ -1679,17 +1683,17 @@ def operator_advice(kind: str) -> OperatorAdvice | None:
 # What guards.py says after a broken contract: what to check, in the words of docs/method.md.
 GUARD_ADVICE: dict[str, Advice] = {
     "class_targets": _check(
-        "Check the label encoding: a 1..{classes} encoding instead of 0..{last}, or an "
-        "unexpected extra class (over the whole dataset: min, max, whether 0 occurs, how many "
-        "distinct values); fix the mapping where the labels are made "
-        "(cudadiag.check_label_mapping), and do not widen the output layer or subtract 1 "
-        "everywhere to make this pass",
+        N_("Check the label encoding: a 1..{classes} encoding instead of 0..{last}, or an "
+           "unexpected extra class (over the whole dataset: min, max, whether 0 occurs, how many "
+           "distinct values); fix the mapping where the labels are made "
+           "(cudadiag.check_label_mapping), and do not widen the output layer or subtract 1 "
+           "everywhere to make this pass"),
         "method 7"),
-    "all_ignored": _check("Check the padding or the masking of this batch", "cross-entropy"),
-    "index_range": _check("Check the vocabulary size, the padding id and where the indices "
-                          "were built", "embedding", "method 5"),
-    "same_device": _check("Move the stray ones where they are created rather than adding "
-                          "copies at the call", "method 5"),
+    "all_ignored": _check(N_("Check the padding or the masking of this batch"), "cross-entropy"),
+    "index_range": _check(N_("Check the vocabulary size, the padding id and where the indices "
+                             "were built"), "embedding", "method 5"),
+    "same_device": _check(N_("Move the stray ones where they are created rather than adding "
+                             "copies at the call"), "method 5"),
 }
 
 
@@ -1708,52 +1712,54 @@ class ProcessEnd:
 PROCESS_ENDS: tuple[ProcessEnd, ...] = (
     # the kernel's OOM killer sends SIGKILL (man 5 proc: oom_score; dmesg: "Out of memory:
     # Killed process"); so do a scheduler over its memory limit and `kill -9`
-    ProcessEnd((-9, 137), "killed by signal 9 (SIGKILL) — often the host's out-of-memory "
-                          "killer; check `dmesg`",
-               ("Look for the host's out-of-memory killer on that node: `dmesg -T | grep -i "
-                "-e 'out of memory' -e 'killed process'`; under a scheduler, the job's memory "
-                "limit (SLURM: `sacct -j JOB -o JobID,MaxRSS,ReqMem,State`).",
-                "Measure one rank's host memory: data loader workers and their prefetching, "
-                "datasets or checkpoints loaded into RAM by every rank (torch.load with "
-                "mmap=True, map_location).",
-                "This is host (CPU) memory, not the GPU's: a CUDA out-of-memory raises an "
-                "exception instead.")),
+    ProcessEnd((-9, 137), N_("killed by signal 9 (SIGKILL) — often the host's out-of-memory "
+                             "killer; check `dmesg`"),
+               (N_("Look for the host's out-of-memory killer on that node: `dmesg -T | grep -i "
+                   "-e 'out of memory' -e 'killed process'`; under a scheduler, the job's memory "
+                   "limit (SLURM: `sacct -j JOB -o JobID,MaxRSS,ReqMem,State`)."),
+                N_("Measure one rank's host memory: data loader workers and their prefetching, "
+                   "datasets or checkpoints loaded into RAM by every rank (torch.load with "
+                   "mmap=True, map_location)."),
+                N_("This is host (CPU) memory, not the GPU's: a CUDA out-of-memory raises an "
+                   "exception instead."))),
     # abort(): a C++ exception no one caught (`terminate called after throwing`), an assert
     # in a library, NCCL's async error handling tearing the process down
-    ProcessEnd((-6, 134), "aborted (signal 6, SIGABRT) — an uncaught C++ exception or a "
-                          "library's assert; the lines just before it say which",
-               ("Read that rank's last lines before it ended: `terminate called after "
-                "throwing`, `what():`, a library's assertion, NCCL's watchdog.",)),
-    ProcessEnd((-11, 139), "crashed with a segmentation fault (signal 11, SIGSEGV) — native "
-                           "code (an extension, a driver, a data loader worker) read bad "
-                           "memory",
-               ("Re-run that rank with `python -X faulthandler` for the native stack.",
-                "Check compiled extensions were built for this torch and CUDA, and try the "
-                "data loader with num_workers=0.")),
-    ProcessEnd((-7, 135), "crashed with a bus error (signal 7, SIGBUS) — often a full "
-                          "/dev/shm (a container's shared memory)",
-               ("Check the shared memory: `df -h /dev/shm` (docker: --shm-size or "
-                "--ipc=host); data loader workers pass batches through it.",)),
-    ProcessEnd((-15, 143), "stopped by signal 15 (SIGTERM) — the launcher stopping it after "
-                           "another process failed, or the scheduler",
-               ("Look for the process that failed before it, or the scheduler's reason "
-                "(time limit, preemption).",)),
-    ProcessEnd((1,), "exited with status 1 without a traceback in this log — its error was "
-                     "printed elsewhere (its own log, stderr not captured)",
-               ("Find that rank's own output: torchrun keeps each rank's stdout and stderr "
-                "with `--tee 3` or `--log-dir DIR`, and writes its traceback to the error "
-                "file when main is decorated with torch.distributed.elastic's @record.",)),
+    ProcessEnd((-6, 134), N_("aborted (signal 6, SIGABRT) — an uncaught C++ exception or a "
+                             "library's assert; the lines just before it say which"),
+               (N_("Read that rank's last lines before it ended: `terminate called after "
+                   "throwing`, `what():`, a library's assertion, NCCL's watchdog."),)),
+    ProcessEnd((-11, 139), N_("crashed with a segmentation fault (signal 11, SIGSEGV) — native "
+                              "code (an extension, a driver, a data loader worker) read bad "
+                              "memory"),
+               (N_("Re-run that rank with `python -X faulthandler` for the native stack."),
+                N_("Check compiled extensions were built for this torch and CUDA, and try the "
+                   "data loader with num_workers=0."))),
+    ProcessEnd((-7, 135), N_("crashed with a bus error (signal 7, SIGBUS) — often a full "
+                             "/dev/shm (a container's shared memory)"),
+               (N_("Check the shared memory: `df -h /dev/shm` (docker: --shm-size or "
+                   "--ipc=host); data loader workers pass batches through it."),)),
+    ProcessEnd((-15, 143), N_("stopped by signal 15 (SIGTERM) — the launcher stopping it after "
+                              "another process failed, or the scheduler"),
+               (N_("Look for the process that failed before it, or the scheduler's reason "
+                   "(time limit, preemption)."),)),
+    ProcessEnd((1,), N_("exited with status 1 without a traceback in this log — its error was "
+                        "printed elsewhere (its own log, stderr not captured)"),
+               (N_("Find that rank's own output: torchrun keeps each rank's stdout and stderr "
+                   "with `--tee 3` or `--log-dir DIR`, and writes its traceback to the error "
+                   "file when main is decorated with torch.distributed.elastic's @record."),)),
 )
 PROCESS_ENDS_BY_CODE = {code: end for end in PROCESS_ENDS for code in end.codes}
 
 
-def process_end_words(code: int) -> str:
+def process_end_words(code: int) -> Text:
     """What an exit code means (PROCESS_ENDS), else `exited with status N` or `killed by
-    signal N`."""
+    signal N`: a sentence to keep (its English, which remembers its message)."""
     end = PROCESS_ENDS_BY_CODE.get(code)
     if end is not None:
-        return end.words
-    return f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        return Text(end.words)
+    if code < 0:
+        return msg("killed by signal {signal}", signal=-code)
+    return msg("exited with status {status}", status=code)
 
 
 # Lines a log scanner (`cudadiag explain`) looks at: those holding a signature's anchor, an

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cudadiag.classify import STICKY_TAIL, classify
+from cudadiag.i18n import msg
 from cudadiag.incident import Frame, Incident
 
 SPAWN_EXCEPTIONS = {
@@ -89,12 +90,18 @@ def make_child_incident(incident: Incident, report: SpawnReport, printed: str,
     # the context the error made unusable was the child's, which is gone: the kernel's is not
     diagnosis.summary = diagnosis.summary.removesuffix(STICKY_TAIL)
     diagnosis.sticky = False
-    if report.ended == "raised":
-        where = error.reported_at if report.child_traceback else None
-        how = "raised it in its own process" + (f" at {where.location()}" if where else "")
+    where = error.reported_at if report.child_traceback else None
+    if report.ended != "raised":
+        diagnosis.summary = msg("{summary} — rank {rank} failed: {message}",
+                                summary=diagnosis.summary, rank=report.rank,
+                                message=error.message)
+    elif where is not None:
+        diagnosis.summary = msg("{summary} — rank {rank} raised it in its own process at "
+                                "{place}", summary=diagnosis.summary, rank=report.rank,
+                                place=where.location())
     else:
-        how = f"failed: {error.message}"
-    diagnosis.summary = f"{diagnosis.summary} — rank {report.rank} {how}"
+        diagnosis.summary = msg("{summary} — rank {rank} raised it in its own process",
+                                summary=diagnosis.summary, rank=report.rank)
     incident.diagnosis = diagnosis
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cudadiag.i18n import msg
 from cudadiag.own_work import outside_user_modes
 from cudadiag.step_hooks import YIELD, add_step_hook, remove_step_hook
 
@@ -127,16 +128,18 @@ def choose_steps(seen: list[StepProfile], length: int | None, failing: int | Non
             chosen.setdefault(step, []).append(why)
 
     if failing is not None:
-        add(failing, "failing step")
-        add(failing - 1, "neighbour of the failing step")
-        add(failing + 1, "neighbour of the failing step")
-    add(total - 1, "last step" + _incomplete(seen, total - 1))
-    _add_extremes(add, seen, lambda p: p.length, "shortest sequence", "longest sequence")
-    _add_extremes(add, seen, lambda p: p.low, "smallest value", None)
-    _add_extremes(add, seen, lambda p: p.high, None, "largest value")
+        add(failing, msg("failing step"))
+        add(failing - 1, msg("neighbour of the failing step"))
+        add(failing + 1, msg("neighbour of the failing step"))
+    add(total - 1, msg("last step (incomplete)") if _incomplete(seen, total - 1)
+        else msg("last step"))
+    _add_extremes(add, seen, lambda p: p.length, msg("shortest sequence"),
+                  msg("longest sequence"))
+    _add_extremes(add, seen, lambda p: p.low, msg("smallest value"), None)
+    _add_extremes(add, seen, lambda p: p.high, None, msg("largest value"))
     rest = [s for s in range(total) if s not in chosen]
     for step in random.Random(seed).sample(rest, min(slice_size, len(rest))):
-        add(step, f"random (seed {seed})")
+        add(step, msg("random (seed {seed})", seed=seed))
     return dict(sorted(chosen.items()))
 
 
@@ -152,9 +155,8 @@ def _add_extremes(add: Any, seen: list[StepProfile], key: Any, smallest: str | N
         add(max(known, key=key).step, largest)
 
 
-def _incomplete(seen: list[StepProfile], last: int) -> str:
+def _incomplete(seen: list[StepProfile], last: int) -> bool:
+    """True when the last step's batch is smaller than the first's."""
     sizes = {p.step: p.size for p in seen}
     first, final = sizes.get(0), sizes.get(last)
-    if first is not None and final is not None and final < first:
-        return " (incomplete)"
-    return ""
+    return first is not None and final is not None and final < first

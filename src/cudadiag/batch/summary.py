@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import keystr, tree_leaves, tree_leaves_with_path, tree_map
 
+from cudadiag.i18n import msg
 from cudadiag.incident import BatchSummary, TensorSummary
 from cudadiag.own_work import outside_user_modes
 from cudadiag.shortlist import cut_join
@@ -78,9 +79,12 @@ def _tensor_summary(path: str, t: torch.Tensor, max_numel: int) -> TensorSummary
         numel=t.numel(),
     )
     if t.device.type != "cpu":
-        summary.values_skipped = f"on {t.device}: metadata only (reading would synchronise)"
+        summary.values_skipped = msg("on {device}: metadata only (reading would synchronise)",
+                                     device=str(t.device))
     elif t.numel() > max_numel:
-        summary.values_skipped = f"{t.numel():,} elements: above the {max_numel:,} budget"
+        count, budget = f"{t.numel():,}", f"{max_numel:,}"
+        summary.values_skipped = msg("{count} elements: above the {budget} budget",
+                                     count=count, budget=budget)
     elif t.numel():
         _fill_values(summary, t.detach())
     return summary

@@ -21,6 +21,7 @@ import torch
 from cudadiag import probes
 from cudadiag.batch.fetched import FetchedBatches, follow, iterate_recording_indices
 from cudadiag.batch.summary import leaves_with_paths, map_tensors, summarize, tensors_of
+from cudadiag.i18n import _, msg
 from cudadiag.incident import BatchInfo, BatchSummary, ModelFacts, StepInfo
 from cudadiag.own_work import outside_user_modes
 from cudadiag.step_hooks import SKIP, STOP, step_hooks
@@ -55,8 +56,8 @@ class KeptBatch:
         if self.tensors is None or self.versions is None:
             return self.item
         if self.changed_in_place():
-            self.note = ("the loop changed this batch in place after receiving it (tensor "
-                         "version counters): kept as the loop left it")
+            self.note = msg("the loop changed this batch in place after receiving it (tensor "
+                            "version counters): kept as the loop left it")
         now = tensors_of(self.item)
         if len(now) == len(self.tensors) and any(
                 a is not b for a, b in zip(now, self.tensors, strict=True)):
@@ -145,22 +146,24 @@ class WatchRecord:
             **vars(summary), step=self.step, indices=self.current_indices,
             kept_copy=bool(entry and entry.batch is not None),
             note=entry.note if entry else None,
-            replayed=(f"only step {self.replayed_step} was replayed"
+            replayed=(msg("only step {step} was replayed", step=self.replayed_step)
                       if self.replayed_step is not None else None))
 
     def batch_at(self, step: int | str) -> KeptBatch:
         """Return the kept batch of `step` ("last" for the newest); raises LookupError."""
         usable = [k for k in self.kept if k.batch is not None]
         if not usable:
-            raise LookupError(f"watch {self.name!r} kept no batch copy (keep={self.keep}, "
-                              f"max_bytes={self.max_bytes})")
+            raise LookupError(_("watch {name!r} kept no batch copy (keep={keep}, "
+                                "max_bytes={max_bytes})").format(
+                name=self.name, keep=self.keep, max_bytes=self.max_bytes))
         if step == "last":
             return usable[-1]
         for kept in usable:
             if kept.step == step:
                 return kept
-        raise LookupError(f"step {step} is not kept by watch {self.name!r}; kept steps: "
-                          f"{[k.step for k in usable]}")
+        raise LookupError(_("step {step} is not kept by watch {name!r}; kept steps: "
+                            "{kept}").format(step=step, name=self.name,
+                                             kept=[k.step for k in usable]))
 
     def _keep(self, item: Any, tensors: list[torch.Tensor], size: int | None,
               indices: list[int] | None) -> None:
@@ -173,11 +176,14 @@ class WatchRecord:
             nbytes += t.nbytes
             on_cpu = on_cpu and t.is_cpu
         if nbytes > self.max_bytes:
+            grouped = f"{nbytes:,}"
             kept = KeptBatch(self.step, None, 0, size, indices,
-                             note=f"batch of {nbytes:,} bytes is above max_bytes: summary only")
+                             note=msg("batch of {size} bytes is above max_bytes: summary only",
+                                      size=grouped))
         elif not on_cpu:
             kept = KeptBatch(self.step, None, 0, size, indices,
-                             note="batch on a GPU: no CPU copy (copying would synchronise)")
+                             note=msg("batch on a GPU: no CPU copy (copying would "
+                                      "synchronise)"))
         else:
             versions = _versions(tensors) if self.by_reference else None
             if versions is not None:
@@ -244,7 +250,7 @@ def watch(iterable: Iterable[Any], *, name: str | None = None, keep: int = 2,
     for a negative `keep` or `max_bytes`.
     """
     if keep < 0 or max_bytes < 0:
-        raise ValueError("keep and max_bytes must be zero or positive")
+        raise ValueError(_("keep and max_bytes must be zero or positive"))
     length = _length(iterable)
     record = WatchRecord(name or _default_name(iterable), length, keep, max_bytes)
     with _lock:

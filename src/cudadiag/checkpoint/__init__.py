@@ -33,6 +33,7 @@ from typing import IO, Any, Protocol, cast
 from cudadiag import probes
 from cudadiag.durable import sync_folder, write_failure
 from cudadiag.errors import CheckpointNotSaved, CudadiagError
+from cudadiag.i18n import _, localize, msg
 from cudadiag.incident import Incident
 
 MANIFEST_SUFFIX = ".manifest.json"
@@ -96,16 +97,19 @@ class Verdict:
     trusted: bool
     reason: str
     """`ok`, or why the file is rejected (hash mismatch, non-finite tensor, written after
-    the error, no manifest...), with the particulars."""
+    the error, no manifest...), with the particulars: in English, kept with its message id
+    (`localize(reason)` in the reader's language)."""
     step: int | None = None
     written_at: str | None = None
     manifest: dict[str, Any] | None = field(default=None, repr=False)
 
     def describe(self) -> str:
         """Return one line: the file, its step and time, and the verdict with its reason."""
-        step = f"step {self.step}" if self.step is not None else "step ?"
-        when = self.written_at or "time unknown"
-        verdict = "trusted" if self.trusted else f"rejected: {self.reason}"
+        step = (_("step {step}").format(step=self.step) if self.step is not None
+                else _("step ?"))
+        when = self.written_at or _("time unknown")
+        verdict = (_("trusted") if self.trusted else
+                   _("rejected: {reason}").format(reason=localize(self.reason)))
         return f"{self.path.name}  {step}  {when}  {verdict}"
 
 
@@ -131,20 +135,22 @@ def save(obj: Any, path: str | os.PathLike[str], *, step: int,
     an earlier error, copying device tensors fails).
     """
     if isinstance(step, bool) or not isinstance(step, int):
-        raise TypeError(f"step must be an int (the training step), not {step!r}")
+        raise TypeError(_("step must be an int (the training step), not {step!r}").format(
+            step=step))
     if step < 0:
-        raise ValueError(f"step must be 0 or more, not {step}")
+        raise ValueError(_("step must be 0 or more, not {step}").format(step=step))
     try:
         extra_json = json.loads(json.dumps(extra)) if extra is not None else None
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"extra must be JSON-serialisable (numbers, strings, lists, dicts): "
-                        f"{exc}") from None
+        raise TypeError(_("extra must be JSON-serialisable (numbers, strings, lists, dicts): "
+                          "{error}").format(error=exc)) from None
 
     from cudadiag.own_work import outside_user_modes
 
     target = Path(path)
     if not target.parent.is_dir():
-        raise FileNotFoundError(f"{target.parent} is not a directory: create it first")
+        raise FileNotFoundError(_("{path} is not a directory: create it first").format(
+            path=target.parent))
     with outside_user_modes():
         non_finite = non_finite_tensors(obj)
         manifest = _manifest_fields(step, extra_json, non_finite)
@@ -159,8 +165,8 @@ def save(obj: Any, path: str | os.PathLike[str], *, step: int,
     _saved_to.append(folder)
     verdict = verify(target)
     if not verdict.trusted:
-        print(f"cudadiag: saved {target}, but it cannot be trusted: {verdict.reason}",
-              file=sys.stderr)
+        print(_("cudadiag: saved {path}, but it cannot be trusted: {reason}").format(
+            path=target, reason=localize(verdict.reason)), file=sys.stderr)
     return verdict
 
 
@@ -172,7 +178,7 @@ def verify(path: str | os.PathLike[str], *, before: Incident | str | None = None
     does not exist, IncidentNotFound when `before` names no incident of the log."""
     target = Path(path)
     if not target.is_file():
-        raise FileNotFoundError(f"no checkpoint at {target}")
+        raise FileNotFoundError(_("no checkpoint at {path}").format(path=target))
     return _verdict(target, _error_ref(before))
 
 
@@ -183,7 +189,7 @@ def review(directory: str | os.PathLike[str], *,
     one, IncidentNotFound when `before` names no incident of the log."""
     folder = Path(directory)
     if not folder.is_dir():
-        raise NotADirectoryError(f"{folder} is not a directory")
+        raise NotADirectoryError(_("{path} is not a directory").format(path=folder))
     ref = _error_ref(before)
     verdicts = [_verdict(p, ref) for p in _candidates(folder)]
     return sorted(verdicts, key=lambda v: (v.written_at is not None, v.written_at or "",
@@ -198,7 +204,8 @@ def latest_valid(directory: str | os.PathLike[str], *,
     verdicts = review(directory, before=before)
     for verdict in verdicts:
         if not verdict.trusted:
-            print(f"cudadiag: {verdict.path} rejected: {verdict.reason}", file=sys.stderr)
+            print(_("cudadiag: {path} rejected: {reason}").format(
+                path=verdict.path, reason=localize(verdict.reason)), file=sys.stderr)
     return next((v for v in verdicts if v.trusted), None)
 
 
@@ -209,21 +216,24 @@ def resolve(spec: str) -> Verdict:
     if spec == "latest":
         latest = last_saved_directory()
         if latest is None:
-            raise CheckpointError("no checkpoint was saved with cudadiag.checkpoint.save in "
-                                  "this process: give the checkpoint file or its directory")
+            raise CheckpointError(_("no checkpoint was saved with cudadiag.checkpoint.save in "
+                                    "this process: give the checkpoint file or its directory"))
         spec = str(latest)
     target = Path(spec).expanduser()
     if target.is_dir():
         chosen = latest_valid(target)
         if chosen is None:
-            raise CheckpointError(f"no trusted checkpoint in {target} (%cudadiag checkpoints "
-                                  f"{spec} says why each is rejected)")
+            raise CheckpointError(_("no trusted checkpoint in {path} (%cudadiag checkpoints "
+                                    "{spec} says why each is rejected)").format(path=target,
+                                                                               spec=spec))
         return chosen
     if not target.is_file():
-        raise CheckpointError(f"no checkpoint file or directory at {target}")
+        raise CheckpointError(_("no checkpoint file or directory at {path}").format(
+            path=target))
     verdict = verify(target)
     if not verdict.trusted:
-        raise CheckpointError(f"{target} cannot be trusted: {verdict.reason}")
+        raise CheckpointError(_("{path} cannot be trusted: {reason}").format(
+            path=target, reason=localize(verdict.reason)))
     return verdict
 
 
@@ -411,8 +421,8 @@ def _torch_save(obj: Any, handle: Any, target: Path) -> None:
         if recording.error is None:
             raise
         why = write_failure(target.name, target.parent.resolve(), recording.error)
-        raise CheckpointNotSaved(f"{why}; nothing was written, an earlier {target.name} is "
-                                 "unchanged") from exc
+        raise CheckpointNotSaved(_("{why}; nothing was written, an earlier {name} is "
+                                   "unchanged").format(why=why, name=target.name)) from exc
 
 
 @contextlib.contextmanager
@@ -461,13 +471,15 @@ def _candidates(folder: Path) -> list[Path]:
 def _verdict(path: Path, ref: _ErrorRef | None) -> Verdict:
     manifest_file = manifest_path(path)
     if not manifest_file.is_file():
-        return Verdict(path, False, "no manifest (not written by cudadiag.checkpoint.save, "
-                                    "or its save was interrupted)")
+        return Verdict(path, False, msg("no manifest (not written by "
+                                        "cudadiag.checkpoint.save, or its save was "
+                                        "interrupted)"))
     try:
         manifest = json.loads(manifest_file.read_text())
-        step, written_at, _ = manifest["step"], manifest["written_at"], manifest["sha256"]
+        step, written_at, _sha = manifest["step"], manifest["written_at"], manifest["sha256"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return Verdict(path, False, f"unreadable manifest {manifest_file.name}: {exc}")
+        return Verdict(path, False, msg("unreadable manifest {name}: {error}",
+                                        name=manifest_file.name, error=str(exc)))
     problem = _problem(path, manifest, ref)
     return Verdict(path, problem is None, problem or "ok", step=step, written_at=written_at,
                    manifest=manifest)
@@ -476,45 +488,50 @@ def _verdict(path: Path, ref: _ErrorRef | None) -> Verdict:
 def _problem(path: Path, manifest: dict[str, Any], ref: _ErrorRef | None) -> str | None:
     """Why the checkpoint at `path` cannot be trusted, or None."""
     if not path.is_file():
-        return "file missing (its manifest is there)"
+        return msg("file missing (its manifest is there)")
     actual, expected = _sha256(path), str(manifest["sha256"])
     if actual != expected:
-        return (f"hash mismatch: the file changed after it was saved (sha256 {actual[:12]}…, "
-                f"manifest {expected[:12]}…)")
+        return msg("hash mismatch: the file changed after it was saved (sha256 {actual}…, "
+                   "manifest {expected}…)", actual=actual[:12], expected=expected[:12])
     if not manifest.get("finite", False):
         names = ", ".join(manifest.get("non_finite") or []) or "?"
         count = manifest.get("non_finite_count", 0)
-        more = f" and {count - NON_FINITE_NAMED} more" if count > NON_FINITE_NAMED else ""
-        return f"non-finite tensor (NaN or Inf): {names}{more}"
+        if count > NON_FINITE_NAMED:
+            return msg("non-finite tensor (NaN or Inf): {names} and {more} more", names=names,
+                       more=count - NON_FINITE_NAMED)
+        return msg("non-finite tensor (NaN or Inf): {names}", names=names)
     after = _written_after(manifest, ref)
-    return f"written after the error: {after}" if after else None
+    return msg("written after the error: {why}", why=after) if after else None
 
 
 def _written_after(manifest: dict[str, Any], ref: _ErrorRef | None) -> str | None:
     """Why the checkpoint was written after the error, or None when it predates it."""
     handled = manifest.get("during_error")
     if handled:
-        return (f"saved while handling {handled.get('type')} ({handled.get('family')}): "
-                f"{handled.get('message')}")
+        return msg("saved while handling {type} ({family}): {message}",
+                   type=str(handled.get("type")), family=str(handled.get("family")),
+                   message=str(handled.get("message")))
     if ref is not None:
         after = _after_incident(manifest, ref)
         if after:
             return after
     if manifest.get("simulated_device_faulted"):
-        return "saved after the simulated device faulted"
+        return msg("saved after the simulated device faulted")
     return None
 
 
 def _after_incident(manifest: dict[str, Any], ref: _ErrorRef) -> str | None:
-    what = f"incident {ref.id} ({ref.family}) at {ref.created_at.isoformat()}"
+    what = msg("incident {id} ({family}) at {time}", id=ref.id, family=ref.family,
+               time=ref.created_at.isoformat())
     if manifest.get("incident") == ref.id:
-        return f"saved when {what} had already happened"
+        return msg("saved when {what} had already happened", what=what)
     known = _parse_time(manifest.get("incident_at"))
     if known is not None and known >= ref.created_at:
-        return f"saved after incident {manifest.get('incident')}, which is not before {what}"
+        return msg("saved after incident {other}, which is not before {what}",
+                   other=str(manifest.get("incident")), what=what)
     written = _parse_time(manifest.get("written_at"))
     if written is not None and written >= ref.created_at + _INCIDENT_TIME_RESOLUTION:
-        return f"saved at {written.isoformat()}, after {what}"
+        return msg("saved at {time}, after {what}", time=written.isoformat(), what=what)
     return None
 
 
@@ -531,7 +548,8 @@ def _error_ref(before: Incident | str | None) -> _ErrorRef | None:
         incident = before
     created = _parse_time(incident.created_at)
     if created is None:
-        raise ValueError(f"incident {incident.id} has no readable time ({incident.created_at!r})")
+        raise ValueError(_("incident {id} has no readable time ({time!r})").format(
+            id=incident.id, time=incident.created_at))
     return _ErrorRef(incident.id, created, incident.diagnosis.family)
 
 

@@ -40,6 +40,7 @@ from cudadiag.explain.progress import (
     progress_before,
 )
 from cudadiag.generated_code import describe_generated_code
+from cudadiag.i18n import _, msg
 from cudadiag.incident import Diagnosis
 
 BLOCK_BYTES = 4 * 2**20
@@ -199,14 +200,16 @@ def explain_path(path: str | Path) -> Explanation:
     """
     p = Path(path)
     if p.is_dir():
-        raise ExplainError(f"{path} is a directory; give a log file (or - for standard input)")
+        raise ExplainError(_("{path} is a directory; give a log file (or - for standard "
+                             "input)").format(path=path))
     try:
         with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as stream:
             return explain_stream(stream)
     except FileNotFoundError:
-        raise ExplainError(f"{path}: no such file") from None
+        raise ExplainError(_("{path}: no such file").format(path=path)) from None
     except (OSError, EOFError) as exc:
-        raise ExplainError(f"{path}: cannot be read ({exc})") from None
+        raise ExplainError(_("{path}: cannot be read ({error})").format(path=path,
+                                                                        error=exc)) from None
 
 
 def explain_stream(stream: _Readable) -> Explanation:
@@ -521,7 +524,8 @@ class _Scanner:
             fields = ", ".join(f"{k} {v}" for k, v in self.root_cause.items())
             deaths.append(_death(
                 rank=self.root_cause_rank, line=line,
-                evidence=f"torchrun's Root Cause (first observed failure): {fields}",
+                evidence=msg("torchrun's Root Cause (first observed failure): {fields}",
+                             fields=fields),
                 exit_code=int(code) if code.lstrip("-").isdigit() else None, local=False,
                 node=self.root_cause.get("host")))
         return deaths
@@ -640,18 +644,20 @@ def _death(*, rank: int | None, line: int, evidence: str, exit_code: int | None,
     diagnosis = classify("")
     who = describe_process(rank, local=local, node=node)
     if exit_code is not None:
-        diagnosis.summary = f"{who} {knowledge.process_end_words(exit_code)}"
+        diagnosis.summary = msg("{process} {how_it_ended}", process=who,
+                                how_it_ended=knowledge.process_end_words(exit_code))
         diagnosis.details["exit_code"] = exit_code
     else:
-        diagnosis.summary = f"{who} raised an exception (its traceback follows line {line:,})"
+        diagnosis.summary = msg("{process} raised an exception (its traceback follows line "
+                                "{line})", process=who, line=format(line, ","))
     diagnosis.evidence = evidence
     return RankError(rank=rank, line=line, timestamp=None, evidence=evidence, text=evidence,
                      diagnosis=diagnosis, node=node, exit_code=exit_code, local=local)
 
 
-CONSEQUENCES_OF_A_DEATH = ("The other ranks' errors after it (the launcher's closing signal "
-                           "SIGTERM, connections reset by peer, collective timeouts) are "
-                           "consequences of this one.")
+CONSEQUENCES_OF_A_DEATH = msg("The other ranks' errors after it (the launcher's closing "
+                              "signal SIGTERM, connections reset by peer, collective timeouts) "
+                              "are consequences of this one.")
 
 
 def _check_how_it_ended(diagnosis: Diagnosis, exit_code: int) -> None:
@@ -663,10 +669,15 @@ def _check_how_it_ended(diagnosis: Diagnosis, exit_code: int) -> None:
 
 
 def describe_process(rank: int | None, *, local: bool, node: str | None) -> str:
-    """`rank 3`, `local rank 3 on node7`, or `a process` when no rank is known."""
+    """`rank 3`, `local rank 3 on node7`, or `a process` when no rank is known: a Text, shown
+    in the reader's language through `localize`."""
     if rank is None:
-        return "a process" + (f" on {node}" if node else "")
-    return ("local rank " if local else "rank ") + str(rank) + (f" on {node}" if node else "")
+        return msg("a process on {node}", node=node) if node else msg("a process")
+    if local:
+        return (msg("local rank {rank} on {node}", rank=rank, node=node) if node
+                else msg("local rank {rank}", rank=rank))
+    return msg("rank {rank} on {node}", rank=rank, node=node) if node else msg("rank {rank}",
+                                                                              rank=rank)
 
 
 KILLED_CODES = frozenset({-9, 137})

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from cudadiag.i18n import _
+
 PROGRESS_SCAN_BYTES = 16 * 2**10
 """Bytes before an error searched for the last bar frame and logged line (a bar redraws on
 one line: these hold its latest frames)."""
@@ -100,13 +102,15 @@ class TrainingProgress:
         loss 1.101, epoch 0.375`."""
         parts = []
         if self.done is not None:
-            steps = f"bar at {self.done}" + (f"/{self.total}" if self.total else "")
+            steps = _("bar at {position}").format(
+                position=f"{self.done}/{self.total}" if self.total else self.done)
             parts.append(", ".join(p for p in (self.stage, steps) if p))
             parts += [f"{k}={v}" for k, v in self.metrics.items()]
         said = ", ".join(parts)
         if self.logged:
-            logged = "last logged: " + ", ".join(f"{k} {v}" for k, v in self.logged.items())
-            said = f"{said}; {logged}" if said else logged
+            logged = _("last logged: {values}").format(
+                values=", ".join(f"{k} {v}" for k, v in self.logged.items()))
+            said = _("{bar}; {logged}").format(bar=said, logged=logged) if said else logged
         return said
 
 

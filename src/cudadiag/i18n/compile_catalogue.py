@@ -19,10 +19,6 @@ from babel.messages.pofile import read_po
 DOMAIN = "cudadiag"
 
 
-class CatalogueConflict(ValueError):
-    """Two parts of one language translate the same message differently."""
-
-
 def parts(folder: Path) -> list[Path]:
     """Return the `.po` parts of one language's folder, in name order."""
     return sorted(folder.glob("*.po"))
@@ -31,7 +27,8 @@ def parts(folder: Path) -> list[Path]:
 def merged(folder: Path) -> Catalog:
     """Return one catalogue holding every message of `folder`'s parts.
 
-    Raises CatalogueConflict when two parts translate one message differently."""
+    Raises ValueError when two parts translate one message differently (a build
+    step must stop there: the catalogue would depend on the parts' order)."""
     whole = Catalog(locale=folder.name, domain=DOMAIN, charset="utf-8")
     seen: dict[str, tuple[str, str]] = {}
     for part in parts(folder):
@@ -42,7 +39,7 @@ def merged(folder: Path) -> Catalog:
                 continue
             key = message.id if isinstance(message.id, str) else message.id[0]
             if key in seen and seen[key][1] != message.string:
-                raise CatalogueConflict(f"{part.name} and {seen[key][0]} translate {key!r} "
+                raise ValueError(f"{part.name} and {seen[key][0]} translate {key!r} "
                                         "differently")
             seen[key] = (part.name, message.string)  # type: ignore[assignment]
             whole[message.id] = message

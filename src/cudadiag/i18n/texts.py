@@ -83,7 +83,9 @@ def localize_all(texts: Iterable[str]) -> list[str]:
 
 def table(record: Any) -> dict[str, dict[str, Any]]:
     """Return the id and arguments of every Text in `record` (a dataclass tree, lists and
-    dicts), arguments' own Texts included, by English form: what a stored record keeps."""
+    dicts), arguments' own Texts included, by English form: what a stored record keeps. A
+    sentence read back from a record (a str whose id `remember` learnt) counts as its Text,
+    so a record read and written again keeps its ids."""
     found: dict[str, dict[str, Any]] = {}
     _collect(record, found)
     return found
@@ -108,14 +110,15 @@ def _remember_one(english: str, template: str, args: dict[str, Argument]) -> Non
 
 
 def _collect(value: Any, found: dict[str, dict[str, Any]]) -> None:
-    if isinstance(value, Text):
-        found[str(value)] = {"id": value.template,
-                             "args": {k: str(v) if isinstance(v, Text) else v
-                                      for k, v in value.args.items()}}
-        for argument in value.args.values():
+    if isinstance(value, str):
+        # a Text, or a kept sentence read back from a record (a str whose id is known)
+        kept = (value.template, value.args) if isinstance(value, Text) else _known.get(value)
+        if kept is None or str(value) in found:
+            return
+        found[str(value)] = {"id": kept[0], "args": {k: str(v) if isinstance(v, Text) else v
+                                                    for k, v in kept[1].items()}}
+        for argument in kept[1].values():
             _collect(argument, found)
-    elif isinstance(value, str):
-        return
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for f in dataclasses.fields(value):
             _collect(getattr(value, f.name), found)

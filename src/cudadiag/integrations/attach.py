@@ -17,10 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-ANNOUNCE = ("cudadiag: recording the steps of this {library} (epoch, step, batch, dataset "
-            "indices) for its incidents; {off} stops it")
+from cudadiag.i18n import N_, _
+
+ANNOUNCE = N_("cudadiag: recording the steps of this {library} (epoch, step, batch, dataset "
+              "indices) for its incidents; {off} stops it")
 OFF_IN_A_KERNEL = "`%cudadiag attach off`"
-OFF_IN_A_SCRIPT = "CUDADIAG_ATTACH=off in the environment"
+OFF_IN_A_SCRIPT = N_("CUDADIAG_ATTACH=off in the environment")
 ATTACH_ENV = "CUDADIAG_ATTACH"
 """Set to `off` (or 0, no, false), `cudadiag run` adds no callback to a script's trainers."""
 _state = {"on": True}
@@ -33,7 +35,7 @@ def _add_to_hf_trainer(trainer: Any) -> None:
 
     if not any(isinstance(c, Callback) for c in trainer.callback_handler.callbacks):
         trainer.add_callback(Callback())
-        print(ANNOUNCE.format(library="transformers.Trainer", off=_off["hint"]))
+        print(_(ANNOUNCE).format(library="transformers.Trainer", off=_(_off["hint"])))
 
 
 def _add_to_lightning_trainer(trainer: Any) -> None:
@@ -41,7 +43,7 @@ def _add_to_lightning_trainer(trainer: Any) -> None:
 
     if not any(isinstance(c, Callback) for c in trainer.callbacks):
         trainer.callbacks.append(Callback())
-        print(ANNOUNCE.format(library="lightning.Trainer", off=_off["hint"]))
+        print(_(ANNOUNCE).format(library="lightning.Trainer", off=_(_off["hint"])))
 
 
 def _replay_hf_step(trainer: Any) -> tuple[bool, Any]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from cudadiag.durable import PRIVATE_FILE, replace_atomically
 from cudadiag.errors import NodesError
+from cudadiag.i18n import _
 
 RETRY_S = 1.0
 """How often a node that waits for the store's holder tries again."""
@@ -79,8 +80,9 @@ class FolderBoard(Board):
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
-            raise NodesError(f"--record-dir {folder}: cannot make {self.folder.name} there: "
-                             f"{exc.strerror}") from None
+            raise NodesError(_("--record-dir {folder}: cannot make {name} there: "
+                               "{error}").format(folder=folder, name=self.folder.name,
+                                                 error=exc.strerror)) from None
 
     def _path(self, key: str) -> Path:
         return self.folder / key.replace("/", "-")
@@ -137,10 +139,11 @@ def join(plan: NodePlan) -> Store:
     except (RuntimeError, ValueError, OSError) as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
         raise NodesError(
-            f"no rendezvous store answered at {plan.host}:{plan.port} within "
-            f"{plan.join_timeout:g} s (node {plan.node_rank} of {plan.nnodes}): start the "
-            "agent of the endpoint's host, check the address, the port and the firewall "
-            f"(--rdzv-conf join_timeout=S waits longer). {first}") from None
+            _("no rendezvous store answered at {host}:{port} within {seconds} s (node {node} "
+              "of {nnodes}): start the agent of the endpoint's host, check the address, the "
+              "port and the firewall (--rdzv-conf join_timeout=S waits longer). {error}").format(
+                host=plan.host, port=plan.port, seconds=f"{plan.join_timeout:g}",
+                node=plan.node_rank, nnodes=plan.nnodes, error=first)) from None
 
 
 def _wait_for_listener(host: str, port: int, timeout: float) -> None:
@@ -151,7 +154,8 @@ def _wait_for_listener(host: str, port: int, timeout: float) -> None:
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise TimeoutError(f"nothing accepted a connection at {host}:{port}")
+            raise TimeoutError(_("nothing accepted a connection at {host}:{port}").format(
+                host=host, port=port))
         try:
             socket.create_connection((host, port), timeout=min(left, RETRY_S * 5)).close()
             return

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.errors import TorchrunOptionsError
+from cudadiag.i18n import _
 from cudadiag.isolate.slurm import SlurmNode, slurm_node
 
 C10D_DEFAULT_PORT = 29400
@@ -43,15 +44,15 @@ def plan_nodes(options: list[str], node_rank: int | None, record_dir: str | None
     missing or out of range, a job across nodes without c10d and its endpoint."""
     from torch.distributed.run import get_args_parser
 
-    given, _ = get_args_parser().parse_known_args([*options, "script.py"])
-    default, _ = get_args_parser().parse_known_args(["script.py"])
+    given, _unknown = get_args_parser().parse_known_args([*options, "script.py"])
+    default, _unknown = get_args_parser().parse_known_args(["script.py"])
     slurm = slurm_node(environ)
     added: list[str] = []
     has_nnodes = "--nnodes" in _flags(options)
     if slurm is not None and slurm.nnodes > 1 and (not has_nnodes or str(given.nnodes) != "1"):
         added = _slurm_options(given, default, slurm, has_nnodes)
         options = [*options, *added]
-        given, _ = get_args_parser().parse_known_args([*options, "script.py"])
+        given, _unknown = get_args_parser().parse_known_args([*options, "script.py"])
         if node_rank is None:
             node_rank = slurm.node_id
             added = ["--node-rank", str(node_rank), *added]
@@ -59,8 +60,8 @@ def plan_nodes(options: list[str], node_rank: int | None, record_dir: str | None
     if nnodes == 1:
         if node_rank or record_dir:
             raise TorchrunOptionsError(
-                f"{'--node-rank' if node_rank else '--record-dir'} is for a job across nodes: "
-                "give --nnodes N too")
+                _("{option} is for a job across nodes: give --nnodes N too").format(
+                    option="--node-rank" if node_rank else "--record-dir"))
         return options, None
     plan = _plan(given, nnodes, node_rank, record_dir, added)
     if given.rdzv_backend == "static":  # the only backend that takes the node's rank
@@ -74,21 +75,21 @@ def _plan(given: Any, nnodes: int, node_rank: int | None, record_dir: str | None
 
     if node_rank is None:
         raise TorchrunOptionsError(
-            f"--nnodes {nnodes}: say which node this agent is: --node-rank K (0 to "
-            f"{nnodes - 1}), one agent per node")
+            _("--nnodes {nnodes}: say which node this agent is: --node-rank K (0 to {last}), "
+              "one agent per node").format(nnodes=nnodes, last=nnodes - 1))
     if not 0 <= node_rank < nnodes:
         raise TorchrunOptionsError(
-            f"--node-rank {node_rank} is out of range for --nnodes {nnodes} (0 to "
-            f"{nnodes - 1})")
+            _("--node-rank {rank} is out of range for --nnodes {nnodes} (0 to {last})").format(
+                rank=node_rank, nnodes=nnodes, last=nnodes - 1))
     if given.rdzv_backend != "c10d" and record_dir is None:
         raise TorchrunOptionsError(
-            f"--nnodes {nnodes}: across nodes cudadiag needs --rdzv-backend c10d (the nodes "
-            "agree on the first failure through its store), or --record-dir DIR on a "
-            "filesystem every node sees")
+            _("--nnodes {nnodes}: across nodes cudadiag needs --rdzv-backend c10d (the nodes "
+              "agree on the first failure through its store), or --record-dir DIR on a "
+              "filesystem every node sees").format(nnodes=nnodes))
     if given.rdzv_backend == "c10d" and not given.rdzv_endpoint:
         raise TorchrunOptionsError(
-            f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT: where the nodes meet (the "
-            "address of the first node, the same on every node)")
+            _("--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT: where the nodes meet (the "
+              "address of the first node, the same on every node)").format(nnodes=nnodes))
     try:
         host, port = parse_rendezvous_endpoint(given.rdzv_endpoint or "localhost",
                                                default_port=C10D_DEFAULT_PORT)
@@ -100,26 +101,28 @@ def _plan(given: Any, nnodes: int, node_rank: int | None, record_dir: str | None
 
 
 def _node_count(text: str) -> int:
-    low, _, high = text.partition(":")
+    low, _colon, high = text.partition(":")
     if high and low != high:
         raise TorchrunOptionsError(
-            f"--nnodes {text}: an elastic node count is not supported (each node's report is "
-            "waited for); give one number")
+            _("--nnodes {value}: an elastic node count is not supported (each node's report "
+              "is waited for); give one number").format(value=text))
     if not low.isdigit() or int(low) < 1:
-        raise TorchrunOptionsError(f"--nnodes {text}: expected a number of nodes (1 or more)")
+        raise TorchrunOptionsError(
+            _("--nnodes {value}: expected a number of nodes (1 or more)").format(value=text))
     return int(low)
 
 
 def _join_timeout(conf: str) -> float:
     """`--rdzv-conf`'s join_timeout (seconds), else torchrun's default."""
     for pair in conf.split(","):
-        key, _, value = pair.partition("=")
+        key, _equals, value = pair.partition("=")
         if key.strip() == "join_timeout":
             try:
                 return float(value)
             except ValueError:
                 raise TorchrunOptionsError(
-                    f"--rdzv-conf join_timeout={value}: expected seconds") from None
+                    _("--rdzv-conf join_timeout={value}: expected seconds").format(
+                        value=value)) from None
     return JOIN_TIMEOUT_S
 
 

@@ -24,10 +24,11 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from cudadiag.errors import NodesError
+from cudadiag.i18n import Text, _, msg
 from cudadiag.incident import Incident, RankRecord
 from cudadiag.isolate.board import Board, FolderBoard, StoreBoard, host_or_join, join
 from cudadiag.isolate.job import Job, JobResult
-from cudadiag.isolate.ranks import TorchrunJob, TorchrunLauncher, first_failure
+from cudadiag.isolate.ranks import TorchrunJob, TorchrunLauncher, first_failure, listed
 from cudadiag.options.runs import NODE_RANK
 
 if TYPE_CHECKING:
@@ -94,14 +95,17 @@ class NodeLink:
         claimed it already."""
         k = self.plan.node_rank
         if not self.board.claim(f"claim/{k}"):
-            where = (f"in {self.plan.record_dir} (or an earlier job with this id left "
-                     f"{self.plan.record_dir / ('cudadiag-' + self.plan.run_id)}: remove it)"
+            where = (_("in {folder} (or an earlier job with this id left {left}: remove "
+                       "it)").format(folder=self.plan.record_dir,
+                                     left=self.plan.record_dir / ("cudadiag-" +
+                                                                  self.plan.run_id))
                      if self.plan.record_dir is not None
-                     else f"at {self.plan.host}:{self.plan.port}")
+                     else _("at {host}:{port}").format(host=self.plan.host, port=self.plan.port))
             raise NodesError(
-                f"--node-rank {k} is taken: another agent of job {self.plan.run_id!r} "
-                f"claimed it {where}; give each node its own rank (0 to "
-                f"{self.plan.nnodes - 1}), or a new --rdzv-id")
+                _("--node-rank {rank} is taken: another agent of job {job} claimed it "
+                  "{where}; give each node its own rank (0 to {last}), or a new "
+                  "--rdzv-id").format(rank=k, job=repr(self.plan.run_id), where=where,
+                                       last=self.plan.nnodes - 1))
         beats = self.board if self.plan.record_dir is not None else StoreBoard(
             join(self.plan), self.plan.run_id)  # a connection of its own: another thread
         self._beating = threading.Thread(target=self._beat, args=(beats,), daemon=True,
@@ -167,9 +171,10 @@ class NodeLink:
                 return sorted(silent)
             if found is not None and not said and time.monotonic() - started > \
                     SAY_WAITING_AFTER_S:
-                print("cudadiag: waiting for the report of " + ", ".join(
-                    f"node {n} ({'its job is still ending' if heard[n][0] else 'not heard from'}"
-                    ")" for n in sorted(waiting)), file=sys.stderr, flush=True)
+                print(_("cudadiag: waiting for the report of {nodes}").format(nodes=", ".join(
+                    (_("node {node} (its job is still ending)") if heard[n][0] else
+                     _("node {node} (not heard from)")).format(node=n)
+                    for n in sorted(waiting))), file=sys.stderr, flush=True)
                 said = True
             time.sleep(0.2)
         return []
@@ -203,8 +208,8 @@ class NodesJob(TorchrunJob):
         self.link = NodeLink(self.plan)
         self.link.start()
         if self.plan.from_slurm:
-            print(f"cudadiag: from SLURM: {' '.join(self.plan.from_slurm)}", file=sys.stderr,
-                  flush=True)
+            print(_("cudadiag: from SLURM: {options}").format(
+                options=" ".join(self.plan.from_slurm)), file=sys.stderr, flush=True)
         return super().prepare(job, launcher)
 
     def collect(self, stopped: bool, launcher_status: int | None = None) -> JobResult | None:
@@ -237,20 +242,24 @@ class NodesJob(TorchrunJob):
         super().complete(incident)
         if self._first is None:
             return
-        notes = [f"node {r.node_rank}'s torchrun agent was killed by "
-                 f"{signal.Signals(-r.launcher_status).name}"
-                 for r in self.reports if r.launcher_status is not None and
+        notes: list[Text] = [
+            msg("node {node}'s torchrun agent was killed by {signal}", node=r.node_rank,
+                signal=signal.Signals(-r.launcher_status).name)
+            for r in self.reports if r.launcher_status is not None and
                  r.launcher_status < 0 and -r.launcher_status in signal.valid_signals()]
         assert self.plan is not None and self.link is not None
         if self.link.lost:
-            notes.append(f"the rendezvous store at {self.plan.host}:{self.plan.port} is gone "
-                         "(the agent that held it ended): this is what node "
-                         f"{self.plan.node_rank} saw alone")
+            notes.append(msg("the rendezvous store at {host}:{port} is gone (the agent that "
+                             "held it ended): this is what node {node} saw alone",
+                             host=self.plan.host, port=self.plan.port,
+                             node=self.plan.node_rank))
         else:
-            notes += [f"node {n} sent no report (its agent was killed or the node lost: "
-                      "look at its own log)" for n in self.gone]
+            notes += [msg("node {node} sent no report (its agent was killed or the node lost: "
+                          "look at its own log)", node=n) for n in self.gone]
         if notes:
-            incident.diagnosis.summary = f"{incident.diagnosis.summary}; {'; '.join(notes)}"
+            incident.diagnosis.summary = msg("{earlier}; {next}",
+                                             earlier=incident.diagnosis.summary,
+                                             next=listed(notes, "; "))
 
     def launcher_words(self) -> list[str]:
         """torchrun's options, with this node's rank (which torchrun's c10d backend does

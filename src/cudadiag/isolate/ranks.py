@@ -31,6 +31,7 @@ from cudadiag.classify import classify
 from cudadiag.diagnose import incident_from_recorded_error, incident_of_dead_process
 from cudadiag.errors import TorchrunOptionsError
 from cudadiag.explain import is_consequence
+from cudadiag.i18n import N_, Text, _, localize, msg
 from cudadiag.incident import Diagnosis, Incident, LaterError, RankRecord, RunInfo
 from cudadiag.isolate.job import Job, JobResult
 from cudadiag.isolate.launcher import Launcher, SubprocessLauncher, WorkerProcess
@@ -56,18 +57,18 @@ after SIGTERM, which leaves the rank's stack file: a rank killed by SIGKILL with
 stopped only when cudadiag's timeout stopped the job; else something outside killed it (the
 host's out-of-memory killer) and it failed on its own."""
 OUTCOME_WORDS = {
-    "raised": "failed afterwards {place}",
-    "stopped": "was stopped {place}",
-    "finished": "had already ended (exit status {status})",
-    "died": "ended without a Python exception ({status})",
-    "unknown": "left no trace (it may never have started)",
+    "raised": N_("{rank} failed afterwards {place}"),
+    "stopped": N_("{rank} was stopped {place}"),
+    "finished": N_("{rank} had already ended (exit status {status})"),
+    "died": N_("{rank} ended without a Python exception ({status})"),
+    "unknown": N_("{rank} left no trace (it may never have started)"),
 }
 """How a rank other than the first is described in the summary, by outcome."""
 MISSING_WORDS = {
-    "stopped": "{rank} was still {place} when it was stopped",
-    "finished": "{rank} had already ended (exit status {status})",
-    "died": "{rank} had ended without a Python exception ({status})",
-    "unknown": "{rank} left no trace (it may never have started)",
+    "stopped": N_("{rank} was still {place} when it was stopped"),
+    "finished": N_("{rank} had already ended (exit status {status})"),
+    "died": N_("{rank} had ended without a Python exception ({status})"),
+    "unknown": N_("{rank} left no trace (it may never have started)"),
 }
 """How a rank that was not in the failed collective is described."""
 
@@ -84,16 +85,18 @@ def check_torchrun_options(options: list[str]) -> None:
     try:
         known, unknown = parser.parse_known_args([*options, "script.py"])
     except argparse.ArgumentError as exc:
-        raise TorchrunOptionsError(f"torchrun would refuse this: {exc}") from None
+        raise TorchrunOptionsError(_("torchrun would refuse this: {error}").format(
+            error=exc)) from None
     if unknown:
         raise TorchrunOptionsError(
-            f"torchrun does not know {' '.join(unknown)} (see `torchrun --help`); cudadiag's "
-            "own options and torchrun's go before `--`, the script after it")
+            _("torchrun does not know {options} (see `torchrun --help`); cudadiag's own "
+              "options and torchrun's go before `--`, the script after it").format(
+                options=" ".join(unknown)))
     if known.module or known.no_python or known.run_path:
         raise TorchrunOptionsError(
-            "-m, --no-python and --run-path are cudadiag's to set (each rank runs cudadiag's "
-            "worker); name the module after `--`: cudadiag run --nproc-per-node N -- -m "
-            "package.module")
+            _("-m, --no-python and --run-path are cudadiag's to set (each rank runs "
+              "cudadiag's worker); name the module after `--`: cudadiag run --nproc-per-node "
+              "N -- -m package.module"))
 
 
 RENDEZVOUS_SETTINGS = ("standalone", "rdzv_endpoint", "rdzv_backend", "rdzv_id",
@@ -218,17 +221,19 @@ class RankJob(ABC):
         """The line for a run that gave no incident (`message`: the single-run one), with
         the ranks: where each one was when the job was stopped (a timeout, Ctrl-C, the
         launcher killed), or that the launcher failed before any rank ran."""
-        where = "; no rank raised an error. Where each rank was: " + ", ".join(
-            _state(r) for r in self.records) + (
-            ". A rank that is not in the collective the others wait in is the slowest or "
-            "missing one.")
+        where = _("; no rank raised an error. Where each rank was: {states}. A rank that is "
+                  "not in the collective the others wait in is the slowest or missing "
+                  "one.").format(states=", ".join(localize(_state(r)) for r in self.records))
         if result.timed_out or result.interrupted:
             return message + (where if self.records else "")
+        launcher = _(self.launcher_name)
         if result.returncode and not self.records:
-            return (f"cudadiag: {self.launcher_name} ended with status {result.returncode} "
-                    "before any rank ran its program (its own message is above)")
+            return _("cudadiag: {launcher} ended with status {status} before any rank ran its "
+                     "program (its own message is above)").format(
+                launcher=launcher, status=result.returncode)
         if result.returncode:
-            return f"cudadiag: {self.launcher_name} ended with status {result.returncode}{where}"
+            return _("cudadiag: {launcher} ended with status {status}{where}").format(
+                launcher=launcher, status=result.returncode, where=where)
         return message
 
     def _launcher_failures(self) -> dict[int, LauncherFailure]:
@@ -252,12 +257,15 @@ class RankJob(ABC):
         while time.monotonic() < deadline and any(group_members(pids[r]) for r in left):
             time.sleep(0.1)
         alive = {rank: still for rank in left if (still := kill_and_wait(pids[rank]))}
-        named = "; ".join(f"rank {rank}: {describe(members)}" for rank, members in left.items())
+        named = "; ".join(_("rank {rank}: {processes}").format(rank=rank,
+                                                               processes=describe(members))
+                          for rank, members in left.items())
         if alive:
-            named += " (still running after SIGKILL: " + "; ".join(
-                f"rank {rank}: {describe(members)}" for rank, members in alive.items()) + ")"
-        print(f"cudadiag: stopped what torchrun left running: {named}", file=sys.stderr,
-              flush=True)
+            named += _(" (still running after SIGKILL: {ranks})").format(ranks="; ".join(
+                _("rank {rank}: {processes}").format(rank=rank, processes=describe(members))
+                for rank, members in alive.items()))
+        print(_("cudadiag: stopped what torchrun left running: {ranks}").format(ranks=named),
+              file=sys.stderr, flush=True)
         return True
 
 
@@ -293,7 +301,7 @@ class SpawnJob(RankJob):
 
     _result_path: Path | None = field(default=None, init=False, repr=False)
 
-    launcher_name: ClassVar[str] = "the isolated process"
+    launcher_name: ClassVar[str] = N_("the isolated process")
     exits_file: ClassVar[str] = EXITS_FILE
     root_cause_key: ClassVar[str] = "spawn_root_cause_rank"
 
@@ -410,46 +418,65 @@ def _first_incident(first: RankRecord, files: RankFiles | None) -> Incident:
             first.error_type or "", first.message or "",
             state.text if state is not None else first.message or "", run)
     run.signal, run.exit_status = first.signal, first.exit_status
-    return incident_of_dead_process("", "", run, process=f"rank {first.rank}")
+    return incident_of_dead_process("", "", run, process=msg("rank {rank}", rank=first.rank))
 
 
 def _first_failure_summary(incident: Incident, first: RankRecord,
-                           others: list[RankRecord]) -> str:
+                           others: list[RankRecord]) -> Text:
     """`rank 1 failed first at step 3 (nll_loss, target 4); rank 0 failed afterwards in
-    all_reduce — consequences`."""
+    all_reduce — consequences` (a Text: kept in the incident, shown in the reader's
+    language)."""
     what = _how_it_ended(first) if first.outcome == "died" else _what_failed(incident)
-    head = f"{who(first)} failed first{_step_words(incident)} ({what})"
-    described = [f"{who(r)} " + OUTCOME_WORDS[r.outcome].format(
-        place=_place(r.where), status=r.signal or r.exit_status)
-        for r in others if r.outcome != "finished" or r.exit_status or r.signal]
+    head = _failed_first(incident, who(first), what)
+    described = [msg(OUTCOME_WORDS[r.outcome], rank=who(r), place=_place(r.where),
+                     status=_status(r))
+                 for r in others if r.outcome != "finished" or r.exit_status or r.signal]
     if not described:
         return head
-    return f"{head}; {', '.join(described)} — consequences"
+    return msg("{first}; {others} — consequences", first=head,
+               others=listed(described, ", "))
 
 
-def _collective_only_summary(first: RankRecord, others: list[RankRecord]) -> str:
-    """Only collectives failed: say so, and name the ranks that were not in them."""
-    failed = [first, *(r for r in others if r.outcome == "raised")]
-    missing = [_missing(r) for r in others if r.outcome in MISSING_WORDS]
-    ranks = ", ".join(f"{who(r)} {_place(r.where)}" for r in failed)
-    line = (f"no rank raised an error of its own: only collectives failed ({ranks}: a "
-            "timeout, an aborted communicator or a peer gone)")
-    if missing:
-        return f"{line}; {'; '.join(missing)} — look at that rank, not at a kernel"
-    return (f"{line}; every rank failed in a collective — look at the slowest rank (the one "
-            "that reached the collective last), not at a kernel")
-
-
-def _step_words(incident: Incident) -> str:
-    """` at step 3` from watch(), else the counters of the loops around the failing line in
-    its function (` at epoch 1, batch_idx 3`: tensors and other objects left out); '' when
-    neither is known."""
+def _failed_first(incident: Incident, rank: Text, what: str) -> Text:
+    """`rank 1 failed first at step 3 (nll_loss, target 4)`: with the step from watch(),
+    else the counters of the loops around the failing line in its function (`at epoch 1,
+    batch_idx 3`: tensors and other objects left out), else neither."""
     if incident.step is not None and incident.step.iteration is not None:
-        return f" at step {incident.step.iteration}"
+        return msg("{rank} failed first at step {step} ({what})", rank=rank,
+                   step=incident.step.iteration, what=what)
     frames = [f for f in (incident.loop.frames if incident.loop else []) if f.loops]
     values = {k: v for loop in (frames[-1].loops if frames else [])
               for k, v in loop.values.items() if not v.startswith("<")}
-    return " at " + ", ".join(f"{k} {v}" for k, v in values.items()) if values else ""
+    if values:
+        return msg("{rank} failed first at {counters} ({what})", rank=rank, what=what,
+                   counters=", ".join(f"{k} {v}" for k, v in values.items()))
+    return msg("{rank} failed first ({what})", rank=rank, what=what)
+
+
+def listed(items: list[Text], separator: str) -> Text:
+    """`items` joined by `separator` (`, ` or `; `) as one Text, which a reader in another
+    language sees joined in its own way."""
+    template = N_("{earlier}, {next}") if separator == ", " else N_("{earlier}; {next}")
+    joined = items[0]
+    for item in items[1:]:
+        joined = msg(template, earlier=joined, next=item)
+    return joined
+
+
+def _collective_only_summary(first: RankRecord, others: list[RankRecord]) -> Text:
+    """Only collectives failed: say so, and name the ranks that were not in them."""
+    failed = [first, *(r for r in others if r.outcome == "raised")]
+    missing = [_missing(r) for r in others if r.outcome in MISSING_WORDS]
+    ranks = listed([msg("{rank} {place}", rank=who(r), place=_place(r.where)) for r in failed],
+                   ", ")
+    if missing:
+        return msg("no rank raised an error of its own: only collectives failed ({ranks}: a "
+                   "timeout, an aborted communicator or a peer gone); {missing} — look at "
+                   "that rank, not at a kernel", ranks=ranks, missing=listed(missing, "; "))
+    return msg("no rank raised an error of its own: only collectives failed ({ranks}: a "
+               "timeout, an aborted communicator or a peer gone); every rank failed in a "
+               "collective — look at the slowest rank (the one that reached the collective "
+               "last), not at a kernel", ranks=ranks)
 
 
 def _how_it_ended(record: RankRecord) -> str:
@@ -476,30 +503,36 @@ def _what_failed(incident: Incident) -> str:
     return FAMILIES[family].title if family != "unknown" else incident.error.type
 
 
-def _state(record: RankRecord) -> str:
+def _state(record: RankRecord) -> Text:
     """`rank 0 at train.py:12 in main`, `rank 1 in all_reduce`, `rank 2 had already ended
     (exit status 0)`: where a rank was when the job ended."""
     if record.outcome in ("stopped", "raised") and record.where:
-        return f"{who(record)} {_place(record.where)}"
+        return msg("{rank} {place}", rank=who(record), place=_place(record.where))
     return _missing(record)
 
 
-def _missing(record: RankRecord) -> str:
+def _missing(record: RankRecord) -> Text:
     """How a rank that was not in the failed collective is described (MISSING_WORDS)."""
     words = MISSING_WORDS.get(record.outcome, MISSING_WORDS["unknown"])
-    return words.format(rank=who(record), place=_place(record.where),
-                        status=record.signal or record.exit_status)
+    return msg(words, rank=who(record), place=_place(record.where),
+               status=_status(record))
 
 
-def who(record: RankRecord) -> str:
+def _status(record: RankRecord) -> str:
+    """`SIGKILL` or the exit status, as the summary names how a rank ended."""
+    return str(record.signal or record.exit_status)
+
+
+def who(record: RankRecord) -> Text:
     """`rank 1`, or `rank 1 on node 1` in a job across nodes."""
     if record.node_rank is None:
-        return f"rank {record.rank}"
-    return f"rank {record.rank} on node {record.node_rank}"
+        return msg("rank {rank}", rank=record.rank)
+    return msg("rank {rank} on node {node}", rank=record.rank, node=record.node_rank)
 
 
-def _place(where: str | None) -> str:
+def _place(where: str | None) -> Text:
     """`in all_reduce` for a function, `at train.py:12 in main` for a line."""
     if not where:
-        return "at an unknown place"
-    return f"at {where}" if ":" in where else f"in {where}"
+        return msg("at an unknown place")
+    return msg("at {where}", where=where) if ":" in where else msg("in {function}",
+                                                                    function=where)

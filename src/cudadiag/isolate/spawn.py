@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.errors import RanksAfterCudaError
+from cudadiag.i18n import N_, _
 from cudadiag.incident import Incident
 from cudadiag.isolate import rankfiles
 
@@ -36,7 +37,7 @@ SPAWN_CALLS = frozenset({
 START_METHOD = "fork"
 EXITS_FILE = "spawn.json"
 """Beside the rank folder: how each process of the last start ended, as torch saw it."""
-AFTER_CUDA = (
+AFTER_CUDA = N_(
     "cudadiag: the cells initialised CUDA before starting their processes with "
     "torch.multiprocessing; an isolated run forks each rank (so that the function the "
     "notebook defined can be loaded), and a forked process cannot use its parent's CUDA "
@@ -102,7 +103,7 @@ def ranks_as_processes(folder: Path, incident_of: Callable[[BaseException], Inci
                         join: bool = True, daemon: bool = False,
                         start_method: str = "spawn") -> Any:
         if torch.cuda.is_initialized():
-            raise RanksAfterCudaError(AFTER_CUDA)
+            raise RanksAfterCudaError(_(AFTER_CUDA))
         attempt = next(starts)
         entry = functools.partial(_run_rank, fn, folder, attempt, nprocs, incident_of)
         context = original(entry, args, nprocs, join=False, daemon=daemon,

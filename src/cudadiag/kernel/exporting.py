@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from cudadiag import commands
 from cudadiag.commands import STOPPED_EARLY, Budget, ExportOptions, export_intro, progress_line
 from cudadiag.errors import ExportError, MinimizeError, MinimizeInterrupted
+from cudadiag.i18n import N_, _
 from cudadiag.incident import Incident
 from cudadiag.log.store import IncidentStore
 from cudadiag.repro.view import render_export
@@ -47,7 +48,7 @@ def run_export(shell: Any, incident: Incident, path: Path, inputs: ReproInputs,
         try:
             print(render_export(*export(progress_line(options.max_trials, options.timeout))))
         except MinimizeInterrupted:
-            print(f"\ncudadiag export: {STOPPED_EARLY}", file=sys.stderr)
+            print(f"\ncudadiag export: {_(STOPPED_EARLY)}", file=sys.stderr)
         return None
     view = _ExportView(intro, options.max_trials, options.timeout)
     if not background:  # nbconvert, papermill: the outcome stays in the view's static form
@@ -70,7 +71,7 @@ class _ExportView:
         from IPython.display import display
 
         self.budget = Budget(max_trials, timeout)
-        self.bar = ipywidgets.IntProgress(min=0, max=100, description="minimizing",
+        self.bar = ipywidgets.IntProgress(min=0, max=100, description=_("minimizing"),
                                           bar_style="info")
         self.text = intro
         self.status = ipywidgets.HTML(value=_pre(intro))
@@ -90,14 +91,14 @@ class _ExportView:
         try:
             minimized, exported = export(self.progress)
         except MinimizeInterrupted:
-            return self._finish(f"cudadiag export: {STOPPED_EARLY}", "warning")
+            return self._finish(f"cudadiag export: {_(STOPPED_EARLY)}", "warning")
         except (MinimizeError, ExportError) as exc:
             self._finish(f"cudadiag export: {exc}", "danger")
             if raise_errors:
                 raise
             return str(exc)
         except Exception:  # a bug: shown where the user looks, not lost in a thread
-            text = self._finish("cudadiag export failed inside cudadiag:\n"
+            text = self._finish(_("cudadiag export failed inside cudadiag:") + "\n"
                                 + traceback.format_exc(), "danger")
             if raise_errors:
                 raise
@@ -108,16 +109,20 @@ class _ExportView:
 
     def progress(self, trials: int, size: int, phase: str) -> None:
         self.bar.value = self.budget.percent_used(trials)
-        self.bar.description = f"{phase}: {size}"
+        self.bar.description = _(_PHASES.get(phase, phase)) + f": {size}"
 
     def _finish(self, text: str, style: str) -> str:
         self.bar.bar_style = style
-        self.bar.description = "done" if style == "success" else "stopped"
+        self.bar.description = _("done") if style == "success" else _("stopped")
         self.status.value = _pre(text)
         self.text = text
         if self.shown is not None:
             self.shown.update(self)
         return text
+
+
+_PHASES = {"cells": N_("cells"), "statements": N_("statements"), "loop": N_("loop")}
+"""The minimizer's phases, as the progress bar names them."""
 
 
 def _pre(text: str) -> str:

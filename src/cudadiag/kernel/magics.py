@@ -17,47 +17,48 @@ from cudadiag.errors import (
     IncidentNotFound,
     MinimizeError,
 )
+from cudadiag.i18n import _
 from cudadiag.log.options import add_listing_options
 from cudadiag.log.store import IncidentStore
 from cudadiag.options.commands import AS_JSON, HELP, INCIDENT_ID, add_command
 from cudadiag.options.parsing import MagicParser, split_line
-from cudadiag.repro.options import add_export_options
+from cudadiag.repro.options import add_export_options, add_report_options
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = MagicParser(prog="%cudadiag", description="Browse cudadiag's incident log.")
+    parser = MagicParser(prog="%cudadiag", description=_("Browse cudadiag's incident log."))
     sub = parser.add_subparsers(dest="command", required=True, parser_class=MagicParser)
     add_listing_options(add_command(sub, "incidents"))
     add_command(sub, "show")
-    panel = sub.add_parser("panel", help="show the incident panel")
+    panel = sub.add_parser("panel", help=_("show the incident panel"))
     INCIDENT_ID.add_to(panel)
-    add_command(sub, "report")
+    add_report_options(add_command(sub, "report"))
     export = add_command(sub, "export")
     export.add_argument("args", nargs="*", metavar="[ID] [PATH.ipynb|PATH.py]",
-                        help="incident (default: the newest) and repro path (default: "
-                             "repro-ID.ipynb)")
+                        help=_("incident (default: the newest) and repro path (default: "
+                               "repro-ID.ipynb)"))
     add_export_options(export)
     export.add_argument("--wait", action="store_true",
-                        help="minimize in the foreground even in a notebook (for nbconvert "
-                             "or papermill runs, which end with the last cell)")
+                        help=_("minimize in the foreground even in a notebook (for nbconvert "
+                               "or papermill runs, which end with the last cell)"))
     checkpoints = add_command(sub, "checkpoints")
     checkpoints.add_argument("directory", nargs="?",
-                             help="the checkpoint directory (default: where this kernel last "
-                                  "saved with cudadiag.checkpoint.save)")
+                             help=_("the checkpoint directory (default: where this kernel "
+                                    "last saved with cudadiag.checkpoint.save)"))
     # read before this parser (their arguments are free text), listed so usage names them
-    explain = sub.add_parser("explain", help=HELP["explain"])
+    explain = sub.add_parser("explain", help=_(HELP["explain"]))
     AS_JSON.add_to(explain)
     explain.add_argument("what", nargs="*", metavar="FILE | TEXT",
-                         help="a log file, or the text to explain (default: the last error of "
-                              "this kernel)")
-    sub.add_parser("validate", help="re-run a loop's cell over the steps that matter")
-    attach = sub.add_parser("attach", help="add cudadiag's callbacks to every Hugging Face "
-                                           "and Lightning Trainer (on), or stop (off)")
+                         help=_("a log file, or the text to explain (default: the last error "
+                                "of this kernel)"))
+    sub.add_parser("validate", help=_("re-run a loop's cell over the steps that matter"))
+    attach = sub.add_parser("attach", help=_("add cudadiag's callbacks to every Hugging Face "
+                                             "and Lightning Trainer (on), or stop (off)"))
     attach.add_argument("state", nargs="?", choices=("on", "off"),
-                        help="on or off (default: say which)")
-    lang = sub.add_parser("lang", help="the language cudadiag writes in; choose one")
+                        help=_("on or off (default: say which)"))
+    lang = sub.add_parser("lang", help=_("the language cudadiag writes in; choose one"))
     lang.add_argument("choice", nargs="?", choices=("ja", "en", "auto"),
-                      help="ja, en, or auto (default: say which holds and why)")
+                      help=_("ja, en, or auto (default: say which holds and why)"))
     return parser
 
 
@@ -92,7 +93,7 @@ class CudadiagMagics(Magics):
                                            one for this session (auto: the order of
                                            docs/languages.md)
         """
-        command, _, rest = line.strip().partition(" ")
+        command, _space, rest = line.strip().partition(" ")
         if command == "lang":
             print(_language(rest.strip()))
             return
@@ -113,7 +114,8 @@ class CudadiagMagics(Magics):
             elif args.command == "show":
                 print(commands.show(store, commands.ShowOptions(args.id, as_json=args.json)))
             elif args.command == "report":
-                print(commands.report(store, args.id))
+                with i18n.using(args.lang or i18n.current_code()):
+                    print(commands.report(store, args.id))
             elif args.command == "export":
                 _export(self.shell, store, args)
             elif args.command == "checkpoints":
@@ -149,9 +151,10 @@ def _attach(state: str | None) -> None:
 
     if state is not None:
         attach.set_adding(state == "on")
-    print("cudadiag: Hugging Face and Lightning Trainers "
-          + ("get cudadiag's callback (`%cudadiag attach off` stops it)" if attach.adding()
-             else "get no cudadiag callback (`%cudadiag attach on` adds it again)"))
+    print(_("cudadiag: Hugging Face and Lightning Trainers get cudadiag's callback "
+            "(`%cudadiag attach off` stops it)") if attach.adding() else
+          _("cudadiag: Hugging Face and Lightning Trainers get no cudadiag callback "
+            "(`%cudadiag attach on` adds it again)"))
 
 
 def _explain(shell: Any, argument: str) -> str:
@@ -167,7 +170,7 @@ def _explain(shell: Any, argument: str) -> str:
             explained = commands.explain_argument(argument)
         else:
             explained = commands.explain_pasted(_last_error_text(shell),
-                                                "the last error of this kernel")
+                                                _("the last error of this kernel"))
     except CudadiagError as exc:
         raise UsageError(str(exc)) from None
     return explained.text(as_json=as_json)
@@ -179,8 +182,8 @@ def _last_error_text(shell: Any) -> str:
 
     exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
     if exc is None:
-        raise UsageError("no error in this kernel yet: give a log file or the text to "
-                         "explain, e.g. %cudadiag explain slurm-1234.out")
+        raise UsageError(_("no error in this kernel yet: give a log file or the text to "
+                           "explain, e.g. %cudadiag explain slurm-1234.out"))
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     current = capture_for(shell).current
     if current is not None and current.error.message in text:
@@ -196,8 +199,9 @@ def _checkpoints(args: Any) -> None:
 
     directory = args.directory or checkpoint.last_saved_directory()
     if directory is None:
-        raise UsageError("this kernel has saved no checkpoint with cudadiag.checkpoint.save: "
-                         "name the directory, e.g. %cudadiag checkpoints ckpts")
+        raise UsageError(_("this kernel has saved no checkpoint with "
+                           "cudadiag.checkpoint.save: name the directory, e.g. %cudadiag "
+                           "checkpoints ckpts"))
     try:
         verdicts = checkpoint.review(directory, before=args.before)
     except (NotADirectoryError, IncidentNotFound, ValueError) as exc:
@@ -216,7 +220,7 @@ def _export(shell: Any, store: IncidentStore, args: Any) -> None:
     paths = [a for a in args.args if "." in a or "/" in a]
     ids = [a for a in args.args if a not in paths]
     if len(paths) > 1 or len(ids) > 1:
-        raise UsageError("usage: %cudadiag export [ID] [PATH.ipynb|PATH.py]")
+        raise UsageError(_("usage: ") + "%cudadiag export [ID] [PATH.ipynb|PATH.py]")
     options = commands.ExportOptions(
         incident=ids[0] if ids else None, path=Path(paths[0]) if paths else None,
         max_trials=args.max_trials, timeout=args.timeout, bundle=args.bundle)
@@ -226,9 +230,11 @@ def _export(shell: Any, store: IncidentStore, args: Any) -> None:
         run_export(shell, incident, path, inputs, options, store=store,
                    background=not args.wait)
     except MinimizeError as exc:
-        raise UsageError(f"cannot minimize incident {incident.id}: {exc}") from None
+        raise UsageError(_("cannot minimize incident {id}: {error}").format(
+            id=incident.id, error=exc)) from None
     except ExportError as exc:
-        raise UsageError(f"cannot export incident {incident.id}: {exc}") from None
+        raise UsageError(_("cannot export incident {id}: {error}").format(
+            id=incident.id, error=exc)) from None
 
 
 def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
@@ -245,8 +251,8 @@ def _repro_inputs(shell: Any, incident: Any, store: IncidentStore) -> Any:
     history = cell_history(shell)
     cell = incident.run.cells[0] if incident.run.cells else None
     if cell is None or cell not in history:
-        raise ExportError(f"incident {incident.id} did not come from this kernel's history; "
-                         "export an isolated incident instead")
+        raise ExportError(_("incident {id} did not come from this kernel's history; export "
+                            "an isolated incident instead").format(id=incident.id))
     try:
         plan = plan_in_shell(shell, history, cell, ship="none")
     except PlanError as exc:

@@ -27,7 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
-from cudadiag.durable import PRIVATE_DIR, PRIVATE_FILE, write_failure
+from cudadiag.durable import FREE_SPACE, PRIVATE_DIR, PRIVATE_FILE, WRITABLE, YOURS, write_failure
+from cudadiag.i18n import N_, _
 from cudadiag.log.entry import LogEntry
 
 try:
@@ -55,18 +56,17 @@ network filesystem" (https://www.sqlite.org/wal.html, section 8, and
 https://www.sqlite.org/useovernet.html)."""
 
 _FAILURES = {
-    "SQLITE_FULL": ("No space left on device", "; free some space or choose another directory"),
-    "SQLITE_READONLY": ("read-only", "; choose a writable directory"),
-    "SQLITE_CANTOPEN": ("cannot open the database file", "; choose a directory you can "
-                                                         "write to"),
-    "SQLITE_BUSY": (f"locked by another process for more than {BUSY_TIMEOUT_S:g} s",
-                    "; try again when it is done"),
-    "SQLITE_IOERR": ("input/output error", "; check the disk"),
-    "SQLITE_NOTADB": ("the database is damaged", "; move it aside"),
-    "SQLITE_CORRUPT": ("the database is damaged", "; move it aside"),
+    "SQLITE_FULL": (N_("No space left on device"), FREE_SPACE),
+    "SQLITE_READONLY": (N_("read-only"), WRITABLE),
+    "SQLITE_CANTOPEN": (N_("cannot open the database file"), YOURS),
+    "SQLITE_BUSY": (N_("locked by another process for more than {seconds:g} s"),
+                    N_("; try again when it is done")),
+    "SQLITE_IOERR": (N_("input/output error"), N_("; check the disk")),
+    "SQLITE_NOTADB": (N_("the database is damaged"), N_("; move it aside")),
+    "SQLITE_CORRUPT": (N_("the database is damaged"), N_("; move it aside")),
 }
 """What an SQLite error means to a user (its primary code, sqlite3.Error.sqlite_errorname
-without its extended part): the reason, then what to do."""
+without its extended part): the reason, then what to do (in English: shown with `_`)."""
 DAMAGED = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
 
 TABLES = """
@@ -332,8 +332,9 @@ def _set_aside(path: Path, exc: sqlite3.Error) -> Path:
         if side.exists():
             shutil.move(side, target.with_name(target.name + suffix))
     path.replace(target)
-    print(f"cudadiag: the incident log {path} is damaged ({exc}); moved to {target}, a new "
-          "log is started (earlier log files are imported again)", file=sys.stderr)
+    print(_("cudadiag: the incident log {path} is damaged ({error}); moved to {target}, a "
+            "new log is started (earlier log files are imported again)").format(
+        path=path, error=exc, target=target), file=sys.stderr)
     return target
 
 
@@ -379,7 +380,8 @@ def failure_reason(exc: OSError | sqlite3.Error) -> str:
     """What went wrong, in a few words (`No space left on device`, `read-only`...)."""
     if isinstance(exc, OSError):
         return exc.strerror or str(exc)
-    return _FAILURES.get(error_name(exc), (str(exc), ""))[0]
+    known = _FAILURES.get(error_name(exc))
+    return _(known[0]).format(seconds=BUSY_TIMEOUT_S) if known else str(exc)
 
 
 def write_failure_text(home: Path, exc: OSError | sqlite3.Error) -> str:
@@ -388,4 +390,5 @@ def write_failure_text(home: Path, exc: OSError | sqlite3.Error) -> str:
         name = Path(exc.filename).name if exc.filename else DB_NAME
         return write_failure(name, home, exc)
     _reason, hint = _FAILURES.get(error_name(exc), ("", ""))
-    return f"could not write {DB_NAME} in {home}: {failure_reason(exc)}{hint}"
+    return (_("could not write {name} in {folder}: {reason}").format(
+        name=DB_NAME, folder=home, reason=failure_reason(exc)) + _(hint))

@@ -7,6 +7,7 @@ import os
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+from cudadiag.i18n import _
 from cudadiag.incident import SCHEMA, Incident
 
 SUMMARY_MAX = 90
@@ -47,7 +48,7 @@ class LogEntry(NamedTuple):
 
     def describe_newer(self) -> str:
         """Return `recorded by a newer cudadiag (schema N)`."""
-        return f"recorded by a newer cudadiag (schema {self.schema})"
+        return _("recorded by a newer cudadiag (schema {schema})").format(schema=self.schema)
 
 
 def is_newer_schema(schema: Any) -> bool:

@@ -10,6 +10,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from cudadiag.i18n import _
 from cudadiag.incident import Incident
 from cudadiag.log.database import put
 from cudadiag.log.entry import entry_for_incident
@@ -55,7 +56,10 @@ def import_legacy_logs(conn: sqlite3.Connection, home: Path) -> int:
             else:
                 put(conn, found.entry(), line.decode("utf-8", "replace"))
             ids.add(found.id)
-    unread = f"; {skipped} unreadable line(s) skipped" if skipped else ""
-    print(f"cudadiag: imported {len(ids):,} incident(s) from the earlier log files in {home} "
-          f"({', '.join(p.name for p in files)}, left in place){unread}", file=sys.stderr)
+    said = (_("cudadiag: imported {count:,} incident(s) from the earlier log files in {home} "
+              "({files}, left in place); {skipped} unreadable line(s) skipped") if skipped else
+            _("cudadiag: imported {count:,} incident(s) from the earlier log files in {home} "
+              "({files}, left in place)"))
+    print(said.format(count=len(ids), home=home, files=", ".join(p.name for p in files),
+                      skipped=skipped), file=sys.stderr)
     return len(ids)

@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
+from collections.abc import Callable
 
+from cudadiag.errors import CudadiagError
+from cudadiag.i18n import _, current_code, localize, msg
+from cudadiag.i18n.width import cut_to_width, display_width
 from cudadiag.log.database import write_failure_text
+from cudadiag.log.entry import SUMMARY_MAX, LogEntry
 from cudadiag.log.query import Filters, ListingError, make_filters, select
 from cudadiag.log.retention import Retention
 from cudadiag.log.stats import log_stats
 from cudadiag.log.store import IncidentStore
-from cudadiag.log.view import render_stats, render_table
+from cudadiag.log.view import NO_INCIDENTS, render_stats, render_table
+
+_THIS_PRUNE = msg("this --prune")
+"""Where a retention given to --prune comes from."""
 
 
 def run_listing(args: argparse.Namespace, store: IncidentStore | None = None) -> str:
@@ -24,10 +32,10 @@ def run_listing(args: argparse.Namespace, store: IncidentStore | None = None) ->
     store = store or IncidentStore()
     filters = make_filters(args.family, args.since, args.mode, args.cell)
     if (args.keep or args.keep_days) and not args.prune:
-        raise ListingError("--keep and --keep-days go with --prune")
+        raise ListingError(_("--keep and --keep-days go with --prune"))
     if (args.stats or args.prune) and filters != Filters():
-        raise ListingError(f"{'--stats' if args.stats else '--prune'} takes no filter "
-                           f"({filters.describe()})")
+        raise ListingError(_("{option} takes no filter ({filters})").format(
+            option="--stats" if args.stats else "--prune", filters=filters.describe()))
     if args.stats:
         return render_stats(log_stats(store))
     if args.prune:
@@ -43,33 +51,56 @@ def run_listing(args: argparse.Namespace, store: IncidentStore | None = None) ->
         matching = len(chosen)
         shown = chosen if limit is None else chosen[-limit:]
     if not total:
-        return "no incidents recorded"
-    table = render_table(shown, empty=f"no incident matches {filters.describe()} "
-                                      f"({total:,} in the log)")
+        return _(NO_INCIDENTS)
+    table = render_table(shown, empty=_("no incident matches {filters} ({count:,} in the "
+                                        "log)").format(filters=filters.describe(), count=total),
+                         summary_of=_summaries(store, shown))
     return table + _not_shown(matching - len(shown), len(shown))
+
+
+def _summaries(store: IncidentStore, shown: list[LogEntry]) -> Callable[[LogEntry], str]:
+    """What the listing shows as each incident's summary: the log's column in English; in
+    another language, the summary its record keeps written again in it (cut as the column
+    is), the column itself where the record cannot be read."""
+    if current_code() == "en":
+        return lambda entry: entry.summary
+    localized: dict[str, str] = {}
+    for entry in shown:
+        if entry.newer:
+            continue
+        try:
+            summary = localize(store.read(entry).diagnosis.summary)
+        except CudadiagError:
+            continue
+        if display_width(summary) > SUMMARY_MAX:
+            summary = cut_to_width(summary, SUMMARY_MAX - 1) + "…"
+        localized[entry.id] = summary
+    return lambda entry: localized.get(entry.id, entry.summary)
 
 
 def _not_shown(older: int, shown: int) -> str:
     if older <= 0:
         return ""
-    return (f"\n... {older:,} older incident(s) not shown (the newest {shown:,} are): "
-            "--all shows them, --last N the newest N, --since and --family narrow the list")
+    return "\n... " + _("{older:,} older incident(s) not shown (the newest {shown:,} are): "
+                        "--all shows them, --last N the newest N, --since and --family "
+                        "narrow the list").format(older=older, shown=shown)
 
 
 def _prune(store: IncidentStore, keep: int | None, keep_days: float | None) -> str:
     if keep is not None and keep_days is not None:
-        retention = Retention(incidents=keep, days=keep_days, source="this --prune")
+        retention = Retention(incidents=keep, days=keep_days, source=_THIS_PRUNE)
     else:
         configured = store.retention()
         retention = Retention(
             incidents=keep if keep is not None else configured.incidents,
             days=keep_days if keep_days is not None else configured.days,
-            source="this --prune" if keep or keep_days else configured.source)
+            source=_THIS_PRUNE if keep or keep_days else configured.source)
     try:
         result = store.prune(retention)
     except (OSError, sqlite3.Error) as exc:
-        raise ListingError(f"nothing was pruned: {write_failure_text(store.home, exc)}"
-                           ) from None
+        raise ListingError(_("nothing was pruned: {reason}").format(
+            reason=write_failure_text(store.home, exc))) from None
     if not result.pruned:
-        return f"cudadiag: nothing to prune; retention: {retention.describe()}"
+        return _("cudadiag: nothing to prune; retention: {retention}").format(
+            retention=retention.describe())
     return result.message()

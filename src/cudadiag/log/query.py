@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from cudadiag.errors import CudadiagError
+from cudadiag.i18n import N_, _
 from cudadiag.knowledge import FAMILY_NAMES
 from cudadiag.log.entry import LogEntry
 from cudadiag.log.options import MODES
@@ -17,8 +18,8 @@ from cudadiag.log.retention import is_older
 
 _SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*(m|min|h|d|w)", re.IGNORECASE)
 _SPAN_UNITS = {"m": "minutes", "min": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-_SINCE_HELP = "a date (2026-11-30), a time (2026-11-30T14:00) or a span back from now " \
-              "(90m, 12h, 3d, 2w)"
+_SINCE_HELP = N_("a date (2026-11-30), a time (2026-11-30T14:00) or a span back from now "
+                 "(90m, 12h, 3d, 2w)")
 
 
 class ListingError(CudadiagError, ValueError):
@@ -64,10 +65,11 @@ def make_filters(family: str | None = None, since: str | None = None,
 
     Raises ListingError for a family, time, mode or cell it cannot understand."""
     if family is not None and family not in FAMILY_NAMES:
-        raise ListingError(f"--family {family}: no such family; one of: "
-                           f"{', '.join(FAMILY_NAMES)}")
+        raise ListingError(_("--family {family}: no such family; one of: {names}").format(
+            family=family, names=", ".join(FAMILY_NAMES)))
     if mode is not None and mode not in MODES:
-        raise ListingError(f"--mode {mode}: one of {', '.join(MODES)}")
+        raise ListingError(_("--mode {mode}: one of {modes}").format(mode=mode,
+                                                                     modes=", ".join(MODES)))
     number, script = _cell_or_script(cell)
     return Filters(family=family, since=parse_since(since, now) if since else None,
                    mode=mode, cell=number, script=script)
@@ -92,12 +94,14 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
         try:
             return now - timedelta(**{_SPAN_UNITS[unit]: amount})
         except OverflowError:
-            raise ListingError(f"--since {text}: reaches back before the calendar starts; "
-                               f"give {_SINCE_HELP}") from None
+            raise ListingError(_("--since {text}: reaches back before the calendar starts; "
+                                 "give {examples}").format(text=text,
+                                                           examples=_(_SINCE_HELP))) from None
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise ListingError(f"--since {text}: give {_SINCE_HELP}") from None
+        raise ListingError(_("--since {text}: give {examples}").format(
+            text=text, examples=_(_SINCE_HELP))) from None
     return when if when.tzinfo else when.astimezone()
 
 
@@ -108,8 +112,8 @@ def _cell_or_script(cell: str | None) -> tuple[int | None, str | None]:
     if re.fullmatch(r"(In\[)?\d+\]?", text):
         return int(text.strip("In[]")), None
     if not text or text.startswith("-"):
-        raise ListingError(f"--cell {cell}: give a cell number (3 or In[3]) or a script "
-                           "(train.py)")
+        raise ListingError(_("--cell {cell}: give a cell number (3 or In[3]) or a script "
+                             "(train.py)").format(cell=cell))
     return None, text
 
 

@@ -17,12 +17,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from cudadiag.errors import CudadiagError
+from cudadiag.i18n import N_, _, msg
 from cudadiag.log.entry import LogEntry
 from cudadiag.options.types import MAX_DAYS
 
 CONFIG_NAME = "config.json"
 DEFAULT_INCIDENTS = 10_000
 DEFAULT_DAYS = 180.0
+_EXAMPLE = '{"retention": {"incidents": 10000, "days": 180}}'
 
 
 class RetentionConfigError(CudadiagError, ValueError):
@@ -35,24 +37,26 @@ class Retention:
 
     incidents: int = DEFAULT_INCIDENTS
     days: float = DEFAULT_DAYS
-    source: str = "defaults"
-    """Where the values come from: `defaults`, `set in PATH` (the config file)..."""
+    source: str = N_("defaults")
+    """Where the values come from: `defaults`, `set in PATH` (the config file)... (in
+    English; `localize(source)` in the reader's language)"""
 
     def __post_init__(self) -> None:
         if isinstance(self.incidents, bool) or not isinstance(self.incidents, int) \
                 or self.incidents < 1:
             raise RetentionConfigError(
-                f"the number of incidents kept must be a whole number of at least 1, not "
-                f"{self.incidents!r}")
+                _("the number of incidents kept must be a whole number of at least 1, not "
+                  "{value!r}").format(value=self.incidents))
         if isinstance(self.days, bool) or not isinstance(self.days, (int, float)) \
                 or not 0 < self.days <= MAX_DAYS:
             raise RetentionConfigError(
-                f"the days an incident is kept must be a number above 0 and at most "
-                f"{MAX_DAYS:,} (100 years), not {self.days!r}")
+                _("the days an incident is kept must be a number above 0 and at most "
+                  "{most:,} (100 years), not {value!r}").format(most=MAX_DAYS, value=self.days))
 
     def describe(self) -> str:
         """Return `the newest 10,000 incidents, none older than 180 days`."""
-        return f"the newest {self.incidents:,} incidents, none older than {self.days:g} days"
+        return _("the newest {count:,} incidents, none older than {days:g} days").format(
+            count=self.incidents, days=self.days)
 
     def cutoff(self, now: datetime | None = None) -> datetime:
         """The creation time before which an incident is too old."""
@@ -100,19 +104,21 @@ def load_retention(home: Path) -> Retention:
     except FileNotFoundError:
         return Retention()
     except OSError as exc:
-        raise RetentionConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise RetentionConfigError(_("cannot read {path}: {reason}").format(
+            path=path, reason=exc.strerror or exc)) from None
     try:
         settings = json.loads(text).get("retention", {})
     except (ValueError, AttributeError):
         raise RetentionConfigError(
-            f"{path} is not a JSON object; write for example "
-            '{"retention": {"incidents": 10000, "days": 180}}') from None
+            _("{path} is not a JSON object; write for example {example}").format(
+                path=path, example=_EXAMPLE)) from None
     if not isinstance(settings, dict) or set(settings) - {"incidents", "days"}:
         raise RetentionConfigError(
-            f'"retention" in {path} takes "incidents" and "days" only, for example '
-            '{"retention": {"incidents": 10000, "days": 180}}')
+            _('"retention" in {path} takes "incidents" and "days" only, for example '
+              '{example}').format(path=path, example=_EXAMPLE))
     try:
         return Retention(incidents=settings.get("incidents", DEFAULT_INCIDENTS),
-                         days=settings.get("days", DEFAULT_DAYS), source=f"set in {path}")
+                         days=settings.get("days", DEFAULT_DAYS),
+                         source=msg("set in {path}", path=str(path)))
     except RetentionConfigError as exc:
         raise RetentionConfigError(f"{path}: {exc}") from None

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cudadiag.durable import PRIVATE_DIR, replace_atomically
+from cudadiag.i18n import _
 
 RUNS_DIR = "runs"
 SHIPPED_DIR = "shipped"
@@ -44,8 +45,8 @@ def keep_shipped(home: Path, incident_id: str, pickled: Path) -> str | None:
     the files cannot be written."""
     size = pickled.stat().st_size
     if size > SHIPPED_KEPT_MAX_BYTES:
-        return (f"{size >> 20} MiB of shipped values, more than the "
-                f"{SHIPPED_KEPT_MAX_BYTES >> 20} MiB kept per incident")
+        return _("{size} MiB of shipped values, more than the {most} MiB kept per "
+                 "incident").format(size=size >> 20, most=SHIPPED_KEPT_MAX_BYTES >> 20)
     digest = _sha256(pickled)
     blobs = private_dir(home, SHIPPED_DIR)
     blob = blobs / f"{digest}.pkl"

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from cudadiag.errors import IncidentFromNewerVersion, IncidentNotFound, IncidentNotSaved
 from cudadiag.home import default_home
+from cudadiag.i18n import N_, _, localize
 from cudadiag.incident import SCHEMA, Incident
 from cudadiag.log import runfiles
 from cudadiag.log.database import (
@@ -55,6 +56,7 @@ first), each with its log entry."""
 _exit_retry_registered = False
 _config_errors_told: set[str] = set()
 _ID_END = "\U0010ffff"
+EMPTY_LOG = N_("the incident log {path} holds no incident yet")
 """Above every character an id holds: ids starting with P lie in [P, P + _ID_END)."""
 
 
@@ -82,12 +84,18 @@ class PruneResult:
         """Return the line that tells the user what was pruned and why."""
         older = self.too_old
         beyond = len(self.pruned) - older
-        why = [f"{older:,} older than {self.retention.days:g} days"] if older else []
-        why += [f"{beyond:,} beyond the newest {self.retention.incidents:,}"] if beyond else []
-        runs = f" and {self.run_folders:,} isolated runs' files" if self.run_folders else ""
-        return (f"cudadiag: pruned {len(self.pruned):,} incident(s) from the log "
-                f"({', '.join(why)}){runs}; retention: {self.retention.describe()} "
-                f"({self.retention.source}; see `cudadiag incidents --stats`)")
+        why = [_("{count:,} older than {days:g} days").format(
+            count=older, days=self.retention.days)] if older else []
+        why += [_("{count:,} beyond the newest {kept:,}").format(
+            count=beyond, kept=self.retention.incidents)] if beyond else []
+        line = (_("cudadiag: pruned {count:,} incident(s) from the log ({why}) and {runs:,} "
+                  "isolated runs' files; retention: {retention} ({source}; see `cudadiag "
+                  "incidents --stats`)") if self.run_folders else
+                _("cudadiag: pruned {count:,} incident(s) from the log ({why}); retention: "
+                  "{retention} ({source}; see `cudadiag incidents --stats`)"))
+        return line.format(count=len(self.pruned), why=", ".join(why), runs=self.run_folders,
+                           retention=self.retention.describe(),
+                           source=localize(self.retention.source))
 
 
 class IncidentStore:
@@ -148,8 +156,9 @@ class IncidentStore:
         found = [read_record(record) for record in latest.values()]
         readable = [f for f in found if f is not None]
         if len(readable) < len(found):
-            warnings.warn(f"cudadiag: skipped {len(found) - len(readable)} unreadable "
-                          f"record(s) in the incident log {self.path}", stacklevel=2)
+            warnings.warn(_("cudadiag: skipped {count} unreadable record(s) in the incident "
+                            "log {path}").format(count=len(found) - len(readable),
+                                                 path=self.path), stacklevel=2)
         readable.sort(key=lambda f: f.created_at)
         return LogContents(incidents=[f for f in readable if isinstance(f, Incident)],
                            newer=[f for f in readable if isinstance(f, NewerRecord)])
@@ -186,12 +195,14 @@ class IncidentStore:
         if len(matches) != 1:
             entries = self.entries()
             if not entries:
-                raise IncidentNotFound(f"the incident log {self.path} holds no incident yet")
+                raise IncidentNotFound(_(EMPTY_LOG).format(path=self.path))
             known = ", ".join(e.id for e in [e for e in entries if not e.newer][-5:])
-            what = "no incident" if not matches else f"{len(matches)} incidents"
-            raise IncidentNotFound(
-                f"{what} with an id starting with {incident_id!r}; recent ids: {known}"
-            )
+            what = (_("no incident with an id starting with {prefix!r}; recent ids: {known}")
+                    if not matches else
+                    _("{count} incidents with an id starting with {prefix!r}; recent ids: "
+                      "{known}"))
+            raise IncidentNotFound(what.format(count=len(matches), prefix=incident_id,
+                                               known=known))
         return self.read(matches[0])
 
     def read(self, entry: LogEntry) -> Incident:
@@ -202,9 +213,9 @@ class IncidentStore:
         be read."""
         if entry.newer:
             raise IncidentFromNewerVersion(
-                f"incident {entry.id} was {entry.describe_newer()}; this cudadiag reads "
-                f"schema {SCHEMA} and older. Upgrade cudadiag (pip install -U cudadiag) to "
-                "show it.")
+                _("incident {id} was {newer}; this cudadiag reads schema {schema} and older. "
+                  "Upgrade cudadiag (pip install -U cudadiag) to show it.").format(
+                    id=entry.id, newer=entry.describe_newer(), schema=SCHEMA))
         pending = self._pending().get(entry.id)
         if pending is not None:
             record: str | None = pending[0]
@@ -212,12 +223,13 @@ class IncidentStore:
             rows = self._query("SELECT record FROM incidents WHERE id = ?", (entry.id,))
             record = str(rows[0][0]) if rows else None
         if record is None:
-            raise IncidentNotFound(f"incident {entry.id} is no longer in the incident log "
-                                   f"{self.path} (pruned by its retention)")
+            raise IncidentNotFound(_("incident {id} is no longer in the incident log {path} "
+                                     "(pruned by its retention)").format(id=entry.id,
+                                                                        path=self.path))
         found = read_record(record)
         if not isinstance(found, Incident):
-            raise IncidentNotFound(f"the record of incident {entry.id} in {self.path} "
-                                   "cannot be read")
+            raise IncidentNotFound(_("the record of incident {id} in {path} cannot be "
+                                     "read").format(id=entry.id, path=self.path))
         return found
 
     def prune(self, retention: Retention | None = None,
@@ -296,12 +308,13 @@ class IncidentStore:
     def _newest(self) -> Incident:
         entries = self.entries()
         if not entries:
-            raise IncidentNotFound(f"the incident log {self.path} holds no incident yet")
+            raise IncidentNotFound(_(EMPTY_LOG).format(path=self.path))
         readable = [e for e in entries if not e.newer]
         if not readable:
             raise IncidentFromNewerVersion(
-                f"every incident of {self.path} was {entries[-1].describe_newer()}; upgrade "
-                "cudadiag (pip install -U cudadiag) to read them")
+                _("every incident of {path} was {newer}; upgrade cudadiag (pip install -U "
+                  "cudadiag) to read them").format(path=self.path,
+                                                   newer=entries[-1].describe_newer()))
         return self.read(readable[-1])
 
     def _write_unsaved(self, unsaved: dict[str, tuple[str, LogEntry]]) -> None:
@@ -320,16 +333,16 @@ class IncidentStore:
         except RetentionConfigError as exc:
             if self._key not in _config_errors_told:
                 _config_errors_told.add(self._key)
-                print(f"cudadiag: nothing is pruned from the incident log: {exc}",
-                      file=sys.stderr)
+                print(_("cudadiag: nothing is pruned from the incident log: {error}").format(
+                    error=exc), file=sys.stderr)
             return
         try:
             if not self._due(retention):
                 return
             result = self.prune(retention)
         except (OSError, sqlite3.Error) as exc:
-            print(f"cudadiag: could not prune the incident log {self.path}: "
-                  f"{failure_reason(exc)}", file=sys.stderr)
+            print(_("cudadiag: could not prune the incident log {path}: {reason}").format(
+                path=self.path, reason=failure_reason(exc)), file=sys.stderr)
             return
         if result.pruned:
             print(result.message(), file=sys.stderr)
@@ -352,9 +365,12 @@ class IncidentStore:
         return isinstance(count, int) and retention.due(count)
 
     def _not_saved_message(self, ids: list[str], exc: OSError | sqlite3.Error) -> str:
-        what = f"incident {ids[0]}" if len(ids) == 1 else f"incidents {', '.join(ids)}"
-        return (f"{what} could not be saved to {self.path} ({failure_reason(exc)}); kept in "
-                "memory, it will be written with the next incident or when Python exits")
+        what = (_("incident {ids} could not be saved to {path} ({reason}); kept in memory, it "
+                  "will be written with the next incident or when Python exits")
+                if len(ids) == 1 else
+                _("incidents {ids} could not be saved to {path} ({reason}); kept in memory, "
+                  "it will be written with the next incident or when Python exits"))
+        return what.format(ids=", ".join(ids), path=self.path, reason=failure_reason(exc))
 
 
 _BY_TIME = "created_at, rowid"
@@ -377,5 +393,7 @@ def _write_unsaved_at_exit() -> None:
         try:
             store._write_unsaved(unsaved)
         except (OSError, sqlite3.Error) as exc:
-            print(f"cudadiag: incident(s) {', '.join(unsaved)} could not be saved to {key} "
-                  f"({failure_reason(exc)}) and are lost with this process", file=sys.stderr)
+            print(_("cudadiag: incident(s) {ids} could not be saved to {path} ({reason}) and "
+                    "are lost with this process").format(ids=", ".join(unsaved), path=key,
+                                                         reason=failure_reason(exc)),
+                  file=sys.stderr)

@@ -11,6 +11,8 @@ from typing import Any
 
 from IPython.core.magic_arguments import argument
 
+from cudadiag.i18n import _
+
 
 @dataclass(frozen=True)
 class Option:
@@ -21,16 +23,27 @@ class Option:
 
     def add_to(self, parser: argparse.ArgumentParser | Any, **overrides: Any) -> None:
         """Add the option to `parser` (or an argument group), with `overrides` of its
-        settings (a default that differs on one surface)."""
-        parser.add_argument(*self.flags, **{**self.settings, **overrides})
+        settings (a default that differs on one surface), its help in the language of the
+        moment."""
+        parser.add_argument(*self.flags, **self.translated(**overrides))
 
     def decorate(self, func: Any) -> Any:
-        """Return `func` with the option as an IPython magic argument."""
-        return argument(*self.flags, **self.settings)(func)
+        """Return `func` with the option as an IPython magic argument (its help in the
+        language of the moment)."""
+        return argument(*self.flags, **self.translated())(func)
+
+    def translated(self, **overrides: Any) -> dict[str, Any]:
+        """Return the settings with `overrides`, the help (marked with N_ where the option
+        is defined) in the language of the moment."""
+        settings = {**self.settings, **overrides}
+        if isinstance(settings.get("help"), str):
+            settings["help"] = _(settings["help"])
+        return settings
 
 
 def option(*flags: str, **settings: Any) -> Option:
-    """Return the Option of `flags` with argparse's `settings` (help, type, metavar...)."""
+    """Return the Option of `flags` with argparse's `settings` (help, type, metavar...); its
+    help is an English message marked with N_, translated where the option is added."""
     return Option(flags, settings)
 
 

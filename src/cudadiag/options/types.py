@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import math
 
+from cudadiag.i18n import N_, _
+
 
 def positive_seconds(text: str) -> float:
     """Return `text` as a number of seconds; raises argparse.ArgumentTypeError unless it is a
     finite number greater than zero (`nan`, `inf`, `0`, `-5` and words are refused)."""
-    return _positive_number(text, "seconds", "30 or 2.5")
+    return _positive_number(text, _SECONDS, "30 or 2.5")
 
 
 MAX_DAYS = 36_525
@@ -21,18 +23,24 @@ computer's calendar is a typo, not a retention."""
 def positive_days(text: str) -> float:
     """Return `text` as a number of days; raises argparse.ArgumentTypeError unless it is a
     number greater than zero and at most MAX_DAYS."""
-    return _positive_number(text, "days", "180 or 1.5", most=MAX_DAYS)
+    return _positive_number(text, _DAYS, "180 or 1.5", most=MAX_DAYS)
 
 
-def _positive_number(text: str, unit: str, example: str, most: float = math.inf) -> float:
+_SECONDS = N_("expected a number of seconds greater than 0, like {example}; got {text!r}")
+_DAYS = N_("expected a number of days greater than 0 and at most {most:,g}, like {example}; "
+           "got {text!r}")
+
+
+def _positive_number(text: str, message: str, example: str, most: float = math.inf) -> float:
+    """`text` as a number in (0, most]; raises argparse.ArgumentTypeError with `message`
+    (its fields: example, text, most) otherwise."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and 0 < value <= most):
-        upper = f" and at most {most:,g}" if math.isfinite(most) else ""
-        raise argparse.ArgumentTypeError(
-            f"expected a number of {unit} greater than 0{upper}, like {example}; got {text!r}")
+        raise argparse.ArgumentTypeError(_(message).format(example=example, text=text,
+                                                           most=most))
     return value
 
 
@@ -42,9 +50,11 @@ def at_least_one(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+        raise argparse.ArgumentTypeError(_("expected a whole number, not {text!r}").format(
+            text=text)) from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+        raise argparse.ArgumentTypeError(_("must be at least 1, not {value}").format(
+            value=value))
     return value
 
 
@@ -59,8 +69,8 @@ def processes_per_node(text: str) -> str:
     if text in PROCESS_COUNT_WORDS or (text.isdigit() and int(text) >= 1):
         return text
     raise argparse.ArgumentTypeError(
-        f"expected a number of processes (1 or more) or one of {', '.join(PROCESS_COUNT_WORDS)}"
-        f", like torchrun; got {text!r}")
+        _("expected a number of processes (1 or more) or one of {words}, like torchrun; got "
+          "{text!r}").format(words=", ".join(PROCESS_COUNT_WORDS), text=text))
 
 
 def node_index(text: str) -> int:
@@ -68,4 +78,5 @@ def node_index(text: str) -> int:
     whole number of at least 0."""
     if text.isdigit():
         return int(text)
-    raise argparse.ArgumentTypeError(f"expected a node rank (0, 1, ...), got {text!r}")
+    raise argparse.ArgumentTypeError(_("expected a node rank (0, 1, ...), got {text!r}").format(
+        text=text))

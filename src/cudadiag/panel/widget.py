@@ -7,6 +7,7 @@ displayed object's mime bundle still carries `text/html` and `text/plain` render
 
 from __future__ import annotations
 
+import html
 import textwrap
 from operator import itemgetter
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from cudadiag.errors import IncidentNotFound
+from cudadiag.i18n import N_, _, localize
+from cudadiag.i18n.width import cut_to_width, display_width
 from cudadiag.incident import Incident
 from cudadiag.log.entry import LogEntry, by_id, entry_for_incident, failing_cell
 from cudadiag.log.store import IncidentStore
@@ -23,13 +26,16 @@ from cudadiag.ui import render, results
 PAGE_SIZE = 50
 """Incidents per page of the selector (newest first)."""
 TABS = (
-    ("First error", ("restart", "error", "loop")),
-    ("Batch", ("batch",)),
-    ("Next checks", ("checks", "avoid")),
-    ("Environment", ("compat", "env")),
-    ("Later errors", ("later", "ranks")),
+    (N_("First error"), ("restart", "error", "loop")),
+    (N_("Batch"), ("batch",)),
+    (N_("Next checks"), ("checks", "avoid")),
+    (N_("Environment"), ("compat", "env")),
+    (N_("Later errors"), ("later", "ranks")),
 )
-ALL_FAMILIES = "all families"
+"""Each tab's title (shown in the reader's language) and the sections it holds."""
+ALL_FAMILIES = N_("all families")
+"""The family filter's first choice, in English (the panel shows it in its language)."""
+NO_INCIDENT = N_("cudadiag: no incident recorded yet")
 by_family = itemgetter(2)
 
 
@@ -52,22 +58,27 @@ class Panel(widgets.VBox):
         self.output = widgets.Output()
         self.report = widgets.Textarea(layout=widgets.Layout(width="100%", height="12em",
                                                              display="none"))
-        self.family = widgets.Dropdown(description="Family", options=self._families(),
-                                       value=ALL_FAMILIES)
-        self.selector = widgets.Dropdown(description="Incident",
+        self.all_families = _(ALL_FAMILIES)
+        """The family filter's first choice, as this panel shows it."""
+        self.family = widgets.Dropdown(description=_("Family"), options=self._families(),
+                                       value=self.all_families)
+        self.selector = widgets.Dropdown(description=_("Incident"),
                                          layout=widgets.Layout(width="60%"))
-        self.newer = widgets.Button(description="newer", icon="chevron-left",
-                                    tooltip=f"the {PAGE_SIZE} newer incidents",
+        self.newer = widgets.Button(description=_("newer"), icon="chevron-left",
+                                    tooltip=_("the {count} newer incidents").format(
+                                        count=PAGE_SIZE),
                                     layout=widgets.Layout(width="auto"))
-        self.older = widgets.Button(description="older", icon="chevron-right",
-                                    tooltip=f"the {PAGE_SIZE} older incidents",
+        self.older = widgets.Button(description=_("older"), icon="chevron-right",
+                                    tooltip=_("the {count} older incidents").format(
+                                        count=PAGE_SIZE),
                                     layout=widgets.Layout(width="auto"))
         self.position = widgets.Label()
-        self.rerun = widgets.Button(description="Re-run isolated with blocking launches",
+        self.rerun = widgets.Button(description=_("Re-run isolated with blocking launches"),
                                     icon="play", layout=widgets.Layout(width="auto"))
         # A kernel cannot write to the browser's clipboard: the report is shown ready to copy.
-        self.copy = widgets.Button(description="Report to copy", icon="copy",
-                                   tooltip="show the Markdown report, ready to copy")
+        self.copy = widgets.Button(description=_("Report to copy"), icon="copy",
+                                   tooltip=_("show the Markdown report, ready to copy"),
+                                   layout=widgets.Layout(width="auto"))
         self._filling = False
         """True while the selector's options are replaced (it then selects their first)."""
         self._output_of: str | None = None
@@ -77,9 +88,9 @@ class Panel(widgets.VBox):
         self.newer.on_click(lambda _button: self._turn(-1))
         self.older.on_click(lambda _button: self._turn(+1))
         self.rerun.on_click(self._on_rerun)
-        self.export = widgets.Button(description="Export repro notebook", icon="download",
+        self.export = widgets.Button(description=_("Export repro notebook"), icon="download",
                                      layout=widgets.Layout(width="auto"),
-                                     tooltip="minimize, write and verify a repro notebook")
+                                     tooltip=_("minimize, write and verify a repro notebook"))
         self.copy.on_click(self._on_copy)
         self.export.on_click(self._on_export)
         self._fill_selector()
@@ -103,7 +114,7 @@ class Panel(widgets.VBox):
             self._close_outputs()
         self.incident = incident
         if incident is None:
-            self.header.value = "<b>cudadiag: no incident recorded yet</b>"
+            self.header.value = f"<b>{html.escape(_(NO_INCIDENT))}</b>"
             self.tabs.children = []
             self.rerun.disabled = self.copy.disabled = self.export.disabled = True
             return
@@ -111,19 +122,19 @@ class Panel(widgets.VBox):
         self.header.value = render.lead_html(incident)
         tabs, titles = [], []
         for title, keys in TABS:
-            html = "".join(render.section_html(parts[k]) for k in keys if k in parts)
-            tabs.append(_tab(html or "<i>nothing recorded</i>"))
-            titles.append(title)
+            body = "".join(render.section_html(parts[k]) for k in keys if k in parts)
+            tabs.append(_tab(body or f"<i>{html.escape(_('nothing recorded'))}</i>"))
+            titles.append(_(title))
         for title, part in results.sections_for(self.shell, incident):
             tabs.append(_tab(render.section_html(part)))
             titles.append(title)
         self.tabs.children = tabs
         self.tabs.titles = tuple(titles)
         self.rerun.disabled = not incident.run.cells or self.shell is None
-        self.rerun.tooltip = ("needs the notebook's kernel" if self.shell is None else
+        self.rerun.tooltip = (_("needs the notebook's kernel") if self.shell is None else
                               f"%cuda_isolate {failing_cell(incident)}"
                               if incident.run.cells
-                              else "no cell to re-run")
+                              else _("no cell to re-run"))
         self.copy.disabled = False
         self.export.disabled = self.shell is None
 
@@ -147,8 +158,8 @@ class Panel(widgets.VBox):
             data["text/plain"] = render.render_short(
                 self.incident, show=render.SHOW_IN_IPYTHON if saved else None)
         else:
-            data["text/html"] = "<b>cudadiag: no incident recorded yet</b>"
-            data["text/plain"] = "cudadiag: no incident recorded yet"
+            data["text/html"] = f"<b>{html.escape(_(NO_INCIDENT))}</b>"
+            data["text/plain"] = _(NO_INCIDENT)
         return bundle
 
     def _load_entries(self, shown: Incident | None = None) -> None:
@@ -169,12 +180,12 @@ class Panel(widgets.VBox):
         return self.store.read(newest) if newest is not None else None
 
     def _families(self) -> list[str]:
-        return [ALL_FAMILIES, *sorted(set(map(by_family, self.entries)) - {None})]
+        return [self.all_families, *sorted(set(map(by_family, self.entries)) - {None})]
 
     def _shown(self) -> list[LogEntry]:
         """The entries the family filter lets through, newest first."""
         family = self.family.value
-        if family == ALL_FAMILIES:
+        if family == self.all_families:
             return self.entries
         return [e for e in self.entries if e.family == family]
 
@@ -202,8 +213,8 @@ class Panel(widgets.VBox):
         if self.selector.value is not None and self.selector.value != current:
             self._open(self.selector.value)
         end = min(start + PAGE_SIZE, len(shown))
-        self.position.value = (f"{start + 1:,}–{end:,} of {len(shown):,}, newest first"
-                               if shown else "no incident")
+        self.position.value = (_("{first:,}–{last:,} of {count:,}, newest first").format(
+            first=start + 1, last=end, count=len(shown)) if shown else _("no incident"))
         self.newer.disabled = self.page == 0
         self.older.disabled = end >= len(shown)
         paged = "flex" if len(shown) > PAGE_SIZE else "none"  # one page: nothing to turn
@@ -233,7 +244,7 @@ class Panel(widgets.VBox):
             self.show(self.store.read(chosen))
         except IncidentNotFound as exc:  # pruned since the panel listed it
             with self.output:
-                print(f"cudadiag: {exc}")
+                print(_("cudadiag: {error}").format(error=exc))
 
     def _on_rerun(self, _button: Any) -> None:
         incident = self.incident
@@ -245,7 +256,8 @@ class Panel(widgets.VBox):
         self.output.clear_output()
         self._output_of = incident.id
         with self.output:
-            print(f"re-running In[{cell}] isolated with blocking launches...")
+            print(_("re-running In[{cell}] isolated with blocking launches...").format(
+                cell=cell))
             self.shell.run_line_magic("cuda_isolate", str(cell))
         self.rerun.disabled = False
         self._load_entries()
@@ -275,16 +287,16 @@ class Panel(widgets.VBox):
         self.report.layout.display = "block"
         self._output_of = self.incident.id
         with self.output:
-            print("The Markdown report (personal data and secrets removed) is in the box "
-                  "above: select it and copy (Ctrl+C).")
+            print(_("The Markdown report (personal data and secrets removed) is in the box "
+                    "above: select it and copy (Ctrl+C)."))
 
 
 TAB_HEIGHT = "32em"
 """Every tab is this high (its content scrolls): the buttons under the tabs stay put."""
 
 
-def _tab(html: str) -> widgets.HTML:
-    return widgets.HTML(html, layout=widgets.Layout(height=TAB_HEIGHT, overflow="auto"))
+def _tab(content: str) -> widgets.HTML:
+    return widgets.HTML(content, layout=widgets.Layout(height=TAB_HEIGHT, overflow="auto"))
 
 
 def report_for_the_box(incident: Incident) -> str:
@@ -292,14 +304,24 @@ def report_for_the_box(incident: Incident) -> str:
     the incident (its id, time and cell or script), then the report."""
     entry = entry_for_incident(incident)
     when = incident.created_at[:16].replace("T", " ")
-    return (f"**cudadiag incident** `{incident.id}` ({when}, {entry.where()})\n\n"
-            + render_report(incident))
+    return (_("**cudadiag incident** `{id}` ({when}, {where})").format(
+        id=incident.id, when=when, where=entry.where()) + "\n\n" + render_report(incident))
 
 
 def _option_label(entry: LogEntry) -> str:
     """`12-04 02:38  In[4]  device_assert: target 4 at position 3 … (isolated)`: when,
     where, and what failed in a few words (the summary without its family's title)."""
-    what = entry.summary.split(": ", 1)[-1] if ": " in entry.summary else entry.summary
+    summary = localize(entry.summary)
+    what = summary.split(": ", 1)[-1] if ": " in summary else summary
     return (f"{entry.created_at[5:16].replace('T', ' ')}  {entry.where()}  "
-            f"{entry.family or 'unknown'}: {textwrap.shorten(what, 64, placeholder=' …')}"
-            f"  ({entry.mode or '?'})")
+            f"{entry.family or 'unknown'}: {_shortened(what, 64)}  ({entry.mode or '?'})")
+
+
+def _shortened(text: str, width: int) -> str:
+    """`text` in at most `width` columns (a wide character takes two), cut at a word where
+    it has spaces, ending with ` …` when cut."""
+    if display_width(text) <= width:
+        return text
+    if " " in text and display_width(text) == len(text):
+        return textwrap.shorten(text, width, placeholder=" …")
+    return cut_to_width(text, width - 2) + " …"

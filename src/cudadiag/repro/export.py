@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.errors import ExportError
+from cudadiag.i18n import _
 from cudadiag.incident import Incident, ReproInfo
 from cudadiag.isolate.cellfacts import analyse_cell
 from cudadiag.isolate.job import BATCH_FILE, RNG_FILE
@@ -93,7 +94,8 @@ def export_repro(incident: Incident, path: str | Path, inputs: ReproInputs, *,
             doc = build_document(incident, program, path.stem,
                                  signature=minimized.signature.to_dict())
         except OSError as exc:
-            raise ExportError(f"could not read {exc.filename}: {exc.strerror}") from None
+            raise ExportError(_("could not read {file}: {reason}").format(
+                file=exc.filename, reason=exc.strerror)) from None
         write = write_and_verify if path.suffix == ".ipynb" else write_and_verify_script
         # the check runs the whole repro: as long as the reference took, and then some
         exported = write(doc, path, minimized.signature, verify,
@@ -107,8 +109,8 @@ def export_repro(incident: Incident, path: str | Path, inputs: ReproInputs, *,
     try:
         (store or IncidentStore()).append(incident)
     except OSError as exc:
-        print(f"cudadiag: the repro was written, but its verdict could not be added to the "
-              f"incident log: {exc}", file=sys.stderr)
+        print(_("cudadiag: the repro was written, but its verdict could not be added to the "
+                "incident log: {error}").format(error=exc), file=sys.stderr)
     return minimized, exported
 
 
@@ -117,16 +119,20 @@ def stored_inputs(incident: Incident, store: IncidentStore | None = None) -> Rep
     script), and the RNG states, batch and shipped values kept beside it. Raises ExportError
     when the incident has nothing to replay, or its shipped values were not kept."""
     if is_multi_rank(incident):
+        reason = refusal(incident)
         raise ExportError(
-            f"incident {incident.id} is a multi-rank job's: "
-            + (refusal(incident) or "export it as a job from a terminal: cudadiag export "
-               f"{incident.id} repro.py"))
+            _("incident {id} is a multi-rank job's: {reason}").format(id=incident.id,
+                                                                      reason=reason)
+            if reason else
+            _("incident {id} is a multi-rank job's: export it as a job from a terminal: "
+              "cudadiag export {id} repro.py").format(id=incident.id))
     if incident.run.mode == "cli":
         return _script_inputs(incident)
     if not incident.run.sources:
-        raise ExportError(
-            f"incident {incident.id} ({incident.run.mode} run) has no cells to replay; in the "
-            "notebook, run %cuda_isolate on its cell, then export that isolated incident")
+        raise ExportError(_(
+            "incident {id} ({mode} run) has no cells to replay; in the notebook, run "
+            "%cuda_isolate on its cell, then export that isolated incident").format(
+                id=incident.id, mode=incident.run.mode))
     import torch
 
     store = store or IncidentStore()
@@ -140,10 +146,10 @@ def stored_inputs(incident: Incident, store: IncidentStore | None = None) -> Rep
     ship = store.shipped_file(incident.id) if incident.run.shipped else None
     if incident.run.shipped and ship is None:
         names = ", ".join(incident.run.shipped)
-        raise ExportError(
-            f"incident {incident.id} received {names} from the kernel, and those values were "
-            "not kept (too large, or dropped to make room); re-run %cuda_isolate with "
-            "--ship none and export that incident")
+        raise ExportError(_(
+            "incident {id} received {names} from the kernel, and those values were not kept "
+            "(too large, or dropped to make room); re-run %cuda_isolate with --ship none and "
+            "export that incident").format(id=incident.id, names=names))
     cells = {int(n): source for n, source in sorted(incident.run.sources.items(),
                                                      key=lambda kv: int(kv[0]))}
     return ReproInputs(cells=cells, rng_states=rng, batch=batch, ship=ship,
@@ -160,15 +166,16 @@ def failed_cells(incident: Incident) -> list[tuple[int, int]]:
 def _script_inputs(incident: Incident) -> ReproInputs:
     command = incident.run.command
     if not command or command[0] == "-m":
-        raise ExportError(f"incident {incident.id} ran a module (python -m); only scripts can "
-                         "be exported: run the module's file with cudadiag run")
+        raise ExportError(_("incident {id} ran a module (python -m); only scripts can be "
+                            "exported: run the module's file with cudadiag run").format(
+            id=incident.id))
     cwd = incident.run.cwd or os.getcwd()
     script = os.path.join(cwd, command[0])
     try:
         source = Path(script).read_text()
     except OSError as exc:
-        raise ExportError(f"incident {incident.id}: cannot read its script {script}: "
-                         f"{exc.strerror}") from None
+        raise ExportError(_("incident {id}: cannot read its script {script}: {reason}").format(
+            id=incident.id, script=script, reason=exc.strerror)) from None
     folder = os.path.dirname(command[0])
     setup = "\n".join([
         "# The script's command line, as `cudadiag run` ran it",

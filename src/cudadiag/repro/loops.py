@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from cudadiag.i18n import _
 from cudadiag.repro.dependencies import Unit
 
 PROBE_CALL = "__import__('cudadiag.repro.loops', fromlist=['probe']).probe({path!r}, {target})"
@@ -129,8 +130,9 @@ def cuts(site: LoopSite, value: Any) -> list[LoopCut]:
     restore = (f"{site.indent}restore_rng({key!r})  # the random states iteration {value} "
                "started from")
     candidates = [
-        (alone, restore, f"{site.target}: only {value}, from its random states", key),
-        (upto, None, f"{site.target}: up to {value}", None),
+        (alone, restore, _("{target}: only {value}, from its random states").format(
+            target=site.target, value=value), key),
+        (upto, None, _("{target}: up to {value}").format(target=site.target, value=value), None),
     ]
     return [LoopCut(site, source, description, rng_key)
             for new_range, line, description, rng_key in candidates

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cudadiag.errors import MinimizeError, MinimizeInterrupted
+from cudadiag.i18n import N_, _
 from cudadiag.incident import Incident, Signature
 from cudadiag.isolate import warm
 from cudadiag.isolate.launcher import Launcher, startup_environment
@@ -91,19 +92,31 @@ class MinimizeResult:
         the time to ask for when the budget ran out."""
         if not self.stopped:
             return ""
-        text = f"stopped early ({self.stopped}): the best candidate so far was kept"
         if self.stopped == "timeout" and self.timeout:
-            text += (f" (more time may make it smaller: --timeout "
-                     f"{_more_time(self.timeout):g})")
-        return text
+            return _("stopped early (timeout): the best candidate so far was kept (more time "
+                     "may make it smaller: --timeout {seconds})").format(
+                seconds=f"{_more_time(self.timeout):g}")
+        if self.stopped in _STOPPED:
+            return _(_STOPPED[self.stopped])
+        return _("stopped early ({reason}): the best candidate so far was kept").format(
+            reason=self.stopped)
 
     def notes(self) -> list[str]:
         """Return the lines that tell what the minimizer changed besides removing code: the
         loop it cut, the seeds it left out."""
-        notes = [f"loop cut to {self.loop.description}"] if self.loop else []
-        notes += [f"seed left out: `{source}` (the failure is the same under other seeds)"
-                  for source in self.seeds_dropped]
+        notes = ([_("loop cut to {description}").format(description=self.loop.description)]
+                 if self.loop else [])
+        notes += [_("seed left out: `{source}` (the failure is the same under other seeds)"
+                    ).format(source=source) for source in self.seeds_dropped]
         return notes
+
+
+_STOPPED = {
+    "interrupted": N_("stopped early (interrupted): the best candidate so far was kept"),
+    "max trials": N_("stopped early (max trials): the best candidate so far was kept"),
+    "timeout": N_("stopped early (timeout): the best candidate so far was kept"),
+}
+"""Why the search ended early (MinimizeResult.stopped), as stopped_text says it."""
 
 
 class _Budget(Exception):
@@ -318,7 +331,7 @@ def minimize(
             )
     finally:
         if owned:
-            warm.stop("stopped by the minimizer that started it")
+            warm.stop(N_("stopped by the minimizer that started it"))
 
 
 def with_program_environ(base: Mapping[str, str], environ: Mapping[str, str | None]
@@ -353,9 +366,10 @@ class _Clock:
     def out_of_time(self) -> str:
         """What to say when the full program did not fail within the budget."""
         timeout = self.timeout or 0.0
-        return (f"the program did not fail within {timeout:g} s, the export's time budget "
-                f"(--timeout {timeout:g}): nothing was written. If it takes longer to fail, "
-                f"export again with more time, e.g. --timeout {_more_time(timeout):g}")
+        return _("the program did not fail within {seconds} s, the export's time budget "
+                 "(--timeout {seconds}): nothing was written. If it takes longer to fail, "
+                 "export again with more time, e.g. --timeout {more}").format(
+            seconds=f"{timeout:g}", more=f"{_more_time(timeout):g}")
 
 
 def _more_time(timeout: float) -> float:
@@ -445,15 +459,16 @@ def _failure(run: Runner, program: list[Unit], trace: bool, expected_family: str
     outcome = _outcome(run, program, trace, clock)
     seconds = time.monotonic() - began
     if outcome == "interrupted":
-        raise MinimizeInterrupted("interrupted before the full program's run finished")
+        raise MinimizeInterrupted(_("interrupted before the full program's run finished"))
     if outcome == "timed out":
         raise MinimizeError(clock.out_of_time())
     if not isinstance(outcome, Incident):
-        raise MinimizeError("the program does not fail when run isolated: nothing to keep")
+        raise MinimizeError(_("the program does not fail when run isolated: nothing to keep"))
     if expected_family and outcome.diagnosis.family != expected_family:
-        raise MinimizeError(
-            f"run isolated, the program fails as {outcome.diagnosis.family} "
-            f"({outcome.error.message}), not as {expected_family}")
+        raise MinimizeError(_("run isolated, the program fails as {family} ({message}), not as "
+                              "{expected}").format(family=outcome.diagnosis.family,
+                                                   message=outcome.error.message,
+                                                   expected=expected_family))
     return outcome, seconds
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudadiag.classify import classify
+from cudadiag.i18n import msg
 from cudadiag.incident import Incident, Observed, Signature
 from cudadiag.isolate.launcher import startup_environment
 from cudadiag.privacy.redact import Redactor
@@ -152,7 +153,7 @@ def verify_notebook(nb: NotebookNode, folder: Path, signature: Signature,
         try:
             client.execute(env=env, stderr=kernel_stderr, stdout=subprocess.DEVNULL)
         except KeyboardInterrupt:
-            return None, Observed(note="verification interrupted")
+            return None, Observed(note=msg("verification interrupted"))
         except (CellTimeoutError, DeadKernelError, RuntimeError) as exc:
             kernel_stderr.seek(0)
             tail = kernel_stderr.read().decode(errors="replace").strip().splitlines()[-3:]
@@ -164,7 +165,7 @@ def verify_notebook(nb: NotebookNode, folder: Path, signature: Signature,
             streams = "\n".join(o.get("text", "") for o in cell.outputs
                                 if o.output_type == "stream")
             return verdict(signature, errors[0].ename, errors[0].evalue, streams)
-    return False, Observed(note="no cell raised")
+    return False, Observed(note=msg("no cell raised"))
 
 
 def verdict(signature: Signature, ename: str, evalue: str,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cudadiag.errors import ExportError
 from cudadiag.explain import explain_text, is_consequence
+from cudadiag.i18n import _, localize, msg
 from cudadiag.incident import Incident, Observed, ReproInfo
 from cudadiag.log.store import IncidentStore
 from cudadiag.privacy.secret_names import looks_secret
@@ -58,21 +59,22 @@ def refusal(incident: Incident) -> str | None:
     run, first = incident.run, next(
         (r for r in incident.run.ranks if r.rank == incident.diagnosis.rank), None)
     if run.mode != "cli" or not run.command:
-        return ("its ranks were started by notebook cells (torch.multiprocessing or "
-                "%cuda_isolate --nproc-per-node); only a `cudadiag run` job is exported as a "
-                "job: run the program as a script with cudadiag run --nproc-per-node N")
+        return _("its ranks were started by notebook cells (torch.multiprocessing or "
+                 "%cuda_isolate --nproc-per-node); only a `cudadiag run` job is exported as "
+                 "a job: run the program as a script with cudadiag run --nproc-per-node N")
     if run.command[0] == "-m":
-        return "it ran a module (python -m); only scripts can be exported"
+        return _("it ran a module (python -m); only scripts can be exported")
     if incident.diagnosis.family == "distributed" or (first is not None and first.consequence):
-        return ("its first failure is the job's communication (only collectives failed, the "
-                "rendezvous, or a peer gone), not an error of a rank's own: a re-run on one "
-                "machine would not show whether it is the same. Look at the rank the summary "
-                "names: " + (incident.diagnosis.summary or incident.error.message))
+        return _("its first failure is the job's communication (only collectives failed, "
+                 "the rendezvous, or a peer gone), not an error of a rank's own: a re-run on "
+                 "one machine would not show whether it is the same. Look at the rank the "
+                 "summary names: {summary}").format(
+            summary=localize(incident.diagnosis.summary) or incident.error.message)
     if first is not None and first.outcome == "died":
-        return (f"rank {first.rank} ended without an error of its own "
-                f"({first.signal or first.exit_status}): what ended it (the host's "
-                "out-of-memory killer, a crash) is outside the program, and a re-run would "
-                "not say whether it is the same")
+        return _("rank {rank} ended without an error of its own ({ending}): what ended it "
+                 "(the host's out-of-memory killer, a crash) is outside the program, and a "
+                 "re-run would not say whether it is the same").format(
+            rank=first.rank, ending=first.signal or first.exit_status)
     return None
 
 
@@ -85,7 +87,8 @@ def export_rank_job(incident: Incident, path: Path, *, verify: bool = True,
     check_target(path, (".py",))
     reason = refusal(incident)
     if reason is not None:
-        raise ExportError(f"incident {incident.id} cannot be exported as a repro: {reason}")
+        raise ExportError(_("incident {id} cannot be exported as a repro: {reason}").format(
+            id=incident.id, reason=reason))
     source = _script_source(incident)
     export = RankExport(path, path.with_name(f"{path.stem}_program.py"),
                         _rank_count(incident), [])
@@ -102,8 +105,8 @@ def export_rank_job(incident: Incident, path: Path, *, verify: bool = True,
     try:
         (store or IncidentStore()).append(incident)
     except OSError as exc:
-        print(f"cudadiag: the repro was written, but its verdict could not be added to the "
-              f"incident log: {exc}", file=sys.stderr)
+        print(_("cudadiag: the repro was written, but its verdict could not be added to the "
+                "incident log: {error}").format(error=exc), file=sys.stderr)
     return export
 
 
@@ -114,8 +117,8 @@ def _script_source(incident: Incident) -> str:
     try:
         return Path(script).read_text()
     except OSError as exc:
-        raise ExportError(f"incident {incident.id}: cannot read its script {script}: "
-                          f"{exc.strerror}") from None
+        raise ExportError(_("incident {id}: cannot read its script {script}: {reason}").format(
+            id=incident.id, script=script, reason=exc.strerror)) from None
 
 
 def _rank_count(incident: Incident) -> int:
@@ -135,17 +138,19 @@ def _launcher_script(incident: Incident, export: RankExport) -> str:
     environ = {name: value for name, value in incident.run.environ.items()
                if value is not None and not LAUNCHER_VARIABLES.match(name)
                and not looks_secret(name) and "[REDACTED:" not in value}
-    summary = incident.diagnosis.summary or incident.error.message
+    summary = localize(incident.diagnosis.summary) or incident.error.message
     return "\n".join([
-        f"# cudadiag repro of incident {incident.id}: the job as {export.ranks} ranks under "
-        "torchrun, on this machine",
-        f"# The job: {summary}",
-        f"# It ran as: torchrun {' '.join(incident.run.launcher)} -- "
-        f"{' '.join(incident.run.command)}",
-        f"# Here: torchrun {' '.join(export.command)}",
-        f"# {export.program.name} is a copy of {incident.run.command[0]}; run this file from "
-        "the folder the job ran in when the program opens files by relative paths.",
-        "# Not minimized: the ranks of a job need each other. Exit status: torchrun's.",
+        "# " + _("cudadiag repro of incident {id}: the job as {ranks} ranks under torchrun, "
+                 "on this machine").format(id=incident.id, ranks=export.ranks),
+        "# " + _("The job: {summary}").format(summary=summary),
+        "# " + _("It ran as: torchrun {launcher} -- {command}").format(
+            launcher=" ".join(incident.run.launcher), command=" ".join(incident.run.command)),
+        "# " + _("Here: torchrun {command}").format(command=" ".join(export.command)),
+        "# " + _("{program} is a copy of {script}; run this file from the folder the job ran "
+                 "in when the program opens files by relative paths.").format(
+            program=export.program.name, script=incident.run.command[0]),
+        "# " + _("Not minimized: the ranks of a job need each other. Exit status: "
+                 "torchrun's."),
         "import os",
         "import subprocess",
         "import sys",
@@ -169,15 +174,17 @@ def _verify(incident: Incident, launcher: Path, timeout: float) -> tuple[bool, O
                               capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        return False, Observed(note=f"still running after {timeout:g} s")
+        return False, Observed(note=msg("still running after {seconds} s",
+                                        seconds=format(timeout, "g")))
     explained = explain_text(done.stdout + done.stderr)
     first = explained.first
     if first is None or first.diagnosis is None:
-        return False, Observed(note=f"exited with status {done.returncode} without an error")
+        return False, Observed(note=msg("exited with status {status} without an error",
+                                        status=done.returncode))
     found = _ERROR_TYPE.match(first.evidence)
     observed = Observed(ename=found.group(1).rsplit(".", 1)[-1] if found else None,
                         family=first.family, evalue=first.evidence.strip()[:300],
-                        note=f"rank {first.rank} failed first" if first.rank is not None
-                        else None)
+                        note=msg("rank {rank} failed first", rank=first.rank)
+                        if first.rank is not None else None)
     own = not is_consequence(first.diagnosis)
     return own and first.family == incident.diagnosis.family, observed

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cudadiag.i18n import msg
 from cudadiag.incident import Observed, Signature
 from cudadiag.repro.document import ReproDocument
 from cudadiag.repro.notebook import (
@@ -73,13 +74,15 @@ def verify_script(script: Path, signature: Signature, env: dict[str, str],
                               capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
     except KeyboardInterrupt:
-        return None, Observed(note="verification interrupted")
+        return None, Observed(note=msg("verification interrupted"))
     except subprocess.TimeoutExpired:
-        return False, Observed(note=f"still running after {timeout:g} s")
+        return False, Observed(note=msg("still running after {seconds} s",
+                                        seconds=format(timeout, "g")))
     found = _exception(done.stderr)
     if found is not None:
         return verdict(signature, found[0], found[1], done.stderr)
-    return False, Observed(note=f"exited with status {done.returncode} without an exception")
+    return False, Observed(note=msg("exited with status {status} without an exception",
+                                    status=done.returncode))
 
 
 def _exception(stderr: str) -> tuple[str, str] | None:

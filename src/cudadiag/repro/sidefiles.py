@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from cudadiag.i18n import _
+
 REPRO_DIR = "_repro_dir"
 """The repro's variable that holds its own folder, where its side files are (document.py
 sets it first)."""
@@ -65,33 +67,38 @@ def safe_file(value: Any) -> SafeFile:
         return SafeFile(data)
     listing = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
     if listing is None:
-        return SafeFile(refused=f"it holds types other than tensors, and torch "
-                                f"{torch.__version__} cannot list them (torch 2.5 does)")
+        return SafeFile(refused=_("it holds types other than tensors, and torch {version} "
+                                  "cannot list them (torch 2.5 does)").format(
+            version=torch.__version__))
     names = sorted(listing(io.BytesIO(data)))  # a set inside torch: its order varies
     while len(names) <= MAX_SAFE_GLOBALS:
         local = [n for n in names if n.split(".")[0] == "__main__"]
         if local:
-            return SafeFile(refused=f"it holds {', '.join(n[9:] for n in local)}, defined "
-                                    "by the program itself (not importable before it runs)")
+            return SafeFile(refused=_("it holds {names}, defined by the program itself (not "
+                                      "importable before it runs)").format(
+                names=", ".join(n[9:] for n in local)))
         found = [_resolved(n) for n in names]
         if any(f is None for f in found):
             missing = [n for n, f in zip(names, found, strict=True) if f is None]
-            return SafeFile(refused=f"it holds {', '.join(missing)}, which cannot be imported")
+            return SafeFile(refused=_("it holds {names}, which cannot be imported").format(
+                names=", ".join(missing)))
         closed = sorted(n for n, f in zip(names, found, strict=True) if not _may_allow(n, f))
         if closed:
-            return SafeFile(refused=f"it needs {', '.join(closed)}: allowing "
-                                    f"{'that' if len(closed) == 1 else 'those'} could run "
-                                    "code")
+            return SafeFile(refused=(
+                _("it needs {names}: allowing that could run code") if len(closed) == 1
+                else _("it needs {names}: allowing those could run code")).format(
+                names=", ".join(closed)))
         failure = _load_failure(data, found)
         if failure is None:
             return SafeFile(data, tuple(names))
         more = _UNSUPPORTED.search(failure)
         needed = (more.group(1) or more.group(2)) if more else None
         if needed is None or needed in names:
-            return SafeFile(refused="it does not load with weights_only=True: "
-                                    + failure[-300:])
+            return SafeFile(refused=_("it does not load with weights_only=True: {failure}"
+                                      ).format(failure=failure[-300:]))
         names.append(needed)
-    return SafeFile(refused=f"it needs more than {MAX_SAFE_GLOBALS} types besides tensors")
+    return SafeFile(refused=_("it needs more than {count} types besides tensors").format(
+        count=MAX_SAFE_GLOBALS))
 
 
 def side_path(name: str) -> str:

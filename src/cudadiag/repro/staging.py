@@ -24,16 +24,26 @@ from types import TracebackType
 
 from cudadiag.durable import unwritable, write_failure
 from cudadiag.errors import ExportError
+from cudadiag.i18n import _
 
 
 def check_target(path: Path, suffixes: tuple[str, ...]) -> None:
     """Raise ExportError unless `path` ends in one of `suffixes` and its directory exists
     and is writable (checked before any minimizing, so a bad path costs nothing)."""
     if path.suffix not in suffixes:
-        raise ExportError(f"{path}: the repro's name must end in {' or '.join(suffixes)}")
+        raise ExportError(_suffix_error(path, suffixes))
     reason = unwritable(path)
     if reason is not None:
         raise ExportError(f"{path}: {reason}")
+
+
+def _suffix_error(path: Path, suffixes: tuple[str, ...]) -> str:
+    """The message for a repro's name that ends in none of `suffixes` (one or two)."""
+    if len(suffixes) == 2:
+        return _("{path}: the repro's name must end in {first} or {second}").format(
+            path=path, first=suffixes[0], second=suffixes[1])
+    return _("{path}: the repro's name must end in {suffixes}").format(
+        path=path, suffixes=", ".join(suffixes))
 
 
 class Staging:
@@ -137,7 +147,8 @@ def _remove_unfinished() -> None:
 
 def _refuse_when_exiting(target: Path) -> None:
     if _exiting.begun:
-        raise ExportError(f"{target}: the interpreter is exiting; nothing was written")
+        raise ExportError(_("{target}: the interpreter is exiting; nothing was written").format(
+            target=target))
 
 
 def _remove_left_by_dead_exports(target: Path) -> None:
@@ -161,7 +172,7 @@ def _alive(pid: int) -> bool:
 
 
 def _failure(name: str, folder: Path, exc: OSError) -> str:
-    return f"{write_failure(name, folder, exc)}; nothing was written"
+    return _("{reason}; nothing was written").format(reason=write_failure(name, folder, exc))
 
 
 def _remove(path: Path) -> None:
