@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from cudadiag.i18n import _
+
 
 def cut_join(items: Iterable[Any], limit: int, text: Callable[[Any], str] = str,
              omitted: int = 0) -> str:
@@ -18,7 +20,9 @@ def cut_join(items: Iterable[Any], limit: int, text: Callable[[Any], str] = str,
     left = max(0, len(items) - limit) + omitted
     if not left:
         return shown
-    return f"{shown}, … and {left} more" if shown else f"… {left} more"
+    if shown:
+        return _("{shown}, … and {count} more").format(shown=shown, count=left)
+    return _("… {count} more").format(count=left)
 
 
 def cut_list(items: Iterable[Any], limit: int, text: Callable[[Any], str] = repr) -> str:

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from cudadiag.i18n import N_, _
 from cudadiag.incident import ErrorInfo, is_user_file
 
-UNFOLD = "Traceback folded by cudadiag (%tb shows it in full, %debug opens it):"
-"""The first line of a folded traceback."""
+UNFOLD = N_("Traceback folded by cudadiag (%tb shows it in full, %debug opens it):")
+"""The first line of a folded traceback (shown with `_`)."""
 
 Diagnose = Callable[[BaseException], bool]
 """Files the error as an incident and shows it; returns True when it did."""
@@ -53,13 +54,14 @@ def folded(shell: Any, value: BaseException) -> list[str]:
     coloured as IPython colours them (not at all under `%colors nocolor`)."""
     colour = str(getattr(shell, "colors", "")).lower() != "nocolor"  # `%colors nocolor`
     cyan, green, red, reset = (_CYAN, _GREEN, _RED, _RESET) if colour else ("", "", "", "")
-    lines = [f"{cyan}{UNFOLD}{reset}"]
+    lines = [f"{cyan}{_(UNFOLD)}{reset}"]
     last = ErrorInfo.from_exception(value, lambda file: _cell_of(shell, file),
                                     lambda cell: _cell_source(shell, cell)).reported_at
     if last is not None:
         place = f"In[{last.cell}]" if last.cell is not None else last.file
         code = f": {last.source}" if last.source else ""
-        lines.append(f"{green}{place}, line {last.line}{reset}{code}")
+        place = _("{place}, line {line}").format(place=place, line=last.line)
+        lines.append(f"{green}{place}{reset}{code}")
     message = str(value).strip().splitlines()
     lines.append(f"{red}{type(value).__name__}{reset}"
                  + (f": {message[0]}" if message else ""))

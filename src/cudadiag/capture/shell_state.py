@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from cudadiag.capture.hooks import KernelCapture
+from cudadiag.i18n import _
 from cudadiag.log.store import IncidentStore
 from cudadiag.panel.announce import KernelAnnouncer
 
@@ -62,12 +63,13 @@ def recorded_batch(which: str) -> tuple[int, Any]:
 
     record = latest_watch()
     if record is None:
-        raise UsageError("--batch: no watch() has recorded a batch in this kernel; wrap the "
-                         "loop's iterable: for batch in cudadiag.watch(loader): ...")
+        raise UsageError(_("--batch: no watch() has recorded a batch in this kernel; wrap "
+                           "the loop's iterable: for batch in cudadiag.watch(loader): ..."))
     try:
         step = which if which == "last" else int(which)
         kept = record.batch_at(step)
     except (LookupError, ValueError) as exc:
         raise UsageError(f"--batch {which}: {exc}") from None
-    print(f"replaying step {kept.step} of watch {record.name!r} only")
+    print(_("replaying step {step} of watch {name!r} only").format(step=kept.step,
+                                                                    name=record.name))
     return kept.step, kept.batch

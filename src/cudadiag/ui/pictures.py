@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from cudadiag.i18n import N_, _
 from cudadiag.incident import Incident, TensorSummary
 
 WIDTH, HEIGHT = 600, 210
@@ -41,7 +42,8 @@ PICTURED_BEFORE_THE_RANGE_IS_KNOWN = ("device_assert",)
 """Families whose batch values are drawn even before the operator's valid range is known
 (under the failing cell, an asynchronous assertion names no operator yet): its integer
 tensor's value counts, for the user to compare with the classes or vocabulary they meant."""
-RANGE_UNKNOWN = "valid range not known here: %cuda_isolate re-runs the cell and names it"
+RANGE_UNKNOWN = N_("valid range not known here: %cuda_isolate re-runs the cell and names it")
+"""The caption of a picture drawn before the valid range is known (shown with `_`)."""
 
 
 def values_picture(incident: Incident) -> Picture | None:
@@ -59,15 +61,19 @@ def values_picture(incident: Incident) -> Picture | None:
     if tensor is None or tensor.min is None or tensor.max is None:
         return None
     caption = _caption(details)
-    title = f"{tensor.path}: values against the valid range [{low}, {high})"
+    title = _("{path}: values against the valid range [{low}, {high})").format(
+        path=tensor.path, low=low, high=high)
     if tensor.counts:
         counts = [(int(v), int(c)) for v, c in tensor.counts]
         outside = [f"{v} ×{c}" for v, c in counts if not low <= v < high]
-        text = f"{title}; outside: {', '.join(outside) or 'none'}" + (
+        text = _("{title}; outside: {values}").format(
+            title=title, values=", ".join(outside) or _("none")) + (
             f"; {caption}" if caption else "")
         return Picture(_histogram(title, caption, counts, (low, high)), text)
     span = (int(tensor.min), int(tensor.max))
-    text = f"{title}; values span {span[0]}..{span[1]}" + (f"; {caption}" if caption else "")
+    text = _("{title}; values span {low}..{high}").format(title=title, low=span[0],
+                                                          high=span[1]) + (
+        f"; {caption}" if caption else "")
     return Picture(_number_line(title, caption, span, low, high, details.get("value")), text)
 
 
@@ -80,10 +86,12 @@ def _values_alone(incident: Incident) -> Picture | None:
     if tensor is None or tensor.counts is None:
         return None
     counts = [(int(v), int(c)) for v, c in tensor.counts]
-    title = f"{tensor.path}: values in the batch"
+    title = _("{path}: values in the batch").format(path=tensor.path)
     shown = ", ".join(f"{v} ×{c}" for v, c in counts)
-    return Picture(_histogram(title, RANGE_UNKNOWN, counts, None, caption_fill="currentColor"),
-                   f"{title}: {shown}; {RANGE_UNKNOWN}")
+    unknown = _(RANGE_UNKNOWN)
+    return Picture(_histogram(title, unknown, counts, None, caption_fill="currentColor"),
+                   _("{title}: {values}; {note}").format(title=title, values=shown,
+                                                           note=unknown))
 
 
 def _offending_tensor(tensors: list[TensorSummary], low: int, high: int,
@@ -103,11 +111,18 @@ def _caption(details: dict[str, Any]) -> str:
     value, position = details.get("value"), details.get("position")
     if value is None:
         return ""
-    where = f" at position {tuple(position) if len(position) > 1 else position[0]}" \
-        if position else ""
-    op = f" ({details['op']}, argument {details.get('argument', '?')})" if details.get("op") \
-        else ""
-    return f"{value}{where} is outside the valid range{op}"
+    at = (tuple(position) if len(position) > 1 else position[0]) if position else None
+    op, argument = details.get("op"), details.get("argument", "?")
+    if at is not None and op:
+        return _("{value} at position {position} is outside the valid range ({op}, argument "
+                 "{argument})").format(value=value, position=at, op=op, argument=argument)
+    if at is not None:
+        return _("{value} at position {position} is outside the valid range").format(
+            value=value, position=at)
+    if op:
+        return _("{value} is outside the valid range ({op}, argument {argument})").format(
+            value=value, op=op, argument=argument)
+    return _("{value} is outside the valid range").format(value=value)
 
 
 def _frame(title: str, caption: str, body: list[str], label: str,
@@ -150,7 +165,8 @@ def _band(scale: _Scale, low: int, high: int) -> list[str]:
     left, right = scale.x(low - 0.5), scale.x(high - 0.5)
     return [f'<rect class="cd-valid-range" x="{left:.1f}" y="{TOP}" width="{right - left:.1f}" '
             f'height="{BOTTOM - TOP}" fill="currentColor" fill-opacity="0.08"/>',
-            _text(right, TOP - 4, f"valid [{low}, {high})", anchor="end")]
+            _text(right, TOP - 4, _("valid [{low}, {high})").format(low=low, high=high),
+                  anchor="end")]
 
 
 def _histogram(title: str, caption: str, counts: list[tuple[int, int]],
@@ -169,8 +185,9 @@ def _histogram(title: str, caption: str, counts: list[tuple[int, int]],
         x = scale.x(value)
         body.append(f'<rect class="{"cd-bar-out" if bad else "cd-bar"}" x="{x - width / 2:.1f}" '
                     f'y="{BOTTOM - height:.1f}" width="{width:.1f}" height="{height:.1f}" '
-                    f'fill="{OUT_OF_RANGE if bad else IN_RANGE}"><title>value {value}: {count}'
-                    f"</title></rect>")
+                    f'fill="{OUT_OF_RANGE if bad else IN_RANGE}"><title>'
+                    + escape(_("value {value}: {count}").format(value=value, count=count))
+                    + "</title></rect>")
         if scale.slots <= TICKS_ALL_UP_TO or bad:
             body.append(_text(x, BOTTOM - height - 4, str(count), anchor="middle",
                               fill=OUT_OF_RANGE if bad else "currentColor"))
@@ -180,7 +197,8 @@ def _histogram(title: str, caption: str, counts: list[tuple[int, int]],
         bad = not low <= value < high
         body.append(_text(scale.x(value), BOTTOM + 16, str(value), anchor="middle",
                           fill=OUT_OF_RANGE if bad else "currentColor"))
-    body.append(_text(WIDTH - RIGHT, BOTTOM + 34, "value (bar height: count)", anchor="end"))
+    body.append(_text(WIDTH - RIGHT, BOTTOM + 34, _("value (bar height: count)"),
+                      anchor="end"))
     return _frame(title, caption, body, f"{title}. {caption}", caption_fill)
 
 
@@ -203,7 +221,7 @@ def _number_line(title: str, caption: str, span: tuple[int, int], low: int, high
     if isinstance(value, int):
         body.append(f'<circle cx="{scale.x(value):.1f}" cy="{y:.1f}" r="6" fill="none" '
                     'stroke="currentColor" stroke-width="2"/>')
-    body.append(_text(WIDTH - RIGHT, BOTTOM + 34, "values of the tensor (min..max)",
+    body.append(_text(WIDTH - RIGHT, BOTTOM + 34, _("values of the tensor (min..max)"),
                       anchor="end"))
     return _frame(title, caption, body, f"{title}. {caption}")
 

@@ -12,7 +12,6 @@ import dataclasses
 import os
 import re
 import signal
-import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html import escape
@@ -20,6 +19,7 @@ from typing import Any
 
 from cudadiag.batch.names import user_name
 from cudadiag.classify import STICKY_TAIL
+from cudadiag.i18n import N_, _, localize, localize_all
 from cudadiag.incident import (
     BatchInfo,
     BatchPosition,
@@ -39,6 +39,7 @@ from cudadiag.knowledge import UNSHOWN_DETAILS
 from cudadiag.log.entry import failing_cell
 from cudadiag.privacy.redact import Redactor
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
+from cudadiag.ui import width as width_of
 from cudadiag.ui.pictures import values_picture
 
 SHORT_VALUES = 8
@@ -49,34 +50,39 @@ FULL_INDICES = 32
 LIST_SHOWN = 12
 """Items of a list shown before "… and N more"."""
 
-RESTART_FRONTENDS = (
+RESTART_FRONTENDS = N_(
     "JupyterLab / Notebook 7: Kernel > Restart Kernel…; VS Code: the Restart button of the "
     "notebook toolbar; terminal IPython: exit and start again."
 )
+"""Where each front end restarts its kernel (shown with `_`: each language names the menus
+as that language's front end shows them)."""
 
 
 def restart_reminder(incident: Incident) -> str:
     """Return the one-paragraph reminder shown after a sticky error."""
-    cell = _cell_label(incident)
-    simulated = " (simulated)" if incident.run.simulated else ""
+    cell, simulated = _cell_label(incident), simulated_note(incident)
     if incident.op is not None and stopped_before_it_ran(incident):
-        return (
-            f"The precheck stopped {incident.op.name} in {cell} before it ran: the CUDA "
-            f"context{simulated} of that run stayed usable (run as it is, this kernel would "
-            "leave it unusable and the process would have to restart). A restart fixes no bad "
-            "target or index: check the data first."
-        )
+        return _(
+            "The precheck stopped {op} in {cell} before it ran: the CUDA context{simulated} of "
+            "that run stayed usable (run as it is, this kernel would leave it unusable and the "
+            "process would have to restart). A restart fixes no bad target or index: check the "
+            "data first.").format(op=incident.op.name, cell=cell, simulated=simulated)
     if incident.run.mode != "kernel":
-        return (
-            f"The CUDA context{simulated} was unusable from {cell} on: that process could only "
+        return _(
+            "The CUDA context{simulated} was unusable from {cell} on: that process could only "
             "end (the next run starts a fresh one). A restart fixes no bad target or index: "
-            "check the data first."
-        )
-    return (
-        f"The CUDA context{simulated} has been unusable since {cell}: every later CUDA call in "
+            "check the data first.").format(cell=cell, simulated=simulated)
+    return _(
+        "The CUDA context{simulated} has been unusable since {cell}: every later CUDA call in "
         "this process fails and existing GPU tensors are lost. Restart the kernel. A restart "
-        "fixes no bad target or index: check the data first."
-    )
+        "fixes no bad target or index: check the data first.").format(cell=cell,
+                                                                      simulated=simulated)
+
+
+def simulated_note(incident: Incident) -> str:
+    """` (simulated)` after the CUDA context of a simulated run (in the current language),
+    "" for a real one."""
+    return _(" (simulated)") if incident.run.simulated else ""
 
 
 def stopped_before_it_ran(incident: Incident) -> bool:
@@ -87,12 +93,10 @@ def stopped_before_it_ran(incident: Incident) -> bool:
 
 def sticky_warning_line(incident: Incident) -> str:
     """Return the one line printed before each cell that runs after a sticky error."""
-    simulated = " (simulated)" if incident.run.simulated else ""
-    return (
-        f"cudadiag: the CUDA context{simulated} has been unusable since {_cell_label(incident)} "
-        f"({incident.diagnosis.family}); restart the kernel — a restart fixes no bad target "
-        "or index."
-    )
+    return _("cudadiag: the CUDA context{simulated} has been unusable since {cell} ({family}); "
+             "restart the kernel — a restart fixes no bad target or index.").format(
+        simulated=simulated_note(incident), cell=_cell_label(incident),
+        family=incident.diagnosis.family)
 
 
 SHOW_IN_IPYTHON = "%cudadiag show"
@@ -113,7 +117,8 @@ def render_short(incident: Incident, *, show: str | None,
     lead = lead_lines(incident)
     lead[0] = LeadLine("headline", f"cudadiag [{incident.id}] {lead[0].text}")
     if show:
-        lead.append(LeadLine("details", f"details: {show} {incident.id}"))
+        lead.append(LeadLine("details", _("details: {show} {id}").format(show=show,
+                                                                          id=incident.id)))
     lines = _fitted(lead, LEAD_BUDGET, width)
     return "\n".join(line for n, item in enumerate(lines)
                      for line in _wrapped(item.text, width, first="" if n == 0 else "  "))
@@ -147,32 +152,41 @@ def lead_lines(incident: Incident) -> list[LeadLine]:
     restart line when the context is gone (or the good news that a precheck kept it), the
     loop position, what to check first, the next action."""
     d, e = incident.diagnosis, incident.error
-    summary = d.summary.removesuffix(STICKY_TAIL)
+    summary = localize(d.summary).removesuffix(localize(STICKY_TAIL))
     where = incident.op.in_batch if incident.op is not None else None
     if where is not None:  # the element by the name the user's loop gives it
-        summary = summary.replace(where.describe(), offending_element(incident, where))
+        element = offending_element(incident, where)
+        summary = summary.replace(where.describe(), element).replace(position_text(where),
+                                                                      element)
     lines = [LeadLine("headline", f"{d.family} — {summary}" + simulated_tag(incident))]
     death = death_line(incident)
     if death:
         lines.append(LeadLine("noticed", death))
     if e.reported_at:
-        place = _place(e.reported_at) + (
-            "" if e.reported_at.function == "<module>" else f" in {e.reported_at.function}")
-        code = f": {e.reported_at.source}" if e.reported_at.source else ""
-        lines.append(LeadLine("noticed", (
-            f"noticed (not necessarily the cause) at {place}{code}"
-            if noticed_later(incident) else f"raised at {place}{code}")))
+        lines.append(LeadLine("noticed", _noticed_line(incident, e.reported_at)))
     if d.sticky:
         kind = "stopped" if stopped_before_it_ran(incident) else "restart"
         lines.append(LeadLine(kind, restart_line(incident)))
     lines += _iteration(incident)
     if incident.diagnosis.first_checks:
-        lines.append(LeadLine("check", "check first: "
-                              + first_sentence(incident.diagnosis.first_checks[0])))
+        lines.append(LeadLine("check", _("check first: {check}").format(
+            check=first_sentence(localize(incident.diagnosis.first_checks[0])))))
     step = next_step(incident)
     if step:
         lines.append(LeadLine("next", step))
     return lines
+
+
+def _noticed_line(incident: Incident, frame: Frame) -> str:
+    """`noticed (not necessarily the cause) at In[5], line 1: print(loss.item())`, or
+    `raised at ...` when the error was raised where it happened."""
+    place, code = _place(frame), f": {frame.source}" if frame.source else ""
+    if frame.function != "<module>":
+        place = _("{place} in {function}").format(place=place, function=frame.function)
+    if noticed_later(incident):
+        return _("noticed (not necessarily the cause) at {place}{code}").format(place=place,
+                                                                               code=code)
+    return _("raised at {place}{code}").format(place=place, code=code)
 
 
 def offending_element(incident: Incident, where: BatchPosition) -> str:
@@ -180,9 +194,13 @@ def offending_element(incident: Incident, where: BatchPosition) -> str:
     user's loop gives its tensor, then as the batch holds it."""
     named = user_name(where.tensor, _loops(incident))
     if named is None:
-        return where.describe()
-    place = where.describe().replace(" (", ", ", 1)  # batch[1][2], row 2: dataset index 26)
-    return f"{named}[{', '.join(map(str, where.index))}] ({place}"
+        return position_text(where)
+    name = f"{named}[{', '.join(map(str, where.index))}]"
+    element = f"{where.tensor}[{', '.join(map(str, where.index))}]"
+    if where.dataset_index is None:
+        return f"{name} ({element}"
+    return _("{name} ({element}, row {row}: dataset index {index})").format(
+        name=name, element=element, row=where.index[0], index=where.dataset_index)
 
 
 def _loops(incident: Incident) -> list[LoopInfo]:
@@ -192,15 +210,17 @@ def _loops(incident: Incident) -> list[LoopInfo]:
 
 def restart_line(incident: Incident) -> str:
     """The restart reminder in one line (restart_reminder() is the paragraph)."""
-    cell, simulated = _cell_label(incident), " (simulated)" if incident.run.simulated else ""
+    cell, simulated = _cell_label(incident), simulated_note(incident)
     if incident.op is not None and stopped_before_it_ran(incident):
-        return (f"Stopped before it ran: the precheck stopped {incident.op.name} in {cell}, so "
-                f"that run's CUDA context{simulated} stayed usable")
+        return _("Stopped before it ran: the precheck stopped {op} in {cell}, so that run's "
+                 "CUDA context{simulated} stayed usable").format(op=incident.op.name, cell=cell,
+                                                                 simulated=simulated)
     if incident.run.mode != "kernel":
-        return (f"The CUDA context{simulated} of that run was unusable from {cell} on: the "
-                "process could only end")
-    return (f"Restart required: the CUDA context{simulated} has been unusable since {cell} — "
-            "restart the kernel; a restart fixes no bad target or index")
+        return _("The CUDA context{simulated} of that run was unusable from {cell} on: the "
+                 "process could only end").format(cell=cell, simulated=simulated)
+    return _("Restart required: the CUDA context{simulated} has been unusable since {cell} — "
+             "restart the kernel; a restart fixes no bad target or index").format(
+        cell=cell, simulated=simulated)
 
 
 def next_step(incident: Incident) -> str | None:
@@ -208,15 +228,19 @@ def next_step(incident: Incident) -> str | None:
     the cell isolated; None otherwise (the first check is then the next step)."""
     run = incident.run
     if run.mode == "kernel" and run.cells and noticed_later(incident):
-        return (f"next: %cuda_isolate re-runs {_cell_label(incident)} in a fresh process with "
-                "blocking launches: the operator, the offending value, its position")
+        return _("next: %cuda_isolate re-runs {cell} in a fresh process with blocking "
+                 "launches: the operator, the offending value, its position").format(
+            cell=_cell_label(incident))
     return None
 
 
 def first_sentence(text: str) -> str:
-    """Return `text` up to the end of its first sentence (". "), all of it when it has one
-    sentence."""
+    """Return `text` up to the end of its first sentence (". ", or a Japanese full stop
+    followed by more), all of it when it has one sentence."""
     end = text.find(". ")
+    full_stop = text.find("。")
+    if 0 <= full_stop < len(text) - 1 and (end < 0 or full_stop < end):
+        return text[: full_stop + 1]
     return text[: end + 1] if end > 0 else text
 
 
@@ -241,10 +265,13 @@ def _fitted(lines: list[LeadLine], budget: int, width: int = LEAD_WIDTH) -> list
 
 
 def _cut(text: str, width: int) -> str:
-    """`text` in at most `width` characters, ending in " …" when cut: at a space when one
+    """`text` in at most `width` columns, ending in " …" when cut: at a space when one
     keeps three quarters of it, else within a word (a long path or value: a cut at a space
-    would leave it out whole)."""
+    would leave it out whole); text with wide characters by its display width, before a
+    word that does not fit or within it (width.cut)."""
     text = " ".join(text.split())
+    if width_of.has_wide(text):
+        return width_of.cut(text, width)
     if len(text) <= width:
         return text
     kept = text[: width - 2]
@@ -252,11 +279,18 @@ def _cut(text: str, width: int) -> str:
     return (kept[:space] if space >= width * 3 // 4 else kept).rstrip() + " …"
 
 
+def location(frame: Frame | FrameContext) -> str:
+    """Return `In[N], line L` (in the current language) for a cell, `file:line` otherwise."""
+    if frame.cell is not None:
+        return _("In[{cell}], line {line}").format(cell=frame.cell, line=frame.line)
+    return f"{frame.file}:{frame.line}"
+
+
 def _place(frame: Frame) -> str:
     """`In[N], line L`, or `file:line` with a long path cut to its last two parts."""
     parts = frame.file.split(os.sep)
     if frame.cell is not None or len(frame.file) <= LONG_PATH or len(parts) <= 3:
-        return frame.location()
+        return location(frame)
     return f"…{os.sep}{os.path.join(*parts[-2:])}:{frame.line}"
 
 
@@ -267,8 +301,7 @@ LONG_PATH = 60
 def _wrapped(text: str, width: int = LEAD_WIDTH, first: str = "  ") -> list[str]:
     if not width:
         return [first + text]
-    return textwrap.wrap(text, width=width, initial_indent=first,
-                         subsequent_indent=first + "    ", break_on_hyphens=False) or [first]
+    return width_of.wrap(text, width, first, first + "    ") or [first]
 
 
 def lead_html(incident: Incident) -> str:
@@ -322,13 +355,13 @@ class Section:
 def header_lines(incident: Incident) -> list[str]:
     """The family and summary, where Python reported the error, and the asynchronous caveat."""
     d, e = incident.diagnosis, incident.error
-    lines = [f"{d.family}: {d.summary}" + simulated_tag(incident)]
+    lines = [f"{d.family}: {localize(d.summary)}" + simulated_tag(incident)]
     if e.reported_at:
-        lines.append(f"reported at {frame_text(e.reported_at)}")
+        lines.append(_("reported at {frame}").format(frame=frame_text(e.reported_at)))
         if noticed_later(incident):
-            lines.append("this line is an observation point, not necessarily the cause: CUDA "
-                         "reports kernel errors asynchronously; re-run isolated with blocking "
-                         "launches to find the operator")
+            lines.append(_("this line is an observation point, not necessarily the cause: CUDA "
+                           "reports kernel errors asynchronously; re-run isolated with "
+                           "blocking launches to find the operator"))
     return lines + iteration_lines(incident)
 
 
@@ -350,14 +383,15 @@ def _iteration(incident: Incident) -> list[LeadLine]:
     frames = incident.loop.frames if incident.loop else []
     looped = [f for f in frames if f.loops]
     if looped:
-        where = "loop when the error was noticed" if noticed_later(incident) else "loop"
-        lines.append(LeadLine("loop", f"{where}: " + " › ".join(
-            f"{_loop_values(f)} ({_frame_place(f)})" for f in looped)))
+        where = (_("loop when the error was noticed: {loops}") if noticed_later(incident)
+                 else _("loop: {loops}"))
+        lines.append(LeadLine("loop", where.format(loops=" › ".join(
+            f"{_loop_values(f)} ({_frame_place(f)})" for f in looped))))
     if frames and frames[-1].scalars:
         last = frames[-1]
-        lines.append(LeadLine("locals", f"locals of {_frame_place(last)}: "
-                              + cut_pairs(_unsecret(last.scalars.items()), SHORT_VALUES,
-                                          last.scalars_omitted)))
+        lines.append(LeadLine("locals", _("locals of {place}: {values}").format(
+            place=_frame_place(last), values=cut_pairs(_unsecret(last.scalars.items()),
+                                                       SHORT_VALUES, last.scalars_omitted))))
     if incident.step:
         lines.append(LeadLine("watch", _watch_line(incident.step, incident.batch)))
     return lines
@@ -380,33 +414,39 @@ def _unsecret(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 
 def _frame_place(frame: FrameContext) -> str:
     place = f"In[{frame.cell}]" if frame.cell is not None else os.path.basename(frame.file)
-    return place if frame.function == "<module>" else f"{place} in {frame.function}"
+    if frame.function == "<module>":
+        return place
+    return _("{place} in {function}").format(place=place, function=frame.function)
 
 
 def _watch_line(s: StepInfo, batch: BatchInfo | None) -> str:
     if s.framework:
         parts = [f"{s.framework}: {step_text(s)}"]
     else:
-        parts = [f"watch({s.loader or ''}): step {s.iteration}, last completed "
-                 f"{s.last_completed}"]
+        parts = [_("watch({loader}): step {step}, last completed {completed}").format(
+            loader=s.loader or "", step=s.iteration, completed=s.last_completed)]
     if s.last_incomplete:
-        parts.append("last incomplete batch")
+        parts.append(_("last incomplete batch"))
     if s.is_last:
-        parts.append("the loader's last step")
+        parts.append(_("the loader's last step"))
     if batch is not None and batch.indices is not None:
-        parts.append(f"dataset indices {cut_list(batch.indices, SHORT_INDICES)}")
+        parts.append(_("dataset indices {indices}").format(
+            indices=cut_list(batch.indices, SHORT_INDICES)))
     return "; ".join(parts)
 
 
 def step_text(s: StepInfo) -> str:
     """The step of a library's loop in its own terms: `epoch 0, global step 3 (micro-step 1
     of 2), batch 7, last completed batch 6`."""
-    parts = [f"epoch {s.epoch}"] if s.epoch is not None else []
+    parts = [_("epoch {epoch}").format(epoch=s.epoch)] if s.epoch is not None else []
     if s.global_step is not None:
-        micro = (f" (micro-step {s.micro_step} of {s.accumulation})"
-                 if s.accumulation and s.accumulation > 1 and s.micro_step is not None else "")
-        parts.append(f"global step {s.global_step}{micro}")
-    parts.append(f"batch {s.iteration}, last completed batch {s.last_completed}")
+        if s.accumulation and s.accumulation > 1 and s.micro_step is not None:
+            parts.append(_("global step {step} (micro-step {micro} of {accumulation})").format(
+                step=s.global_step, micro=s.micro_step, accumulation=s.accumulation))
+        else:
+            parts.append(_("global step {step}").format(step=s.global_step))
+    parts.append(_("batch {batch}, last completed batch {completed}").format(
+        batch=s.iteration, completed=s.last_completed))
     return ", ".join(parts)
 
 
@@ -418,7 +458,9 @@ def model_lines(facts: ModelFacts) -> list[str]:
     named += [("len(tokenizer)", facts.tokenizer_length), ("label_names", facts.label_names)]
     shown = ", ".join(f"{name} = {value!r}" if isinstance(value, str) else f"{name} = {value}"
                       for name, value in named if value is not None)
-    return [f"model {facts.model}" + (f": {shown}" if shown else "")]
+    if not shown:
+        return [_("model {model}").format(model=facts.model)]
+    return [_("model {model}: {facts}").format(model=facts.model, facts=shown)]
 
 
 def loop_code(incident: Incident) -> list[str]:
@@ -429,14 +471,16 @@ def loop_code(incident: Incident) -> list[str]:
     out: list[str] = []
     for n, frame in enumerate(frames):
         if n == len(frames) - 1:
-            mark = ("the error was noticed here" if noticed_later(incident)
-                    else "raised here")
+            mark = (_("the error was noticed here") if noticed_later(incident)
+                    else _("raised here"))
         else:
-            mark = "the call that failed"
-        out += [f"# {frame.location()} in {frame.function}", *_frame_code(frame, mark)]
+            mark = _("the call that failed")
+        out += ["# " + _("{place} in {function}").format(place=location(frame),
+                                                          function=frame.function),
+                *_frame_code(frame, mark)]
         if frame.scalars:
-            out.append("# locals: " + cut_pairs(_unsecret(frame.scalars.items()),
-                                                len(frame.scalars), frame.scalars_omitted))
+            out.append("# " + _("locals: {values}").format(values=cut_pairs(
+                _unsecret(frame.scalars.items()), len(frame.scalars), frame.scalars_omitted)))
         out.append("")
     return out[:-1]
 
@@ -463,45 +507,66 @@ def sections(incident: Incident) -> list[Section]:
     d, e = incident.diagnosis, incident.error
     parts = []
     if d.sticky and stopped_before_it_ran(incident):
-        parts.append(Section("restart", "Stopped before it ran", [restart_reminder(incident)]))
+        parts.append(Section("restart", _(STOPPED_TITLE), [restart_reminder(incident)]))
     elif d.sticky:
-        parts.append(Section("restart", "Restart required",
-                             [restart_reminder(incident), RESTART_FRONTENDS]))
+        parts.append(Section("restart", _(RESTART_TITLE),
+                             [restart_reminder(incident), _(RESTART_FRONTENDS)]))
     pairs = []
     if d.evidence and not d.evidence.endswith(e.message):
-        pairs.append(("first message", d.evidence))
+        pairs.append((_("first message"), d.evidence))
     if incident.op:
         args = ", ".join(arg_text(a) for a in incident.op.args)
-        pairs.append(("operator", f"{incident.op.name}({args})"))
+        pairs.append((_("operator"), f"{incident.op.name}({args})"))
         if incident.op.precheck:
-            pairs.append(("precheck", incident.op.precheck))
+            pairs.append((_("precheck"), localize(incident.op.precheck)))
         if incident.op.in_batch:
-            pairs.append(("in the batch", incident.op.in_batch.describe()))
+            pairs.append((_("in the batch"), position_text(incident.op.in_batch)))
     pairs += [(k, detail_text(k, v)) for k, v in d.details.items() if k not in UNSHOWN_DETAILS]
-    pairs += [("at", frame_text(f)) for f in e.traceback if f.user]
-    parts.append(Section("error", "First error", [f"{e.type}: {e.message}"], pairs=pairs))
+    pairs += [(_("at"), frame_text(f)) for f in e.traceback if f.user]
+    parts.append(Section("error", _("First error"), [f"{e.type}: {e.message}"], pairs=pairs))
     if incident.loop and incident.loop.frames:
-        parts.append(Section("loop", "Where in the loop", loop_code(incident),
+        parts.append(Section("loop", _("Where in the loop"), loop_code(incident),
                              preformatted=True))
     if incident.step or incident.batch:
         parts.append(_batch_section(incident))
-    parts.append(Section("checks", "Check first", list(d.first_checks), bullets=True))
-    parts.append(Section("avoid", "Do not conclude", list(d.avoid), bullets=True))
+    parts.append(Section("checks", _("Check first"), localize_all(d.first_checks),
+                         bullets=True))
+    parts.append(Section("avoid", _("Do not conclude"), localize_all(d.avoid), bullets=True))
     if incident.env and incident.env.compat:
-        parts.append(Section("compat", "Compatibility (cudadiag env --check)",
+        parts.append(Section("compat", _("Compatibility (cudadiag env --check)"),
                              compat_lines(incident.env.compat)))
     if incident.env:
-        parts.append(Section("env", "Environment", environment_lines(incident.env)))
+        parts.append(Section("env", _("Environment"), environment_lines(incident.env)))
     if e.later:
         parts.append(Section(
-            "later", f"Later errors ({len(e.later)}, probable consequences of the first)",
-            [f"{_later_place(x)} {x.type}: {x.message}"
-             + ("" if x.probable_consequence else " (unrelated)") for x in e.later],
-            collapsed=True))
+            "later", _("Later errors ({count}, probable consequences of the first)").format(
+                count=len(e.later)),
+            [_later_line(x) for x in e.later], collapsed=True))
     if incident.run.ranks:
-        parts.append(Section("ranks", f"Ranks ({len(incident.run.ranks)})",
+        parts.append(Section("ranks", _("Ranks ({count})").format(count=len(incident.run.ranks)),
                              [rank_line(r) for r in incident.run.ranks]))
     return parts
+
+
+RESTART_TITLE = N_("Restart required")
+STOPPED_TITLE = N_("Stopped before it ran")
+"""The titles of the restart box: an alarm, or good news when a precheck kept the context
+usable."""
+
+
+def position_text(where: BatchPosition) -> str:
+    """`batch['labels'][2, 10] (row 2: dataset index 45)` in the current language (as
+    BatchPosition.describe() writes it in English)."""
+    element = f"{where.tensor}[{', '.join(map(str, where.index))}]"
+    if where.dataset_index is None:
+        return element
+    return _("{element} (row {row}: dataset index {index})").format(
+        element=element, row=where.index[0], index=where.dataset_index)
+
+
+def _later_line(error: LaterError) -> str:
+    line = f"{_later_place(error)} {error.type}: {error.message}"
+    return line if error.probable_consequence else _("{error} (unrelated)").format(error=line)
 
 
 def valid_range_text(low: object, high: object) -> str:
@@ -514,31 +579,44 @@ def detail_text(key: str, value: Any) -> str:
     """A detail of a diagnosis as shown: a valid range half-open, the rest as recorded."""
     if key == "valid_range" and isinstance(value, (list, tuple)) and len(value) == 2:
         return valid_range_text(*value)
-    return str(value)
+    return localize(value) if isinstance(value, str) else str(value)
 
 
 def _later_place(error: LaterError) -> str:
-    return f"rank {error.rank}:" if error.rank is not None else f"In[{error.cell}]"
+    if error.rank is not None:
+        return _("rank {rank}:").format(rank=error.rank)
+    return f"In[{error.cell}]"
 
 
 def rank_line(rank: RankRecord) -> str:
     """`rank 1 (local 1, node gpu3, pid 812): raised device_assert in aten::nll_loss_forward
     at 12:00:01.250`: one rank of a multi-process run."""
-    what = rank.outcome
+    what = _(_OUTCOMES.get(rank.outcome, rank.outcome))
     if rank.outcome == "raised":
-        what += f" {rank.family}" + ("" if not rank.consequence else " (a consequence)")
-    elif rank.signal or rank.exit_status:
-        what += f" ({rank.signal or f'exit status {rank.exit_status}'})"
+        what = (_("raised {family} (a consequence)") if rank.consequence
+                else _("raised {family}")).format(family=rank.family)
+    elif rank.signal:
+        what = _("{outcome} ({signal})").format(outcome=what, signal=rank.signal)
+    elif rank.exit_status:
+        what = _("{outcome} (exit status {status})").format(outcome=what,
+                                                             status=rank.exit_status)
     if rank.where:
-        what += f" in {rank.where}"
+        what = _("{what} in {where}").format(what=what, where=rank.where)
     if rank.at:
-        what += f" at {rank.at[11:23]}"
-    return f"rank {rank.rank} (local {rank.local_rank}, node {rank.node}, pid {rank.pid}): {what}"
+        what = _("{what} at {time}").format(what=what, time=rank.at[11:23])
+    return _("rank {rank} (local {local}, node {node}, pid {pid}): {what}").format(
+        rank=rank.rank, local=rank.local_rank, node=rank.node, pid=rank.pid, what=what)
+
+
+_OUTCOMES = {"finished": N_("finished"), "stopped": N_("stopped"),
+             "died": N_("died"), "unknown": N_("unknown")}
+"""How a rank ended (RankRecord.outcome), as shown."""
 
 
 def render_text(incident: Incident) -> str:
     """Return the full plain-text report of one incident."""
-    out = [f"Incident {incident.id} — {incident.created_at} — {incident.run.mode} run"
+    out = [_("Incident {id} — {created} — {mode} run").format(
+        id=incident.id, created=incident.created_at, mode=incident.run.mode)
            + simulated_tag(incident), *header_lines(incident)]
     for part in sections(incident):
         title = part.title.upper() if part.key == "restart" else part.title
@@ -547,7 +625,8 @@ def render_text(incident: Incident) -> str:
             out += ["  " + line if line else "" for line in part.lines]
         else:
             out += [_wrap(line, "- " if part.bullets else "  ") for line in part.lines]
-        out += [_wrap(f"{name}: {value}") for name, value in part.pairs]
+        out += [_wrap(_("{name}: {value}").format(name=name, value=value))
+                for name, value in part.pairs]
         if part.table:
             out += ["  " + " | ".join(row) for row in part.table]
     return "\n".join(out)
@@ -567,7 +646,9 @@ def section_html(part: Section) -> str:
     """Return one section as HTML (the panel shows each in its own tab)."""
     if part.key == "restart":
         body = "".join(f"<div>{escape(line)}</div>" for line in part.lines)
-        style = f"{_BANNER_STYLES.get(part.title, '')}; {_BANNER_LAYOUT}"
+        banner = next((style for title, style in _BANNER_STYLES.items()
+                       if part.title in (title, _(title))), "")
+        style = f"{banner}; {_BANNER_LAYOUT}"
         return (f'<div class="cd-restart" style="{style}"><b>{escape(part.title)}'
                 f"</b>{body}</div>")
     if part.preformatted:
@@ -634,12 +715,13 @@ def _batch_section(incident: Incident) -> Section:
         if s.framework:
             lines.append(f"{s.framework}: {step_text(s)}")
         else:
-            lines.append(f"step {s.iteration}, last completed step {s.last_completed}"
-                         + (f" ({s.loader})" if s.loader else ""))
+            step = _("step {step}, last completed step {completed}").format(
+                step=s.iteration, completed=s.last_completed)
+            lines.append(step + (f" ({s.loader})" if s.loader else ""))
         if s.last_incomplete:
-            flags.append("last incomplete batch")
+            flags.append(_("last incomplete batch"))
         if s.is_last:
-            flags.append("the loader's last step")
+            flags.append(_("the loader's last step"))
     batch = incident.batch
     rows = []
     valid = incident.diagnosis.details.get("valid_range")
@@ -650,32 +732,35 @@ def _batch_section(incident: Incident) -> Section:
     if batch is not None:
         lines += _batch_lines(batch)
     if flags:
-        lines.insert(0, "flags: " + "; ".join(flags))
+        lines.insert(0, _("flags: {flags}").format(flags="; ".join(flags)))
     if batch is not None and batch.structure:
-        lines.append(f"structure {batch.structure}")
+        lines.append(_("structure {structure}").format(structure=batch.structure))
     if incident.model is not None:
         lines += model_lines(incident.model)
-    table = [list(_TENSOR_COLUMNS), *rows] if rows else None
+    table = [[_(name) for name in _TENSOR_COLUMNS], *rows] if rows else None
     picture = values_picture(incident)
     if picture is not None:
-        lines.append(f"picture: {picture.text}")
-    return Section("batch", "Batch", lines, table=table,
+        lines.append(_("picture: {text}").format(text=picture.text))
+    return Section("batch", _("Batch"), lines, table=table,
                    svg=picture.svg if picture is not None else None)
 
 
-_TENSOR_COLUMNS = ("path", "shape", "dtype", "device", "stride", "min", "max", "negatives",
-                   "distinct", "NaN", "Inf")
+_TENSOR_COLUMNS = (N_("path"), N_("shape"), "dtype", N_("device"), N_("stride"), N_("min"),
+                   N_("max"), N_("negatives"), N_("distinct"), "NaN", "Inf")
+"""The columns of the batch's table (dtype, NaN and Inf are names in every language)."""
 
 
 def _batch_lines(batch: BatchInfo) -> list[str]:
     lines = []
     if batch.indices is not None:
-        lines.append(f"dataset indices {cut_list(batch.indices, FULL_INDICES)}")
+        lines.append(_("dataset indices {indices}").format(
+            indices=cut_list(batch.indices, FULL_INDICES)))
     if batch.lengths:
         kept = batch.lengths  # the summary keeps the first rows only
         left = max(batch.batch_size or 0, len(kept)) - len(kept)
-        lines.append(f"sequence lengths [{cut_join(kept, len(kept), omitted=left)}]")
-    return lines + [line for line in (batch.note, batch.replayed) if line]
+        lines.append(_("sequence lengths [{lengths}]").format(
+            lengths=cut_join(kept, len(kept), omitted=left)))
+    return lines + [localize(line) for line in (batch.note, batch.replayed) if line]
 
 
 def value_text(v: float | None) -> str:
@@ -687,7 +772,7 @@ def value_text(v: float | None) -> str:
 
 def _tensor_row(t: TensorSummary, named: str | None) -> list[str]:
     if t.values_skipped:
-        values = [t.values_skipped, "", "", "", "", ""]
+        values = [localize(t.values_skipped), "", "", "", "", ""]
     else:
         values = [value_text(v)
                   for v in (t.min, t.max, t.negatives, t.distinct, t.nan, t.inf)]
@@ -702,8 +787,8 @@ def _tensor_flags(t: TensorSummary, valid: list[int] | None) -> list[str]:
     if valid and t.is_integer and t.min is not None and t.max is not None:
         low, high = valid
         if t.max >= high or t.min < low:
-            flags.append(f"{t.path}: values {t.min}..{t.max} outside "
-                         f"{valid_range_text(low, high)}")
+            flags.append(_("{path}: values {low}..{high} outside {valid}").format(
+                path=t.path, low=t.min, high=t.max, valid=valid_range_text(low, high)))
     return flags
 
 
@@ -712,24 +797,35 @@ def environment_lines(env: EnvInfo | None) -> list[str]:
     backend, device, build architectures, code revision, binary extensions (lines without a
     value left out); ["not recorded"] for an incident without one."""
     if env is None:
-        return ["not recorded"]
+        return [_("not recorded")]
     builds = [f"{name} {value}" for name, value in
               (("CUDA", env.cuda), ("HIP", env.hip), ("cuDNN", env.cudnn)) if value]
-    lines = [f"PyTorch {env.torch}, Python {env.python}, {env.platform}",
-             f"backend {env.backend}; "
-             + ("; ".join(builds) if builds else "this build has no CUDA, HIP or cuDNN")]
+    lines = [_("PyTorch {torch}, Python {python}, {platform}").format(
+                 torch=env.torch, python=env.python, platform=env.platform),
+             _("backend {backend}; {builds}").format(
+                 backend=env.backend,
+                 builds="; ".join(builds) if builds else _("this build has no CUDA, HIP or "
+                                                           "cuDNN"))]
     if env.device_name:
-        lines.append(f"device {env.device_name}, capability {env.capability}"
-                     + (f", in the build's arch list: {env.device_in_arch_list}"
-                        if env.device_in_arch_list is not None else ""))
+        lines.append(_device_line(env))
     if env.arch_list:
-        lines.append(f"build arch list {' '.join(env.arch_list)}")
+        lines.append(_("build arch list {archs}").format(archs=" ".join(env.arch_list)))
     if env.code_revision:
-        lines.append(f"code revision {env.code_revision}" + (" (dirty)" if env.code_dirty
-                                                              else ""))
+        lines.append((_("code revision {revision} (dirty)") if env.code_dirty
+                      else _("code revision {revision}")).format(revision=env.code_revision))
     if env.extensions:
-        lines.append("extensions " + ", ".join(f"{k} {v}" for k, v in env.extensions.items()))
+        lines.append(_("extensions {extensions}").format(
+            extensions=", ".join(f"{k} {v}" for k, v in env.extensions.items())))
     return lines
+
+
+def _device_line(env: EnvInfo) -> str:
+    if env.device_in_arch_list is None:
+        return _("device {name}, capability {capability}").format(
+            name=env.device_name, capability=env.capability)
+    return _("device {name}, capability {capability}, in the build's arch list: "
+             "{in_list}").format(name=env.device_name, capability=env.capability,
+                                 in_list=env.device_in_arch_list)
 
 
 def environment_table(env: EnvInfo) -> str:
@@ -742,8 +838,8 @@ def environment_table(env: EnvInfo) -> str:
 
 
 _BANNER_STYLES = {
-    "Restart required": "border: 2px solid var(--jp-error-color1, #d32f2f)",
-    "Stopped before it ran": "border: 2px solid var(--jp-success-color1, #388e3c)",
+    RESTART_TITLE: "border: 2px solid var(--jp-error-color1, #d32f2f)",
+    STOPPED_TITLE: "border: 2px solid var(--jp-success-color1, #388e3c)",
 }
 """The restart box in the theme's colours (JupyterLab's variables, light and dark): an alarm,
 or good news when a precheck kept the context usable."""
@@ -755,21 +851,21 @@ def compat_lines(checks: Iterable[CompatCheck]) -> list[str]:
     warning followed by what to install."""
     lines = []
     for check in checks:
-        lines.append(f"{check.status.upper():4}  {check.name}: {check.reason}")
+        lines.append(f"{check.status.upper():4}  {check.name}: {localize(check.reason)}")
         if check.fix and check.status in ("fail", "warn"):
-            lines.append(f"      fix: {check.fix}")
+            lines.append("      " + _("fix: {fix}").format(fix=localize(check.fix)))
     return lines
 
 
 def _wrap(text: str, bullet: str = "  ") -> str:
-    return textwrap.fill(text, width=100, initial_indent=bullet,
-                         subsequent_indent=" " * len(bullet))
+    return width_of.fill(text, 100, bullet, " " * len(bullet), hyphens=True)
 
 
 def frame_text(frame: Frame) -> str:
     """Return `In[N], line L in f: source` (or `file:line ...`) for a frame."""
     source = f": {frame.source}" if frame.source else ""
-    return f"{frame.location()} in {frame.function}{source}"
+    return _("{place} in {function}").format(place=location(frame),
+                                             function=frame.function) + source
 
 
 def arg_text(arg: Any) -> str:
@@ -778,7 +874,8 @@ def arg_text(arg: Any) -> str:
         text = f"{arg.name}={arg.dtype.replace('torch.', '')}{list(arg.shape)}@{arg.device}"
         if arg.contiguous is False:
             text += f" stride={arg.stride}"
-        return text + (f" values {arg.value}" if arg.value else "")
+        return _("{arg} values {values}").format(arg=text, values=arg.value) if arg.value \
+            else text
     return f"{arg.name}={arg.value}"
 
 
@@ -789,7 +886,7 @@ def one_line(incident: Incident) -> str:
     d, death = incident.diagnosis, death_line(incident)
     if d.family == "unknown":
         return death or f"{incident.error.type.rsplit('.', 1)[-1]}: {incident.error.message}"
-    return f"{d.family} — {d.summary}" + (f"; {death}" if death else "")
+    return f"{d.family} — {localize(d.summary)}" + (f"; {death}" if death else "")
 
 
 def death_line(incident: Incident) -> str | None:
@@ -804,16 +901,21 @@ def death_line(incident: Incident) -> str | None:
             meaning = signal.strsignal(signal.Signals[run.signal]) or ""
         except KeyError:
             meaning = ""
-        return f"the process was killed by {run.signal}" + (f" ({meaning})" if meaning else "")
-    return (f"the process exited with status {run.exit_status} without a Python exception "
-            "(os._exit, or a library that ended the process)")
+        if meaning:
+            return _("the process was killed by {signal} ({meaning})").format(
+                signal=run.signal, meaning=meaning)
+        return _("the process was killed by {signal}").format(signal=run.signal)
+    return _("the process exited with status {status} without a Python exception (os._exit, "
+             "or a library that ended the process)").format(status=run.exit_status)
 
 
 def _cell_label(incident: Incident) -> str:
     cell = failing_cell(incident)
-    return f"In[{cell}]" if cell is not None else "the failing call"
+    return f"In[{cell}]" if cell is not None else _("the failing call")
 
 
 def simulated_tag(incident: Incident) -> str:
-    return " [simulated]" if incident.run.simulated else ""
+    """` [simulated]` after the headline of a simulated run's incident (in the current
+    language), "" for a real one."""
+    return _(" [simulated]") if incident.run.simulated else ""
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from cudadiag.i18n import N_, _
 from cudadiag.incident import Incident
 from cudadiag.ui.render import Section
 
-TAB_ORDER = ("Compare", "Validate", "Fix check")
-"""The tabs' titles, in the order the panel shows them."""
+TAB_ORDER = (N_("Compare"), N_("Validate"), N_("Fix check"))
+"""The tabs' titles, in the order the panel shows them (the keys features remember their
+sections by; sections_for gives them in the current language)."""
 
 _kept: dict[tuple[int, str, tuple[str, Any]], Section] = {}
 
@@ -22,8 +24,9 @@ def remember(shell: Any, title: str, about: tuple[str, Any], section: Section) -
 
 
 def sections_for(shell: Any, incident: Incident) -> list[tuple[str, Section]]:
-    """Return (tab title, section) of the results kept for `incident` in `shell`: those about
-    its cell (the isolated run's own cell for an isolated incident) or about it."""
+    """Return (tab title in the current language, section) of the results kept for
+    `incident` in `shell`: those about its cell (the isolated run's own cell for an isolated
+    incident) or about it."""
     cells = incident.run.cells
     cell = (cells[-1] if incident.run.mode == "isolated" else cells[0]) if cells else None
     found = []
@@ -31,5 +34,5 @@ def sections_for(shell: Any, incident: Incident) -> list[tuple[str, Section]]:
         for about in (("cell", cell), ("incident", incident.id)):
             section = _kept.get((id(shell), title, about))
             if section is not None:
-                found.append((title, section))
+                found.append((_(title), section))
     return found
