@@ -10,8 +10,8 @@ import re
 import sys
 
 from cudadiag import incidents
+from cudadiag.i18n.width import NO_LINE_START, display_width
 from cudadiag.ui.render import LEAD_WIDTH, render_html, render_short, render_text
-from cudadiag.ui.width import NO_LINE_START, display_width
 from scenarios import SETUP, run
 from untranslated import english_left
 

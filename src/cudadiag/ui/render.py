@@ -20,6 +20,7 @@ from typing import Any
 from cudadiag.batch.names import user_name
 from cudadiag.classify import STICKY_TAIL
 from cudadiag.i18n import N_, _, localize, localize_all
+from cudadiag.i18n import width as width_of
 from cudadiag.incident import (
     BatchInfo,
     BatchPosition,
@@ -39,7 +40,6 @@ from cudadiag.knowledge import UNSHOWN_DETAILS
 from cudadiag.log.entry import failing_cell
 from cudadiag.privacy.redact import Redactor
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
-from cudadiag.ui import width as width_of
 from cudadiag.ui.pictures import values_picture
 
 SHORT_VALUES = 8
