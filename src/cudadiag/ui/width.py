@@ -10,29 +10,14 @@ does not change.
 from __future__ import annotations
 
 import textwrap
-import unicodedata
+
+from cudadiag.i18n.width import char_width, display_width
 
 NO_LINE_START = frozenset("、。，．,.:;!?)]}）」』】〕〉》’”：；！？ー…‥々ゝゞ"
                           "ぁぃぅぇぉっゃゅょゎァィゥェォッャュョヮ")
 """Characters a line never starts with (Japanese line-breaking rules, kinsoku)."""
 NO_LINE_END = frozenset("([{（「『【〔〈《‘“")
 """Characters a line never ends with."""
-
-
-def char_width(char: str) -> int:
-    """Return the columns `char` takes in a terminal: 2 for a wide character, 0 for a
-    combining one, else 1."""
-    if unicodedata.combining(char):
-        return 0
-    return 2 if unicodedata.east_asian_width(char) in "WF" else 1
-
-
-def display_width(text: str) -> int:
-    """Return the columns `text` takes in a terminal (its length when it has no wide
-    character)."""
-    if text.isascii():
-        return len(text)
-    return sum(char_width(c) for c in text)
 
 
 def has_wide(text: str) -> bool:
