@@ -52,6 +52,7 @@ def test_the_block_under_the_failing_cell_is_japanese_and_quotes_pytorch(
     facts = render_short(incident, show="%cudadiag show", width=0).splitlines()
     assert facts[0].startswith(f"cudadiag [{incident.id}] device_assert — ")
     assert facts[0].endswith(" [シミュレーション]")
+    assert "プロセスを再起動" not in facts[0]  # the restart has its own line
     assert facts[1] == (f"  検出箇所（原因とは限りません）：In[{cell}] の 3 行目: "
                         "print('loss', loss.item())")
     assert facts[2] == (f"  再起動が必要です：CUDA コンテキスト（シミュレーション）は "
@@ -139,8 +140,9 @@ def test_show_writes_the_incident_in_japanese_with_the_restart_in_the_guides_wor
             in html)
     assert "<b>再起動が必要です</b>" in html and "<h4>最初のエラー</h4>" in html
     assert 'class="cd-restart-line"' in html and "カーネルを再起動してください" in html
-    # the knowledge's sentences too (the checks, the conclusions to avoid), once translated
-    assert english_left(shown, verbatim=tuple(LOOP.splitlines())) == []  # code as typed
+    # the knowledge's sentences too (the checks, the conclusions to avoid)
+    quoted = (*LOOP.splitlines(), "device-side assert triggered")  # code, PyTorch's message
+    assert english_left(shown, verbatim=quoted) == []
 
 
 def test_in_english_the_same_failure_reads_as_before(shell, capsys, monkeypatch):

@@ -152,7 +152,8 @@ def lead_lines(incident: Incident) -> list[LeadLine]:
     restart line when the context is gone (or the good news that a precheck kept it), the
     loop position, what to check first, the next action."""
     d, e = incident.diagnosis, incident.error
-    summary = localize(d.summary).removesuffix(localize(STICKY_TAIL))
+    # the summary without its sticky tail is a sentence localize knows (classify.STICKY_TAIL)
+    summary = localize(d.summary.removesuffix(STICKY_TAIL))
     where = incident.op.in_batch if incident.op is not None else None
     if where is not None:  # the element by the name the user's loop gives it
         element = offending_element(incident, where)
@@ -355,7 +356,10 @@ class Section:
 def header_lines(incident: Incident) -> list[str]:
     """The family and summary, where Python reported the error, and the asynchronous caveat."""
     d, e = incident.diagnosis, incident.error
-    lines = [f"{d.family}: {localize(d.summary)}" + simulated_tag(incident)]
+    summary, where = localize(d.summary), incident.op.in_batch if incident.op else None
+    if where is not None:  # the batch's element as the current language writes it
+        summary = summary.replace(where.describe(), position_text(where))
+    lines = [f"{d.family}: {summary}" + simulated_tag(incident)]
     if e.reported_at:
         lines.append(_("reported at {frame}").format(frame=frame_text(e.reported_at)))
         if noticed_later(incident):
