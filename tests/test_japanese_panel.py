@@ -221,8 +221,9 @@ def lab_in_japanese(monkeypatch, request):
     return request.getfixturevalue("lab")
 
 
-PANEL_JA = ROOT / "docs" / "panel-ja.png"
-"""The screenshot of the panel in Japanese (its CJK glyphs drawn by fonts-noto-cjk)."""
+PANEL_JA = ARTIFACTS / "panel-ja.png"
+"""The screenshot of the panel in Japanese (its CJK glyphs drawn by fonts-noto-cjk); the one
+in docs/panel-ja.png is a copy of it."""
 
 
 @pytest.mark.browser
@@ -254,6 +255,7 @@ def test_the_panel_in_japanese_in_jupyterlab(lab_in_japanese):
             expect(panel.locator(".cd-avoid")).to_be_visible()
             # drawn with a CJK font: the tab's label is as wide as its glyphs in one
             assert _drawn_by_a_cjk_font(tabs[1]), "the Japanese labels have no CJK font"
+            PANEL_JA.parent.mkdir(exist_ok=True)
             panel.screenshot(path=str(PANEL_JA))
         finally:
             browser.close()

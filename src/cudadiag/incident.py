@@ -179,9 +179,10 @@ class BatchPosition:
     def describe(self) -> str:
         """Return `batch['labels'][2, 10] (row 2: dataset index 45)`."""
         where = f"{self.tensor}[{', '.join(map(str, self.index))}]"
-        if self.dataset_index is not None:
-            where += f" (row {self.index[0]}: dataset index {self.dataset_index})"
-        return where
+        if self.dataset_index is None:
+            return where
+        return texts.msg("{element} (row {row}: dataset index {index})", element=where,
+                         row=self.index[0], index=self.dataset_index)
 
 
 @dataclass

@@ -28,7 +28,8 @@ def render_isolated(result: IsolatedResult, plan_text: str, verdict: str | None 
         lines.append("  " + _("raised at {frame}").format(
             frame=frame_text(incident.error.reported_at)))
     if incident.op and incident.op.precheck:
-        lines.append("  " + _("precheck: {precheck}").format(precheck=incident.op.precheck))
+        lines.append("  " + _("precheck: {precheck}").format(
+            precheck=localize(incident.op.precheck)))
     elif incident.op:
         lines.append("  " + _("precheck: no index contract violated before the kernel ran"))
     lines += [f"  {line}" for line in iteration_lines(incident)]
