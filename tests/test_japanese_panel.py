@@ -18,9 +18,9 @@ from cudadiag.incident import ErrorInfo, Incident, RunInfo
 from cudadiag.log.entry import SUMMARY_MAX
 from cudadiag.log.store import IncidentStore
 from test_browser_panel import (
+    ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
-    ROOT,
     _run_all_cells,
     lab,  # noqa: F401 (the JupyterLab fixture, used by name)
 )
