@@ -9,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from IPython.core.magic_arguments import argument
-
 
 @dataclass(frozen=True)
 class Option:
@@ -26,6 +24,8 @@ class Option:
 
     def decorate(self, func: Any) -> Any:
         """Return `func` with the option as an IPython magic argument."""
+        from IPython.core.magic_arguments import argument  # not for the `cudadiag` command
+
         return argument(*self.flags, **self.settings)(func)
 
 
