@@ -195,6 +195,10 @@ def timed(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, fl
 def sides(script: Path, home: str) -> dict[str, tuple[list[str], dict[str, str]]]:
     env = {**os.environ, "CUDADIAG_HOME": home}
     env.pop("CUDA_LAUNCH_BLOCKING", None)
+    # the untimed first run writes the .pyc files a user's first run (or pip's install)
+    # leaves: under PYTHONDONTWRITEBYTECODE an editable install compiled every module of
+    # cudadiag again in each run, in both of its processes
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     # one intra-op thread on every side unless told otherwise: on a shared machine of few
     # cores, small ops waiting for descheduled threads otherwise swamp what is measured
     env.setdefault("OMP_NUM_THREADS", "1")

@@ -251,10 +251,7 @@ def _multi_rank_run(words: list[str]) -> argparse.Namespace | None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from cudadiag.commands import incident_json
     from cudadiag.isolate.runner import run_script
-    from cudadiag.log.store import IncidentStore
-    from cudadiag.ui.render import SHOW_IN_TERMINAL, render_short
 
     python, target, argv, module = _split_command(args.command)
     if target is None:
@@ -290,15 +287,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(_("cudadiag run: {python} cannot import cudadiag; install it there or leave "
                 "the interpreter out").format(python=python), file=sys.stderr)
     if result.incident is not None:
-        saved = IncidentStore().is_saved(result.incident.id)
-        print(render_short(result.incident, show=SHOW_IN_TERMINAL if saved else None,
-                           width=0),
-              file=sys.stderr)
-        if args.json:
-            _write_json(Path(args.json), incident_json(result.incident))
+        _print_incident(result.incident, args.json)
     elif result.message:
         print(result.message, file=sys.stderr)
     return _exit_status(result)
+
+
+def _print_incident(incident: Incident, json_path: str | None) -> None:
+    """Print the run's incident in short (and write its JSON to `json_path`); the renderer
+    and the log are imported only here, where a run failed."""
+    from cudadiag.commands import incident_json
+    from cudadiag.log.store import IncidentStore
+    from cudadiag.ui.render import SHOW_IN_TERMINAL, render_short
+
+    saved = IncidentStore().is_saved(incident.id)
+    print(render_short(incident, show=SHOW_IN_TERMINAL if saved else None, width=0),
+          file=sys.stderr)
+    if json_path:
+        _write_json(Path(json_path), incident_json(incident))
 
 
 def _write_json(path: Path, text: str) -> None:

@@ -7,7 +7,7 @@ the `cuda` device name, so ROCm is recognised by `torch.version.hip` (method poi
 
 from __future__ import annotations
 
-import importlib.metadata
+import importlib
 import os
 import platform
 import subprocess
@@ -72,6 +72,8 @@ def detect_backend(torch_module: ModuleType | None = None) -> str:
 
 def loaded_extensions() -> dict[str, str]:
     """Return {name: version} of the binary extensions this process has imported."""
+    import importlib.metadata  # not at import: `cudadiag run`'s own process never needs it
+
     found = {}
     for name in BINARY_EXTENSIONS:
         module = sys.modules.get(name)

@@ -40,7 +40,10 @@ def record_files_read(exclude: list[str]) -> dict[str, None]:
         try:
             if (args[2] or 0) & os.O_ACCMODE == os.O_WRONLY or (args[1] or "r")[0] in "wax":
                 return
-            path = os.path.realpath(os.fsdecode(args[0]))
+            name = os.fsdecode(args[0])
+            if name.endswith(CODE_SUFFIXES):  # before resolving it: most opens are imports'
+                return
+            path = os.path.realpath(name)
             if (path in read or path.startswith(skip) or path.endswith(CODE_SUFFIXES)
                     or "/." in path or not os.path.isfile(path)):
                 return

@@ -20,7 +20,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.diagnose import add_device_lines, incident_of_dead_process, is_diagnosable
 from cudadiag.i18n import _, ngettext
 from cudadiag.incident import Incident, RunInfo
 from cudadiag.interrupts import interrupt_pressed
@@ -43,7 +42,6 @@ from cudadiag.isolate.procgroup import (
     wait_until_gone,
 )
 from cudadiag.isolate.result import IsolatedResult
-from cudadiag.log.store import IncidentStore
 
 if TYPE_CHECKING:
     from cudadiag.isolate.ranks import RankJob
@@ -210,6 +208,8 @@ def _unrelated_to_pytorch(incident: Incident, child: JobResult | None) -> str:
     the kernel's rule (diagnose.is_diagnosable: a KeyError, a NameError), read with the
     device's own lines; "" otherwise. A process that died without an exception (a crash in
     a library) is always an incident."""
+    from cudadiag.diagnose import is_diagnosable  # the diagnosis only where one failed
+
     if child is None or child.incident is not incident or is_diagnosable(
             incident.error.type, incident.diagnosis.family, incident.run.simulated):
         return ""
@@ -220,6 +220,8 @@ def _complete(incident: Incident, output: ChildOutput, wall: float, returncode: 
               numbered: list[tuple[int, str]], script: ScriptTarget | None) -> None:
     device_lines = output.device_lines.take()
     if device_lines:
+        from cudadiag.diagnose import add_device_lines
+
         add_device_lines(incident, device_lines)
     incident.run.wall_s = wall
     incident.run.exit_status = returncode
@@ -368,6 +370,8 @@ def _incident_of(result: IsolatedResult, child: JobResult | None, blocking: bool
         return child.incident
     if result.timed_out or result.interrupted or result.returncode == 0:
         return None
+    from cudadiag.diagnose import incident_of_dead_process
+
     code = result.returncode or 0
     return incident_of_dead_process(result.stdout, result.stderr, RunInfo(
         mode="isolated", blocking=blocking, env_vars=env_vars, exit_status=code,
@@ -396,6 +400,8 @@ def _message(result: IsolatedResult, timeout: float | None, what: str) -> str:
 def _store(incident: Incident, job: Job) -> None:
     """Append the incident to the log and keep the run's RNG states, recorded batch and
     shipped values beside it, so a later export can replay the same run."""
+    from cudadiag.log.store import IncidentStore  # a clean run never opens the log
+
     store = IncidentStore()
     try:
         store.append(incident)

@@ -104,7 +104,6 @@ def run_job(job: Job) -> JobResult:
     disable_compilation_if_asked(torch)
     from cudadiag.batch import new_cell
     from cudadiag.integrations import attach
-    from cudadiag.loopvars import loop_context
     from cudadiag.trace import OpTracer
 
     namespace = _fresh_main()
@@ -145,6 +144,8 @@ def run_job(job: Job) -> JobResult:
                 rankfiles.note_exception(exc)
                 failures.append((exc, cell.number))
                 if len(failures) == 1:  # read now: later cells change the namespace
+                    from cudadiag.loopvars import loop_context  # only where a cell failed
+
                     loop = loop_context(exc, cell_of)
     files_read = list(opened)  # before cudadiag's own reading of the incident
     caught = _caught_precheck(tracer, failures)

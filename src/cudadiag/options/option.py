@@ -9,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from IPython.core.magic_arguments import argument
-
 from cudadiag.i18n import _
 
 
@@ -30,6 +28,8 @@ class Option:
     def decorate(self, func: Any) -> Any:
         """Return `func` with the option as an IPython magic argument (its help in the
         language of the moment)."""
+        from IPython.core.magic_arguments import argument  # not for the `cudadiag` command
+
         return argument(*self.flags, **self.translated())(func)
 
     def translated(self, **overrides: Any) -> dict[str, Any]:
