@@ -54,13 +54,14 @@ def test_the_guide_example_isolated_in_japanese(japanese, capsys):
     raised = frame_text(isolated.error.reported_at)
     assert f"  発生場所: {raised}" in out and raised.startswith(f"In[{model_cell}]")
     assert raised.endswith(": loss = F.cross_entropy(model(x), target)")
-    assert f"  事前チェック: {isolated.op.precheck}" in out  # the precheck's own line, verbatim
+    assert ("  事前チェック: aten::nll_loss_forward: 位置 2 の target 4 が [0, 4) の範囲外です"
+            "（ignore_index=-100）") in out  # the precheck kept in the record, in Japanese
     assert "  設定: CPU 版の PyTorch です。" in out
     assert "  （診断のみです。カーネルの変数、デバイス、RNG には触れていません）" in out
     # the child wrote in Japanese too: its check of the blocking variables
     assert "子プロセスで CUDA の初期化前に確認しました" in out
-    # the precheck, the frame and the first check are other areas' sentences, quoted as they are
-    kept = (isolated.op.precheck, raised, localize(isolated.diagnosis.first_checks[0]))
+    # the frame and the first check are other areas' sentences, quoted as they are
+    kept = (raised, localize(isolated.diagnosis.first_checks[0]))
     assert english_left(out, verbatim=kept) == []
 
 

@@ -75,7 +75,7 @@ def _code(nb: nbformat.NotebookNode) -> tuple[str, ...]:
              for line in cell.source.splitlines() if line.strip()]
     comments = [line.partition("#")[2].split() for line in lines if "#" in line]
     runs = [" ".join(words[i:j]) for words in comments for i in range(len(words))
-            for j in range(i + 1, len(words) + 1)]
+            for j in range(i + 3, len(words) + 1)]  # shorter runs are never flagged
     return tuple(sorted(lines + runs, key=len, reverse=True))
 
 
