@@ -5,11 +5,6 @@ through the record, so an incident read back in a new process shows the same Jap
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from cudadiag import i18n, incidents
@@ -17,6 +12,7 @@ from cudadiag.advice import ordinal
 from cudadiag.explain import explain_text
 from cudadiag.i18n import localize_all
 from cudadiag.incident import Incident
+from read_back import read_back_in_japanese
 from scenarios import fail_with_device_assert
 from untranslated import english_left
 
@@ -54,15 +50,6 @@ LOG = (
 )
 """A device-side assert as a log shows it when the device's assertion line is lost: nothing
 names the operator, so every line of its advice is the family's."""
-READ_BACK = (
-    "import json, sys\n"
-    "from cudadiag.i18n import localize_all\n"
-    "from cudadiag.incident import Incident\n"
-    "d = Incident.from_dict(json.load(open(sys.argv[1]))).diagnosis\n"
-    "print(json.dumps([localize_all(d.first_checks), localize_all(d.avoid)]))\n"
-)
-
-
 def device_assert_in_a_cell(shell, warm_interpreter) -> Incident:
     """The method's worked example failing in a cell, the device's assertion line read (the
     extension loaded again: pytest re-points fds 1/2 between setup and call), as in a
@@ -90,15 +77,11 @@ def test_a_device_side_assert_in_a_cell_is_advised_in_japanese_and_unchanged_in_
 def test_the_incident_read_back_in_a_new_process_shows_the_same_japanese(
         shell, warm_interpreter, tmp_path):
     incident = device_assert_in_a_cell(shell, warm_interpreter)
-    record = tmp_path / "incident.json"
-    record.write_text(json.dumps(incident.to_dict()))
     with i18n.using("ja"):
         shown = [localize_all(incident.diagnosis.first_checks),
                  localize_all(incident.diagnosis.avoid)]
-    read = subprocess.run([sys.executable, "-c", READ_BACK, str(record)], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "CUDADIAG_LANG": "ja"},
-                          check=True)
-    assert json.loads(read.stdout) == shown
+    assert read_back_in_japanese(incident, tmp_path, "i18n.localize_all(d.first_checks)",
+                                 "i18n.localize_all(d.avoid)") == shown
     assert shown[1] == AVOID_JA and shown[0][-1] == RERUN_JA
 
 

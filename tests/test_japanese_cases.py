@@ -6,11 +6,6 @@ Japanese when read back in another process."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,6 +15,7 @@ from cudadiag.classify import STICKY_TAIL, sticky_summary
 from cudadiag.diagnose import incident_from_exception
 from cudadiag.incident import RunInfo
 from cudadiag.trace import OpTracer
+from read_back import read_back_in_japanese
 from scenarios import fail_with_device_assert
 from untranslated import english_left
 
@@ -98,20 +94,10 @@ def test_a_kept_summary_and_its_checks_show_in_japanese_when_read_back(tmp_path)
     incident = incident_from_exception(RuntimeError(PYTORCH_MESSAGE), RunInfo(mode="kernel"),
                                        device_lines=DEVICE_LINE)
     assert incident.diagnosis.summary.endswith("restart the process")
-    record = tmp_path / "record.json"
-    record.write_text(json.dumps(incident.to_dict()))
-    program = ("import json, sys\nfrom cudadiag import i18n, knowledge\n"
-               "from cudadiag.classify import STICKY_TAIL\n"
-               "from cudadiag.incident import Incident\n"
-               "d = Incident.from_dict(json.load(open(sys.argv[1]))).diagnosis\n"
-               "print(i18n.localize(knowledge.FAMILIES['device_assert'].title))\n"
-               "print(i18n.localize(d.summary))\n"
-               "print(i18n.localize(d.summary.removesuffix(STICKY_TAIL)))\n"
-               "print('\\n'.join(i18n.localize_all(d.first_checks)))\n")
-    shown = subprocess.run([sys.executable, "-c", program, str(record)], text=True,
-                           capture_output=True, check=True,
-                           env={**os.environ, "CUDADIAG_LANG": "ja"}).stdout.splitlines()
-    title, summary, without_tail, *checks = shown
+    title, summary, without_tail, checks = read_back_in_japanese(
+        incident, tmp_path, "i18n.localize(knowledge.FAMILIES['device_assert'].title)",
+        "i18n.localize(d.summary)", "i18n.localize(d.summary.removesuffix(STICKY_TAIL))",
+        "i18n.localize_all(d.first_checks)")
     assert summary == f"{title}：{FAILED_HERE}{STICKY}"
     assert without_tail == f"{title}：{FAILED_HERE}"  # the summary a reader shows beside its
     # own restart line (ui/render.py removes STICKY_TAIL from the English)

@@ -5,11 +5,6 @@ sentence is left."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 from IPython.core.error import UsageError
 
@@ -19,6 +14,7 @@ from cudadiag.diagnose import incident_from_exception
 from cudadiag.i18n import localize
 from cudadiag.incident import RunInfo
 from cudadiag.ui.render import frame_text
+from read_back import read_back_in_japanese
 from scenarios import MODEL, SETUP, run
 from untranslated import english_left
 
@@ -132,13 +128,6 @@ def test_a_compiled_code_summary_kept_in_a_record_reads_back_in_japanese(tmp_pat
                          "of bounds: 0 <= tmp13 < 10L")
     incident = incident_from_exception(error, RunInfo(mode="kernel"))
     assert "`0 <= tmp13 < 10L` failed in " in incident.diagnosis.summary
-    record = tmp_path / "record.json"
-    record.write_text(json.dumps(incident.to_dict()))
-    program = ("import json, sys\nfrom cudadiag import i18n\nfrom cudadiag.incident import "
-               "Incident\nincident = Incident.from_dict(json.load(open(sys.argv[1])))\n"
-               "print(i18n.localize(incident.diagnosis.summary))\n")
-    shown = subprocess.run([sys.executable, "-c", program, str(record)], text=True,
-                           capture_output=True, check=True,
-                           env={**os.environ, "CUDADIAG_LANG": "ja"}).stdout
+    (shown,) = read_back_in_japanese(incident, tmp_path, "i18n.localize(d.summary)")
     assert "torch.compile が生成した" in shown
     assert "で `0 <= tmp13 < 10L` が成り立ちませんでした" in shown

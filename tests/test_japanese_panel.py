@@ -12,9 +12,9 @@ import pytest
 import torch
 from IPython.core.error import UsageError
 
-from cudadiag import Panel, checkpoint, classify, i18n
+from cudadiag import Panel, checkpoint, i18n
 from cudadiag.i18n.width import display_width
-from cudadiag.incident import ErrorInfo, Incident, RunInfo
+from cudadiag.incident import Incident
 from cudadiag.log.entry import SUMMARY_MAX
 from cudadiag.log.store import IncidentStore
 from test_browser_panel import (
@@ -24,6 +24,7 @@ from test_browser_panel import (
     _run_all_cells,
     lab,  # noqa: F401 (the JupyterLab fixture, used by name)
 )
+from test_panel import _store_with
 from untranslated import english_left
 
 ASSERT = "CUDA error: device-side assert triggered"
@@ -38,15 +39,8 @@ def japanese(monkeypatch):
 
 
 def _log(*messages: str) -> list[Incident]:
-    store = IncidentStore()
-    made = []
-    for n, message in enumerate(messages, start=1):
-        incident = Incident(error=ErrorInfo(type="RuntimeError", message=message, text=message),
-                            diagnosis=classify(message), run=RunInfo(mode="kernel", cells=[n]),
-                            created_at=f"2026-12-02T10:00:0{n}+00:00")
-        store.append(incident)
-        made.append(incident)
-    return made
+    """The incidents of `messages`, filed in this test's log (test_panel's)."""
+    return _store_with(*messages)[1]
 
 
 def _summaries(made: list[Incident]) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from cudadiag.i18n import audit
 from cudadiag.i18n.compile_catalogue import compile_all
 from cudadiag.i18n.language import choose
 from cudadiag.incident import RunInfo
+from read_back import read_back_in_japanese
 
 LOCALE = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
 
@@ -105,16 +106,9 @@ def test_a_kept_sentence_is_written_again_in_the_readers_language(tmp_path):
     incident.diagnosis.first_checks = [i18n.msg(
         "{language!r} is not a language cudadiag speaks; choose one of {languages}, or auto "
         "(the order of docs/languages.md).", language="fr", languages="en, ja")]
-    record = tmp_path / "record.json"
-    record.write_text(json.dumps(incident.to_dict()))
-    assert "first_checks" in json.loads(record.read_text())["diagnosis"]
-    program = ("import json, sys\nfrom cudadiag import i18n\nfrom cudadiag.incident import "
-               "Incident\nincident = Incident.from_dict(json.load(open(sys.argv[1])))\n"
-               "print(i18n.localize(incident.diagnosis.first_checks[0]))\n")
-    shown = subprocess.run([sys.executable, "-c", program, str(record)], text=True,
-                           capture_output=True, check=True,
-                           env={**os.environ, "CUDADIAG_LANG": "ja"}).stdout
-    assert shown.strip() == ("'fr' は cudadiag が対応している言語ではありません。en, ja のどれか、"
+    assert "texts" in incident.to_dict()
+    (shown,) = read_back_in_japanese(incident, tmp_path, "i18n.localize(d.first_checks[0])")
+    assert shown == ("'fr' は cudadiag が対応している言語ではありません。en, ja のどれか、"
                              "または auto（docs/languages.md の順で決まります）を選んでください。")
 
 
