@@ -6,6 +6,7 @@ sentence is left."""
 from __future__ import annotations
 
 import pytest
+import torch
 from IPython.core.error import UsageError
 
 from cudadiag import incidents
@@ -52,7 +53,9 @@ def test_the_guide_example_isolated_in_japanese(japanese, capsys):
     assert raised.endswith(": loss = F.cross_entropy(model(x), target)")
     assert ("  事前チェック: aten::nll_loss_forward: 位置 2 の target 4 が [0, 4) の範囲外です"
             "（ignore_index=-100）") in out  # the precheck kept in the record, in Japanese
-    assert "  設定: CPU 版の PyTorch です。" in out
+    # the settings as the build has them: a CUDA build (no device here) blocks with the variable
+    setting = "CUDA_LAUNCH_BLOCKING=1" if torch.version.cuda else "CPU 版の PyTorch です。"
+    assert f"  設定: {setting}" in out
     assert "  （診断のみです。カーネルの変数、デバイス、RNG には触れていません）" in out
     # the child wrote in Japanese too: its check of the blocking variables
     assert "子プロセスで CUDA の初期化前に確認しました" in out

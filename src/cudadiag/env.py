@@ -147,13 +147,14 @@ def _gpu_count(torch: ModuleType) -> int | None:
 def _fill_device(info: EnvInfo, torch: ModuleType) -> None:
     count = _gpu_count(torch)
     info.gpu_count = str(count) if count is not None else (
-        "unavailable: cannot count GPUs without initialising CUDA" if info.cuda or info.hip
+        msg("unavailable: cannot count GPUs without initialising CUDA") if info.cuda or info.hip
         else None
     )
     if info.backend not in ("cuda", "rocm"):
         return
     if not info.cuda_initialized:
-        reason = "unavailable: CUDA not initialised in this process (cudadiag never initialises it)"
+        reason = msg("unavailable: CUDA not initialised in this process (cudadiag never "
+                     "initialises it)")
         info.device_name = info.capability = reason
         return
     try:

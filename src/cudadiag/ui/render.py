@@ -824,11 +824,12 @@ def environment_lines(env: EnvInfo | None) -> list[str]:
 
 
 def _device_line(env: EnvInfo) -> str:
+    name, capability = localize(env.device_name or ""), localize(env.capability or "")
     if env.device_in_arch_list is None:
         return _("device {name}, capability {capability}").format(
-            name=env.device_name, capability=env.capability)
+            name=name, capability=capability)
     return _("device {name}, capability {capability}, in the build's arch list: "
-             "{in_list}").format(name=env.device_name, capability=env.capability,
+             "{in_list}").format(name=name, capability=capability,
                                  in_list=env.device_in_arch_list)
 
 
