@@ -28,9 +28,11 @@ from cudadiag.isolate.ranks import TorchrunJob, with_own_rendezvous
 JOB_LIMIT_S = 60
 FIRST_AND_CONSEQUENCE = re.compile(
     r"rank 1 failed first at step 3 \(nll_loss, target 4\); rank 0 "
-    r"(failed afterwards|was stopped) in all_reduce — consequences")
+    r"((failed afterwards|was stopped) in all_reduce|was stopped at an unknown place) — "
+    r"consequences")
 """The bad-target job's summary: under load torchrun may stop rank 0 before gloo tells it
-that its peer is gone; either way rank 0's end is a consequence in all_reduce."""
+that its peer is gone, or before rank 0 wrote where it was (its place then unknown); either
+way rank 0's end is a consequence."""
 TORCHRUN_DEFAULT_PORT = 29500
 """Each two-rank job must end within this (2 busy cores: torch imports dominate)."""
 
