@@ -23,8 +23,16 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from cudadiag.i18n import language as _language
-from cudadiag.i18n.language import Choice
+from cudadiag.i18n.language import (
+    DEFAULT,
+    LANGUAGES,
+    LOCALE_VARIABLES,
+    Choice,
+    explicit,
+    set_explicit,
+    supported,
+)
+from cudadiag.i18n.language import choose as choose_in_order
 
 LOCALE_ROOT = Path(__file__).resolve().parent.parent / "locale"
 DOMAIN = "cudadiag"
@@ -32,7 +40,7 @@ DOMAIN = "cudadiag"
 _block: contextvars.ContextVar[str | None] = contextvars.ContextVar("cudadiag_language",
                                                                    default=None)
 _KEYED_VARIABLES = ("CUDADIAG_LANG", "CUDADIAG_HOME", "JUPYTERLAB_SETTINGS_DIR",
-                    "JUPYTER_CONFIG_DIR", *_language.LOCALE_VARIABLES)
+                    "JUPYTER_CONFIG_DIR", *LOCALE_VARIABLES)
 
 
 def N_(message: str) -> str:
@@ -44,7 +52,7 @@ def _(message: str) -> str:
     """Return `message` in the current language (itself in English, or when the catalogue
     has no translation)."""
     code = current_code()
-    if code == _language.DEFAULT or not message:
+    if code == DEFAULT or not message:
         return message
     return _translations(code).gettext(message)
 
@@ -52,7 +60,7 @@ def _(message: str) -> str:
 def ngettext(singular: str, plural: str, n: int) -> str:
     """Return the form of `singular`/`plural` for `n`, in the current language."""
     code = current_code()
-    if code == _language.DEFAULT:
+    if code == DEFAULT:
         return singular if n == 1 else plural
     return _translations(code).ngettext(singular, plural, n)
 
@@ -67,9 +75,9 @@ def current() -> Choice:
     block = _block.get()
     if block is not None:
         return Choice(block, "block")
-    explicit = _language.explicit()
-    if explicit is not None:
-        return Choice(explicit, "explicit")
+    chosen = explicit()
+    if chosen is not None:
+        return Choice(chosen, "explicit")
     return _chosen(tuple(os.environ.get(name, "") for name in _KEYED_VARIABLES), _in_kernel())
 
 
@@ -78,7 +86,7 @@ def using(language: str) -> Iterator[None]:
     """Write in `language` inside the block.
 
     Raises ValueError when cudadiag does not speak it."""
-    code = _language.supported(language)
+    code = supported(language)
     if code is None:
         raise ValueError(unsupported(language))
     token = _block.set(code)
@@ -95,7 +103,7 @@ def choose(language: str | None) -> Choice:
     Raises ValueError when cudadiag does not speak `language`; its message says which it
     does."""
     try:
-        _language.set_explicit(language)
+        set_explicit(language)
     except ValueError:
         raise ValueError(unsupported(str(language))) from None
     return current()
@@ -105,13 +113,13 @@ def unsupported(language: str) -> str:
     """Return the message for a language cudadiag does not speak."""
     return _("{language!r} is not a language cudadiag speaks; choose one of {languages}, or "
              "auto (the order of docs/languages.md).").format(
-        language=language, languages=", ".join(_language.LANGUAGES))
+        language=language, languages=", ".join(LANGUAGES))
 
 
 @functools.lru_cache(maxsize=8)
 def _chosen(_variables: tuple[str, ...], in_kernel: bool) -> Choice:
     """The choice for one set of the variables it reads (the files they name are read once)."""
-    return _language.choose(in_kernel=in_kernel)
+    return choose_in_order(in_kernel=in_kernel)
 
 
 def _in_kernel() -> bool:
@@ -139,7 +147,7 @@ def _translations(code: str) -> gettext.NullTranslations:
 def describe(choice: Choice) -> str:
     """Return the line that says which language cudadiag writes in and why (in it)."""
     with using(choice.language):
-        line = _(_SOURCES[choice.kind]).format(name=_language.LANGUAGES[choice.language],
+        line = _(_SOURCES[choice.kind]).format(name=LANGUAGES[choice.language],
                                                code=choice.language, detail=choice.detail)
         if choice.skipped:
             line += " " + _("Passed over (a language cudadiag does not speak, or a file it "
