@@ -10,9 +10,9 @@ import torch
 from IPython.core.error import UsageError
 
 from cudadiag import incidents
-from cudadiag.comparison.view import display_width
 from cudadiag.diagnose import incident_from_exception
 from cudadiag.i18n import localize
+from cudadiag.i18n.width import display_width
 from cudadiag.incident import RunInfo
 from cudadiag.ui.render import frame_text
 from read_back import read_back_in_japanese

@@ -4,8 +4,6 @@ nbconvert output and in a terminal."""
 
 from __future__ import annotations
 
-import unicodedata
-
 from cudadiag.comparison.run import (
     FAILED,
     NOT_APPLICABLE,
@@ -16,6 +14,7 @@ from cudadiag.comparison.run import (
 )
 from cudadiag.comparison.variants import VARIANTS
 from cudadiag.i18n import N_, _, localize
+from cudadiag.i18n.width import display_width, pad_to_width
 from cudadiag.ui.displayed import Displayed, section_block
 from cudadiag.ui.render import Section, table_columns
 
@@ -112,15 +111,10 @@ def text_table(table: list[list[str]]) -> list[str]:
     return lines
 
 
-def display_width(text: str) -> int:
-    """Return the columns `text` takes in a terminal: two for each wide or full-width
-    character (Japanese), one for the others."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
 def _pad(text: str, width: int, right: bool) -> str:
-    fill = " " * (width - display_width(text))
-    return fill + text if right else text + fill
+    if not right:
+        return pad_to_width(text, width)
+    return " " * (width - display_width(text)) + text
 
 
 def render_comparison_html(comparison: Comparison) -> str:

@@ -3,8 +3,9 @@ returns: a Validation that displays as that report."""
 
 from __future__ import annotations
 
-from cudadiag.comparison.view import display_width, text_table
+from cudadiag.comparison.view import text_table
 from cudadiag.i18n import N_, _
+from cudadiag.i18n.width import display_width
 from cudadiag.shortlist import cut_list
 from cudadiag.ui.displayed import Displayed, section_block
 from cudadiag.ui.render import Section
