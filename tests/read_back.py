@@ -14,7 +14,7 @@ from cudadiag.incident import Incident
 _PROGRAM = (
     "import json, sys\n"
     "from cudadiag import i18n, knowledge\n"
-    "from cudadiag.classify import STICKY_TAIL\n"
+    "from cudadiag.classification import STICKY_TAIL\n"
     "from cudadiag.incident import Incident\n"
     "incident = Incident.from_dict(json.load(open(sys.argv[1])))\n"
     "d = incident.diagnosis\n"

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from cudadiag import checkpoint, cli
-from cudadiag.classify import classify
+from cudadiag.classification import classify
 from cudadiag.incident import ErrorInfo, Incident, RunInfo
 from cudadiag.log.store import IncidentStore
 from scenarios import MODEL, SETUP, run

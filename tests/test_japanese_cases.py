@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from cudadiag import GuardError, check_class_targets, i18n, incidents, knowledge
-from cudadiag.classify import STICKY_TAIL, sticky_summary
+from cudadiag.classification import STICKY_TAIL, sticky_summary
 from cudadiag.diagnose import incident_from_exception
 from cudadiag.incident import RunInfo
 from cudadiag.trace import OpTracer

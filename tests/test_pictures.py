@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import torch
 
 from cudadiag.batch import summarize
-from cudadiag.classify import classify
+from cudadiag.classification import classify
 from cudadiag.incident import BatchInfo, ErrorInfo, Incident, RunInfo
 from cudadiag.ui import render
 from cudadiag.ui.pictures import values_picture

@@ -9,14 +9,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.classify import classify
-from cudadiag.env import collect_env
 from cudadiag.errors import CudadiagError, GuardError, IncidentSchemaError
-from cudadiag.incident import Diagnosis, EnvInfo, Incident
 
 if TYPE_CHECKING:  # the names below are loaded on first use; their real signatures:
     from cudadiag.batch import BatchSummary, step_done, summarize, watch
     from cudadiag.cases import keep_case, load_cases
+    from cudadiag.classification import classify
+    from cudadiag.env import collect_env
     from cudadiag.guards import (
         check_class_targets,
         check_index_range,
@@ -24,13 +23,20 @@ if TYPE_CHECKING:  # the names below are loaded on first use; their real signatu
         check_same_device,
         guard,
     )
+    from cudadiag.incident import Diagnosis, EnvInfo, Incident
     from cudadiag.isolate.runner import run_isolated
     from cudadiag.panel.widget import Panel
 
 __version__ = "0.1.0"
-# Names whose modules import torch (or start processes): loaded on first use, so `import
-# cudadiag` stays light.
+# Loaded on first use, so that `import cudadiag` stays light: a clean `cudadiag run` imports
+# the package in both of its processes and needs none of these (torch, processes, the error
+# knowledge).
 _LAZY = {
+    "classify": "cudadiag.classification",
+    "collect_env": "cudadiag.env",
+    "Diagnosis": "cudadiag.incident",
+    "EnvInfo": "cudadiag.incident",
+    "Incident": "cudadiag.incident",
     "summarize": "cudadiag.batch",
     "watch": "cudadiag.batch",
     "step_done": "cudadiag.batch",

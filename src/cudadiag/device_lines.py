@@ -7,10 +7,16 @@ feed what they read to one DeviceLineScanner.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Hashable
 
-from cudadiag.knowledge import DEVICE_MESSAGE
+DEVICE_MESSAGE = re.compile(
+    r"Assertion `|Device-side assertion|Memory access fault by GPU|HSA_STATUS_ERROR"
+    r"|Can't get attribute '[^']+' on <module '__main__'"
+)
+"""A device's line (kernel assertion printf, a GPU memory fault, ROCm's runtime) or a child's
+that could not load its function."""
 
 DEVICE_LINES_KEPT = 64
 """The newest device lines kept (a failing kernel prints one per thread)."""

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from cudadiag import knowledge, probes
 from cudadiag.advice import advise
 from cudadiag.batch.positions import position_in_batch
-from cudadiag.classify import classify, first_error_line
+from cudadiag.classification import classify, first_error_line
 from cudadiag.contracts import Violation
 from cudadiag.env import collect_env
 from cudadiag.generated_code import describe_generated_code

@@ -1217,18 +1217,10 @@ DETAIL_PATTERNS: dict[str, tuple[re.Pattern[str], ...]] = {
     ),
 }
 
-# Lines printed on their own that never reach the exception: a device's (kernel printf, ROCm
-# runtime), and a child process's that could not load its function (the parent only learns
-# "process 0 terminated with exit code 1").
 ERROR_LINE = re.compile(r"^[ \t]*(?P<exception_type>[A-Za-z_][\w.]*(?:Error|Exception|Failure"
                         r"|Interrupt|Exit))(?::[ \t]*(?P<message>[^\n]*))?$", re.MULTILINE)
 """A line that states an error (Python's last traceback line, `ImportError: ...`): what an
 unrecognised error shows as its evidence."""
-
-DEVICE_MESSAGE = re.compile(
-    r"Assertion `|Device-side assertion|Memory access fault by GPU|HSA_STATUS_ERROR"
-    r"|Can't get attribute '[^']+' on <module '__main__'"
-)
 
 # Hints that say something about how the message was produced, not which family it is.
 HINT_PATTERNS: dict[str, re.Pattern[str]] = {

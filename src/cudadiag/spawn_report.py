@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cudadiag.classify import STICKY_TAIL, classify
+from cudadiag.classification import STICKY_TAIL, classify
 from cudadiag.i18n import msg
 from cudadiag.incident import Frame, Incident
 

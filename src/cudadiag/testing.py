@@ -426,7 +426,7 @@ def simulated_cuda(memory_budget: int | str | None = None) -> SimulatedCuda:
     Raises ValueError for a budget that cannot be read.
     """
     if isinstance(memory_budget, str):
-        from cudadiag.classify import parse_size
+        from cudadiag.classification import parse_size
 
         parsed = parse_size(memory_budget)
         if parsed is None:

@@ -19,7 +19,7 @@ from typing import Any, Protocol, cast
 from cudadiag import probes
 from cudadiag.capture.fdtail import DeviceMessageTail
 from cudadiag.capture.folded_traceback import TracebackHandler
-from cudadiag.classify import classify
+from cudadiag.classification import classify
 from cudadiag.diagnose import (
     incident_from_exception,
     is_diagnosable,

@@ -378,7 +378,7 @@ def _error_being_handled() -> dict[str, Any] | None:
     exc = sys.exc_info()[1]
     if exc is None:
         return None
-    from cudadiag.classify import classify
+    from cudadiag.classification import classify
 
     family = classify(exc).family
     if family == "unknown" and type(exc).__module__.split(".")[0] != "torch":

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from cudadiag import knowledge
 from cudadiag.advice import advise_log
-from cudadiag.classify import classify, first_error_line, mentions_sticky_error
+from cudadiag.classification import classify, first_error_line, mentions_sticky_error
 from cudadiag.errors import ExplainError
 from cudadiag.explain.launchers import (
     LAUNCHER_ANCHORS,

@@ -82,7 +82,7 @@ def _warm_worker_paths() -> None:
     import torch
     import torch._dynamo
 
-    from cudadiag.classify import classify
+    from cudadiag.classification import classify
     from cudadiag.isolate import program_files
     from cudadiag.trace import OpTracer
 

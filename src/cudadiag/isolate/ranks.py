@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from cudadiag.classify import classify
+from cudadiag.classification import classify
 from cudadiag.diagnose import incident_from_recorded_error, incident_of_dead_process
 from cudadiag.errors import TorchrunOptionsError
 from cudadiag.explain import is_consequence

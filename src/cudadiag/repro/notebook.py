@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.classify import classify
+from cudadiag.classification import classify
 from cudadiag.i18n import msg
 from cudadiag.incident import Incident, Observed, Signature
 from cudadiag.isolate.launcher import startup_environment

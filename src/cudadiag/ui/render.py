@@ -18,7 +18,7 @@ from html import escape
 from typing import Any
 
 from cudadiag.batch.names import user_name
-from cudadiag.classify import STICKY_TAIL
+from cudadiag.classification import STICKY_TAIL
 from cudadiag.i18n import N_, _, localize, localize_all
 from cudadiag.i18n import width as width_of
 from cudadiag.incident import (
