@@ -89,7 +89,7 @@ def test_a_repro_exported_in_japanese_has_its_header_and_verdict_in_japanese(tmp
         [c.source for c in english.cells if c.cell_type == "code"]
     assert japanese.metadata["cudadiag"] == english.metadata["cudadiag"]
     header, closing = (c.source for c in japanese.cells if c.cell_type == "markdown")
-    assert header.startswith("# 最小化した再現\n")
+    assert header.startswith("# 縮小した再現\n")
     assert "新しいプロセスで確認しました（再現: はい）" in header, header
     assert MESSAGE in header  # PyTorch's message, verbatim
     assert "## 最初の確認" in closing and "## 避けるべき結論" in closing
@@ -100,7 +100,7 @@ def test_a_repro_exported_in_japanese_has_its_header_and_verdict_in_japanese(tmp
     done = cudadiag("export", incident.id, "repro.py", cwd=folders["ja"], lang="ja")
     assert "cudadiag の再現スクリプト: " in done.stdout, done.stdout + done.stderr
     script = (folders["ja"] / "repro.py").read_text()
-    assert script.startswith("# # 最小化した再現\n")
+    assert script.startswith("# # 縮小した再現\n")
     assert "から生成しました。新しいプロセスで確認しました（再現: はい）。" in script
     code = [line for line in script.splitlines() if not line.startswith("#")]
     assert "loss = F.cross_entropy(logits, target)" in code and "unused = " not in script
@@ -138,7 +138,7 @@ def test_the_report_command_writes_japanese_and_english_on_request(tmp_path):
                  "**最初の該当メッセージ**（後のエラーはその結果です）：",
                  "**ステップ：** 12（最後に完了したステップは 11、最後の不完全なバッチ）",
                  "- `batch['labels']`: torch.int64 [4]、デバイス cuda:0、ストライド [1]、値 0..7",
-                 "**実行：** kernel、同期起動（blocking launches）オフ"):
+                 "**実行：** kernel、ブロッキング起動オフ"):
         assert line in report, report
     assert "CUDA error: device-side assert triggered" in report  # verbatim
     assert english_left(report, verbatim=_others(incident)) == [], report

@@ -71,7 +71,7 @@ def test_compare_rows_and_headings_in_japanese(japanese):
     _, model_cell = run(japanese, MODEL)
     result, _ = run(japanese, f"%cuda_compare {model_cell} --variants cpu")
     text = str(result.result)
-    assert f"In[{model_cell}] を比較: 一度に一つずつ変更" in text
+    assert f"In[{model_cell}] を比較: 一度に 1 つずつ変更" in text
     lines = text.splitlines()
     assert lines[2].split() == ["バリアント", "結果", "経過時間", "変更したもの"]
     reference = next(line for line in lines if line.startswith("reference "))

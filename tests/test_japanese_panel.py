@@ -122,7 +122,7 @@ def test_the_magics_help_is_in_japanese(japanese, shell):
     assert "使い方: %cudadiag incidents" in text
     assert "このヘルプを表示して終了します" in text
     assert "条件に合う最新の N 件を表示します（既定: 50）" in text
-    assert "保持設定の対象外のインシデントを、隔離実行のファイルと一緒に今すぐ削除します" in text
+    assert "保持設定の対象外のインシデントを、分離実行のファイルと一緒に今すぐ削除します" in text
     # argparse's notation of a choice, `{kernel,isolated,cli}`, is the options' own words
     assert english_left(re.sub(r"\{[\w,]+\}", " ", text)) == []
 
@@ -177,7 +177,7 @@ def test_the_panels_labels_are_in_japanese(japanese):
     assert panel.family.options == ("すべての系統", "device_assert", "oom")
     assert (panel.family.description, panel.selector.description) == ("系統", "インシデント")
     assert (panel.rerun.description, panel.copy.description, panel.export.description) == (
-        "同期実行で隔離して再実行", "コピー用のレポート", "再現ノートブックを書き出す")
+        "ブロッキング起動で分離して再実行", "コピー用のレポート", "再現ノートブックを書き出す")
     assert (panel.newer.description, panel.older.description) == ("新しい方へ", "古い方へ")
     assert panel.position.value == "2 件中 1–2 件目（新しい順）"
     assert panel.rerun.tooltip == "ノートブックのカーネルが必要です"
@@ -242,7 +242,7 @@ def test_the_panel_in_japanese_in_jupyterlab(lab_in_japanese):
                     for name in ("最初のエラー", "バッチ", "次の確認", "環境", "後続のエラー")]
             for tab in tabs:
                 expect(tab).to_be_visible()
-            for label in ("同期実行で隔離して再実行", "コピー用のレポート",
+            for label in ("ブロッキング起動で分離して再実行", "コピー用のレポート",
                           "再現ノートブックを書き出す"):
                 expect(panel.get_by_role("button", name=label)).to_be_visible()
             expect(panel).to_contain_text("すべての系統")

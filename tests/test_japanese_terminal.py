@@ -95,7 +95,7 @@ def test_the_locale_alone_gives_japanese():
 def test_env_check_lines_are_in_japanese():
     result = cudadiag("env", "--check", "--capability", "8.6", CUDADIAG_LANG="ja")
     assert result.returncode in (0, 1)
-    assert "capability 8.6" in result.stdout
+    assert "Compute Capability 8.6" in result.stdout
     assert "CUDA に対応していません" in result.stdout or "ビルド" in result.stdout
 
 
