@@ -10,8 +10,10 @@ the answers are "nothing": nothing can be in flight in a part that was never imp
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from cudadiag.incident import BatchInfo, ModelFacts, StepInfo
+if TYPE_CHECKING:
+    from cudadiag.incident import BatchInfo, ModelFacts, StepInfo
 
 InFlight = Callable[[], "tuple[StepInfo, BatchInfo] | None"]
 ModelInFlight = Callable[[], "ModelFacts | None"]

@@ -17,7 +17,7 @@ import sys
 from collections import deque
 from collections.abc import Callable
 from types import CodeType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -25,8 +25,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from cudadiag import contracts, probes, trace_native
 from cudadiag.errors import CudadiagError
 from cudadiag.i18n import _
-from cudadiag.incident import OpCall, OpInfo, TensorArg
 from cudadiag.shortlist import cut_list
+
+if TYPE_CHECKING:  # built when a record is read (a failure, `recent`): not at start-up
+    from cudadiag.incident import OpCall, OpInfo, TensorArg
 
 RECENT_OPS = 64
 NEAR_FAILURE = 8
@@ -241,6 +243,8 @@ class OpTracer(TorchDispatchMode):
                         precheck: str | None) -> None:
         if self.failed is not None:
             return  # the first failing op is the one that matters
+        from cudadiag.incident import OpInfo
+
         recent, tensors = compact_calls(self.recent)
         self.failed = OpInfo(
             name=op_name(func),
@@ -341,6 +345,8 @@ def compact_calls(calls: list[TracedCall]) -> tuple[list[OpCall], list[str]]:
     tensor once (`float32[8, 16]@cpu`: dtype, shape, device), each call naming its tensors
     by position in that list, and the scalar arguments of the last NEAR_FAILURE calls
     only (strides and contiguity are kept for the failing call's arguments)."""
+    from cudadiag.incident import OpCall
+
     tensors: dict[str, int] = {}
     compact = []
     for n, call in enumerate(calls):
@@ -381,6 +387,8 @@ def describe_args(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
 def describe_value(name: str, value: Any, value_range: bool = False) -> TensorArg:
     """Describe one argument: a tensor by its metadata (a recorded one by its dtype, shape
     and device), a scalar by its value."""
+    from cudadiag.incident import TensorArg
+
     if _is_recorded(value):
         _, dtype, shape, device = value
         return TensorArg(name=name, kind="tensor", shape=list(shape), dtype=str(dtype),

@@ -13,8 +13,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.incident import BatchSummary, TensorSummary
-
 if TYPE_CHECKING:  # the names below are loaded on first use; their real signatures:
     from cudadiag.batch.summary import map_tensors, summarize, tensors_of
     from cudadiag.batch.watcher import (
@@ -26,8 +24,10 @@ if TYPE_CHECKING:  # the names below are loaded on first use; their real signatu
         step_done,
         watch,
     )
+    from cudadiag.incident import BatchSummary, TensorSummary
 
 _LAZY = {
+    **dict.fromkeys(("BatchSummary", "TensorSummary"), "cudadiag.incident"),
     **dict.fromkeys(("map_tensors", "summarize", "tensors_of"), "cudadiag.batch.summary"),
     **dict.fromkeys(("WatchRecord", "active_watch", "latest_watch", "new_cell", "replay_batch",
                      "step_done", "watch"), "cudadiag.batch.watcher"),

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._pytree import keystr, tree_leaves, tree_leaves_with_path, tree_map
 
 from cudadiag.i18n import msg
-from cudadiag.incident import BatchSummary, TensorSummary
 from cudadiag.own_work import outside_user_modes
 from cudadiag.shortlist import cut_join
+
+if TYPE_CHECKING:
+    from cudadiag.incident import BatchSummary, TensorSummary
 
 SUMMARY_MAX_NUMEL = 10_000_000
 DISTINCT_MAX_NUMEL = 1_000_000
@@ -42,6 +44,8 @@ def summarize(obj: Any, *, max_numel: int = SUMMARY_MAX_NUMEL, root: str = "batc
 
 
 def _summarize(obj: Any, max_numel: int, root: str) -> BatchSummary:
+    from cudadiag.incident import BatchSummary  # on a failure, or when asked: not at start-up
+
     summary = BatchSummary(structure=_structure(obj))
     for path, leaf in leaves_with_paths(obj, root):
         if isinstance(leaf, torch.Tensor):
@@ -73,6 +77,8 @@ def _structure(obj: Any, depth: int = 0) -> str:
 
 
 def _tensor_summary(path: str, t: torch.Tensor, max_numel: int) -> TensorSummary:
+    from cudadiag.incident import TensorSummary
+
     summary = TensorSummary(
         path=path, shape=list(t.shape), dtype=str(t.dtype).replace("torch.", ""),
         device=str(t.device), stride=list(t.stride()), contiguous=t.is_contiguous(),

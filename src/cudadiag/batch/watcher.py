@@ -14,7 +14,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,9 +22,11 @@ from cudadiag import probes
 from cudadiag.batch.fetched import FetchedBatches, follow, iterate_recording_indices
 from cudadiag.batch.summary import leaves_with_paths, map_tensors, summarize, tensors_of
 from cudadiag.i18n import _, msg
-from cudadiag.incident import BatchInfo, BatchSummary, ModelFacts, StepInfo
 from cudadiag.own_work import outside_user_modes
 from cudadiag.step_hooks import SKIP, STOP, step_hooks
+
+if TYPE_CHECKING:  # built on a failure only: a run that does not fail never imports them
+    from cudadiag.incident import BatchInfo, BatchSummary, ModelFacts, StepInfo
 
 DEFAULT_MAX_BYTES = 64 * 2**20
 
@@ -122,6 +124,8 @@ class WatchRecord:
 
     def step_info(self) -> StepInfo:
         """The step in flight as the incident's `step`."""
+        from cudadiag.incident import StepInfo
+
         size = self.current_size
         smaller = (size is not None and self.first_batch_size is not None
                    and size < self.first_batch_size)
@@ -136,6 +140,8 @@ class WatchRecord:
     def batch_info(self) -> BatchInfo:
         """The batch in flight as the incident's `batch`: its summary (from the CPU copy when
         one was kept), dataset indices, and what was kept."""
+        from cudadiag.incident import BatchInfo
+
         entry = self.kept[-1] if self.kept and self.kept[-1].step == self.step else None
         source = entry.batch if entry is not None and entry.batch is not None else self.current
         summary = summarize(source)

@@ -13,10 +13,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudadiag.i18n import N_
-from cudadiag.incident import Incident
+
+if TYPE_CHECKING:
+    from cudadiag.incident import Incident
 
 DISABLE_VARIABLE = "TORCH_COMPILE_DISABLE"
 GRAPH_CAPTURE_FAMILY = "cuda_graph"

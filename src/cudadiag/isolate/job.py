@@ -13,10 +13,12 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cudadiag.incident import Incident
 from cudadiag.own_work import outside_user_modes
+
+if TYPE_CHECKING:
+    from cudadiag.incident import Incident
 
 JOB_FILE = "job.json"
 RESULT_FILE = "result.json"
@@ -195,7 +197,7 @@ class JobResult:
             return None
         data = json.loads(path.read_text())
         incident = data["incident"]
-        return cls(Incident.from_dict(incident) if incident else None, data["exit_code"],
+        return cls(_incident_from(incident) if incident else None, data["exit_code"],
                    data.get("wall_s"), data.get("blocking_check", ""))
 
 
@@ -204,3 +206,10 @@ def _torch_save(value: Any, path: Path) -> None:
 
     with outside_user_modes():  # cudadiag's own file, not the user's (simulated) device
         torch.save(value, path)
+
+
+def _incident_from(record: dict[str, Any]) -> Incident:
+    """The incident a failed run's worker wrote (imported here: a clean run needs none)."""
+    from cudadiag.incident import Incident
+
+    return Incident.from_dict(record)

@@ -15,6 +15,7 @@ shows it.
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import json
 import os
 import re
@@ -24,10 +25,12 @@ import traceback
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from cudadiag.durable import PRIVATE_FILE, replace_atomically
-from cudadiag.incident import Incident, qualified_type_name
+
+if TYPE_CHECKING:
+    from cudadiag.incident import Incident
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 WRAPPER_FILES = ("torch/distributed/c10d_logger.py", "torch/overrides.py", "torch/_compile.py",
@@ -85,6 +88,8 @@ class RankState:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("not a rank record")
+        from cudadiag.incident import Incident  # a failed rank's: a clean one needs none
+
         known = {f.name for f in fields(cls)}
         incident = data.get("incident")
         return cls(**{**{k: v for k, v in data.items() if k in known},
@@ -138,6 +143,9 @@ def begin_rank(folder: Path, rank: int, local_rank: int, world_size: int,
     faulthandler.register(signal.SIGTERM, file=_this.stack_file, all_threads=True, chain=True)
     from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
+    # loaded now, not in note_exception: that runs in the moment in which torchrun's SIGTERM,
+    # sent once a peer failed, can find the rank not yet recorded
+    importlib.import_module("cudadiag.incident")
     get_error_handler().initialize()
 
 
@@ -148,6 +156,8 @@ def note_exception(exc: BaseException) -> None:
     if _this is None or _this.state.outcome == "raised":
         return
     from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    from cudadiag.incident import qualified_type_name
 
     text, state = str(exc), _this.state
     state.outcome, state.at, state.error_type = "raised", now(), qualified_type_name(exc)

@@ -4,9 +4,12 @@ jobs that complete it and every view that prints it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from cudadiag.incident import Incident
 from cudadiag.isolate.launcher import BlockingSettings
+
+if TYPE_CHECKING:
+    from cudadiag.incident import Incident
 
 
 @dataclass

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudadiag.i18n import _, ngettext
-from cudadiag.incident import Incident, RunInfo
 from cudadiag.interrupts import interrupt_pressed
 from cudadiag.isolate.job import Job, JobCell, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import (
@@ -44,6 +43,7 @@ from cudadiag.isolate.procgroup import (
 from cudadiag.isolate.result import IsolatedResult
 
 if TYPE_CHECKING:
+    from cudadiag.incident import Incident
     from cudadiag.isolate.ranks import RankJob
 
 KILL_GRACE_S = 2.0
@@ -371,6 +371,7 @@ def _incident_of(result: IsolatedResult, child: JobResult | None, blocking: bool
     if result.timed_out or result.interrupted or result.returncode == 0:
         return None
     from cudadiag.diagnose import incident_of_dead_process
+    from cudadiag.incident import RunInfo
 
     code = result.returncode or 0
     return incident_of_dead_process(result.stdout, result.stderr, RunInfo(

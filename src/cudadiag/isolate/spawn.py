@@ -22,12 +22,14 @@ import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudadiag.errors import RanksAfterCudaError
 from cudadiag.i18n import N_, _
-from cudadiag.incident import Incident
 from cudadiag.isolate import rankfiles
+
+if TYPE_CHECKING:
+    from cudadiag.incident import Incident
 
 SPAWN_CALLS = frozenset({
     "torch.multiprocessing.spawn", "torch.multiprocessing.start_processes",

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudadiag.i18n import _
-from cudadiag.incident import Incident, LoopContext, RunInfo, exception_chain
 from cudadiag.isolate import program_files, rankfiles, spawn
 from cudadiag.isolate.eager import disable_compilation_if_asked
 from cudadiag.isolate.job import Job, JobResult, ScriptTarget
@@ -37,6 +36,7 @@ from cudadiag.privacy.secret_names import looks_secret, masked_value
 BLOCKING_VARIABLES = (*NVIDIA_BLOCKING, *ROCM_BLOCKING)
 
 if TYPE_CHECKING:
+    from cudadiag.incident import Incident, LoopContext
     from cudadiag.trace import OpTracer, PrecheckError
 
 CELL_FILENAME = "<cudadiag In[{}]>"
@@ -171,6 +171,8 @@ def _caught_precheck(tracer: OpTracer | None, failures: list[tuple[BaseException
     from), or None: the first error, though nothing reached cudadiag."""
     if tracer is None or tracer.raised is None:
         return None
+    from cudadiag.incident import exception_chain
+
     if failures and any(e is tracer.raised for e in exception_chain(failures[0][0])):
         return None
     return tracer.raised
@@ -352,6 +354,7 @@ def _incident(failures: list[tuple[BaseException, int | None]], job: Job,
               tracer: OpTracer | None, loop: LoopContext | None) -> Incident:
     """The incident of the first failure; the later ones are its probable consequences."""
     from cudadiag.diagnose import incident_from_exception, later_error
+    from cudadiag.incident import RunInfo
 
     exc, _cell = failures[0]
     script = job.script
