@@ -59,6 +59,13 @@ def test_the_guide_example_isolated_in_japanese(japanese, capsys):
     assert "  （診断のみです。カーネルの変数、デバイス、RNG には触れていません）" in out
     # the child wrote in Japanese too: its check of the blocking variables
     assert "子プロセスで CUDA の初期化前に確認しました" in out
+    # the isolated run's error (PrecheckError) is cudadiag's sentence: Japanese, values verbatim
+    message = isolated.error.text
+    assert message.startswith("aten::nll_loss_forward: 位置 2 の target 4 が [0, 4) の範囲外です"
+                              "（ignore_index=-100）\n"), message
+    assert message.endswith("ではこのカーネルは device-side assert triggered で失敗します"
+                            "（事前チェックが実行前に止めました）"), message
+    assert english_left(message, verbatim=("device-side assert triggered",)) == []
     # the frame and the first check are other areas' sentences, quoted as they are
     kept = (raised, localize(isolated.diagnosis.first_checks[0]))
     assert english_left(out, verbatim=kept) == []

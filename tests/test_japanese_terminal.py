@@ -97,6 +97,19 @@ def test_env_check_lines_are_in_japanese():
     assert result.returncode in (0, 1)
     assert "capability 8.6" in result.stdout
     assert "CUDA に対応していません" in result.stdout or "ビルド" in result.stdout
+    statuses = {line.split()[0] for line in result.stdout.splitlines() if "capability" in line}
+    assert statuses and statuses <= {"合格", "警告", "失敗", "不明"}, result.stdout
+    english = cudadiag("env", "--check", "--capability", "8.6").stdout
+    shown = {line.split()[0] for line in english.splitlines() if "capability" in line}
+    assert shown and shown <= {"PASS", "WARN", "FAIL", "SKIP"}, english
+
+
+def test_the_first_errors_details_have_japanese_labels(tmp_path):
+    shown = cudadiag("demo", CUDADIAG_LANG="ja", CUDADIAG_HOME=str(tmp_path)).stdout
+    assert "  ファイル：/pytorch/aten/src/ATen/native/cuda/Loss.cu\n" in shown
+    assert "  CUDA カーネル：nll_loss_forward_reduce_cuda_kernel_2d\n" in shown
+    assert "  アサーション：t >= 0 && t < n_classes\n" in shown
+    assert "\n  file: " not in shown and "\n  kernel: " not in shown
 
 
 def test_a_bad_argument_is_explained_in_japanese():
