@@ -141,3 +141,12 @@ def test_a_compiled_code_summary_kept_in_a_record_reads_back_in_japanese(tmp_pat
     (shown,) = read_back_in_japanese(incident, tmp_path, "i18n.localize(d.summary)")
     assert "torch.compile が生成した" in shown
     assert "で `0 <= tmp13 < 10L` が成り立ちませんでした" in shown
+
+
+def test_a_magics_bad_option_is_refused_in_japanese(japanese):
+    result, _ = run(japanese, "%cuda_isolate --timeout")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert str(result.error_in_exec) == "引数 --timeout: 引数が 1 つ必要です"
+    run(japanese, "%cudadiag lang en")
+    result, _ = run(japanese, "%cuda_compare --variants")
+    assert str(result.error_in_exec) == "argument --variants: expected one argument"
