@@ -59,6 +59,13 @@ def test_the_guide_example_isolated_in_japanese(japanese, capsys):
     assert "  （診断のみです。カーネルの変数、デバイス、RNG には触れていません）" in out
     # the child wrote in Japanese too: its check of the blocking variables
     assert "子プロセスで CUDA の初期化前に確認しました" in out
+    # the isolated run's error (PrecheckError) is cudadiag's sentence: Japanese, values verbatim
+    message = isolated.error.text
+    assert message.startswith("aten::nll_loss_forward: 位置 2 の target 4 が [0, 4) の範囲外です"
+                              "（ignore_index=-100）\n"), message
+    assert message.endswith("ではこのカーネルは device-side assert triggered で失敗します"
+                            "（事前チェックが実行前に止めました）"), message
+    assert english_left(message, verbatim=("device-side assert triggered",)) == []
     # the frame and the first check are other areas' sentences, quoted as they are
     kept = (raised, localize(isolated.diagnosis.first_checks[0]))
     assert english_left(out, verbatim=kept) == []
@@ -134,3 +141,12 @@ def test_a_compiled_code_summary_kept_in_a_record_reads_back_in_japanese(tmp_pat
     (shown,) = read_back_in_japanese(incident, tmp_path, "i18n.localize(d.summary)")
     assert "torch.compile が生成した" in shown
     assert "で `0 <= tmp13 < 10L` が成り立ちませんでした" in shown
+
+
+def test_a_magics_bad_option_is_refused_in_japanese(japanese):
+    result, _ = run(japanese, "%cuda_isolate --timeout")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert str(result.error_in_exec) == "引数 --timeout: 引数が 1 つ必要です"
+    run(japanese, "%cudadiag lang en")
+    result, _ = run(japanese, "%cuda_compare --variants")
+    assert str(result.error_in_exec) == "argument --variants: expected one argument"

@@ -97,18 +97,61 @@ def test_env_check_lines_are_in_japanese():
     assert result.returncode in (0, 1)
     assert "Compute Capability 8.6" in result.stdout
     assert "CUDA に対応していません" in result.stdout or "ビルド" in result.stdout
+    statuses = {line.split()[0] for line in result.stdout.splitlines() if "capability" in line}
+    assert statuses and statuses <= {"合格", "警告", "失敗", "不明"}, result.stdout
+    english = cudadiag("env", "--check", "--capability", "8.6").stdout
+    shown = {line.split()[0] for line in english.splitlines() if "capability" in line}
+    assert shown and shown <= {"PASS", "WARN", "FAIL", "SKIP"}, english
+
+
+def test_the_first_errors_details_have_japanese_labels(tmp_path):
+    shown = cudadiag("demo", CUDADIAG_LANG="ja", CUDADIAG_HOME=str(tmp_path)).stdout
+    assert "  ファイル：/pytorch/aten/src/ATen/native/cuda/Loss.cu\n" in shown
+    assert "  CUDA カーネル：nll_loss_forward_reduce_cuda_kernel_2d\n" in shown
+    assert "  アサーション：t >= 0 && t < n_classes\n" in shown
+    assert "\n  file: " not in shown and "\n  kernel: " not in shown
 
 
 def test_a_bad_argument_is_explained_in_japanese():
     result = cudadiag("env", "--capability", "8.6", CUDADIAG_LANG="ja")
     assert result.returncode == 2
     assert "--capability は --check と一緒に使います" in result.stderr
-    assert "usage: cudadiag env" in result.stderr  # argparse's own words stay
+    assert "使い方: cudadiag env [-h] [--json] [--check] [--capability X.Y]\n" in result.stderr
+    assert "cudadiag env: エラー: --capability は --check と一緒に使います" in result.stderr
     wrong = cudadiag("env", "--check", "--capability", "9.x", CUDADIAG_LANG="ja")
     assert wrong.returncode == 2
     assert "--capability には X.Y（例：8.6）" in wrong.stderr and "'9.x'" in wrong.stderr
     missing = cudadiag("explain", "nowhere.log", CUDADIAG_LANG="ja")
     assert missing.stderr == "cudadiag explain: nowhere.log: そのファイルはありません\n"
+
+
+def test_argparses_own_words_are_in_japanese_and_english_is_unchanged():
+    unknown = cudadiag("bogus", CUDADIAG_LANG="ja")
+    assert unknown.returncode == 2
+    assert unknown.stderr.splitlines() == [
+        "使い方: cudadiag [-h] COMMAND ...",
+        "cudadiag: エラー: 引数 COMMAND: 選べない値です: 'bogus'（'env', 'incidents', 'show', "
+        "'run', 'report', 'export', 'explain', 'checkpoints', 'demo' から選んでください）"]
+    none = cudadiag(CUDADIAG_LANG="ja").stderr
+    assert none.endswith("cudadiag: エラー: 次の引数が必要です: COMMAND\n")
+    extra = cudadiag("explain", "a.log", "b.log", CUDADIAG_LANG="ja").stderr
+    assert "cudadiag: エラー: 認識できない引数です: b.log" in extra
+    bad_number = cudadiag("run", "--timeout", CUDADIAG_LANG="ja").stderr
+    assert "cudadiag run: エラー: 引数 --timeout: 引数が 1 つ必要です" in bad_number
+    helped = cudadiag("show", "--help", CUDADIAG_LANG="ja").stdout
+    assert "\n位置引数:\n" in helped and "\nオプション:\n" in helped
+    assert "  -h, --help  このヘルプを表示して終了します" in helped
+    assert helped.startswith("使い方: cudadiag show [-h] [--json] [id]")
+    for text in (unknown.stderr, none, extra, bad_number, helped):
+        assert english_left(text) == [], text
+
+    english = cudadiag("bogus")
+    assert english.stderr.startswith("usage: cudadiag [-h] COMMAND ...\n"
+                                     "cudadiag: error: argument COMMAND: invalid choice: 'bogus' "
+                                     "(choose from 'env', ")
+    helped = cudadiag("show", "--help").stdout
+    assert "\npositional arguments:\n" in helped and "\noptions:\n" in helped
+    assert "  -h, --help  show this help message and exit" in helped
 
 
 def test_the_help_of_run_is_in_japanese_and_english_is_unchanged():

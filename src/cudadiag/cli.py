@@ -22,6 +22,7 @@ from cudadiag.i18n import _
 from cudadiag.interrupts import interrupt_pressed, remember_interrupts, restore_interrupts
 from cudadiag.log.options import add_listing_options
 from cudadiag.options.commands import add_command
+from cudadiag.options.localized import LocalizedParser
 from cudadiag.options.option import add_options
 from cudadiag.options.runs import (
     NO_BLOCKING,
@@ -116,7 +117,7 @@ def _silence_stdout() -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = LocalizedParser(
         prog="cudadiag",
         description=_("Diagnose PyTorch CUDA errors: environment, incident log, demo."),
     )
@@ -241,7 +242,7 @@ def _multi_rank_run(words: list[str]) -> argparse.Namespace | None:
     head = words[1:words.index("--")]
     if not any(w.split("=")[0] in (*NPROC_PER_NODE.flags, *NNODES) for w in head):
         return None
-    run = argparse.ArgumentParser(prog="cudadiag run", allow_abbrev=False)
+    run = LocalizedParser(prog="cudadiag run", allow_abbrev=False)
     _add_run_options(run)
     args, torchrun = run.parse_known_args(head)
     args.command = words[words.index("--"):]

@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudadiag import contracts, probes, trace_native
 from cudadiag.errors import CudadiagError
-from cudadiag.i18n import _
+from cudadiag.i18n import N_, _, localize
 from cudadiag.shortlist import cut_list
 
 if TYPE_CHECKING:  # built when a record is read (a failure, `recent`): not at start-up
@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # built when a record is read (a failure, `recent`): not at s
 RECENT_OPS = 64
 NEAR_FAILURE = 8
 """The recent calls whose scalar arguments (dims, integer values, flags) a record keeps."""
-SIMULATED_DEVICE = "the simulated CUDA device"
+SIMULATED_DEVICE = N_("the simulated CUDA device")
 VALUE_RANGE_MAX_NUMEL = 10_000_000
 LIST_ITEMS_SHOWN = 16
 EMBEDDING_LOOKUPS = frozenset({"embedding", "_embedding_bag", "_embedding_bag_forward_only"})
@@ -53,7 +53,7 @@ class PrecheckError(CudadiagError, IndexError, RuntimeError):
         self.violation = violation
         self.device = device
         self.simulated = device == SIMULATED_DEVICE
-        super().__init__(f"{violation.message()}\n{_consequence(violation, device)}")
+        super().__init__(f"{localize(violation.message())}\n{_consequence(violation, device)}")
 
 
 def prechecks_active() -> bool:
@@ -424,13 +424,16 @@ def _value_range(t: torch.Tensor) -> str | None:
 
 
 def _consequence(violation: contracts.Violation, device: str) -> str:
+    """What the kernel would have done with the values, in the language of the moment (the
+    CPU's message and the device's are quoted verbatim)."""
     if device == "cpu":
         raised = violation.cpu_message()
         if raised is None:
-            return ("On the CPU this kernel does not check the range: it would write outside "
-                    "the tensor (memory corruption or a crash)")
-        return f"On the CPU this kernel raises: {raised}"
-    return (f"On {device} this kernel fails with: device-side assert triggered (the precheck "
-            "stopped it before it ran)")
+            return _("On the CPU this kernel does not check the range: it would write outside "
+                     "the tensor (memory corruption or a crash)")
+        return _("On the CPU this kernel raises: {raised}").format(raised=raised)
+    return _("On {device} this kernel fails with: device-side assert triggered (the precheck "
+             "stopped it before it ran)").format(
+        device=_(SIMULATED_DEVICE) if device == SIMULATED_DEVICE else device)
 
 

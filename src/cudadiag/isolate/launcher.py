@@ -209,8 +209,12 @@ def startup_environment() -> dict[str, str]:
 def child_environment(extra: dict[str, str],
                       base: Mapping[str, str] | None = None) -> dict[str, str]:
     """Return `base` (default: this process's current environment) plus `extra`, with
-    unbuffered Python output so the child's prints reach the notebook as they happen."""
+    unbuffered Python output so the child's prints reach the notebook as they happen, and
+    the language chosen in this session (the child's own sentences, its error included,
+    are in it)."""
     env = dict(os.environ if base is None else base)
+    if explicit_language() is not None:
+        env["CUDADIAG_LANG"] = str(explicit_language())
     env.update(extra)
     env["PYTHONUNBUFFERED"] = "1"
     return env

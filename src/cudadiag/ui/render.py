@@ -40,6 +40,7 @@ from cudadiag.knowledge import UNSHOWN_DETAILS
 from cudadiag.log.entry import failing_cell
 from cudadiag.privacy.redact import Redactor
 from cudadiag.shortlist import cut_join, cut_list, cut_pairs
+from cudadiag.ui.labels import compat_status, detail_label
 from cudadiag.ui.pictures import values_picture
 
 SHORT_VALUES = 8
@@ -525,7 +526,8 @@ def sections(incident: Incident) -> list[Section]:
             pairs.append((_("precheck"), localize(incident.op.precheck)))
         if incident.op.in_batch:
             pairs.append((_("in the batch"), position_text(incident.op.in_batch)))
-    pairs += [(k, detail_text(k, v)) for k, v in d.details.items() if k not in UNSHOWN_DETAILS]
+    pairs += [(detail_label(k), detail_text(k, v)) for k, v in d.details.items()
+              if k not in UNSHOWN_DETAILS]
     pairs += [(_("at"), frame_text(f)) for f in e.traceback if f.user]
     parts.append(Section("error", _("First error"), [f"{e.type}: {e.message}"], pairs=pairs))
     if incident.loop and incident.loop.frames:
@@ -856,7 +858,7 @@ def compat_lines(checks: Iterable[CompatCheck]) -> list[str]:
     warning followed by what to install."""
     lines = []
     for check in checks:
-        lines.append(f"{check.status.upper():4}  {check.name}: {localize(check.reason)}")
+        lines.append(f"{compat_status(check.status)}  {check.name}: {localize(check.reason)}")
         if check.fix and check.status in ("fail", "warn"):
             lines.append("      " + _("fix: {fix}").format(fix=localize(check.fix)))
     return lines
