@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import importlib
 import io
 import os
@@ -45,7 +46,7 @@ from cudadiag.isolate.procgroup import kill_group
 
 POLL_S = 0.01
 """How often children are checked on where the system has no pidfd."""
-WORKER_IMPORTS = ("ctypes", "cloudpickle", "cudadiag.batch", "cudadiag.diagnose",
+WORKER_IMPORTS = ("ctypes", "cloudpickle", "cudadiag.batch.watcher", "cudadiag.diagnose",
                   "cudadiag.incident", "cudadiag.loopvars", "cudadiag.isolate.cellfacts",
                   "cudadiag.integrations.attach")
 """What the worker imports as it runs and reports: imported once in the server instead."""
@@ -150,9 +151,14 @@ class _Server:
                 channel.sendall(f"refused {refusal}\n".encode())
             channel.close()
             raise OSError(refusal)  # a server that cannot fork safely any more stops
+        # what the server holds is frozen for the fork: the child's collections then skip
+        # it, instead of walking torch's millions of objects (each touch a copy-on-write
+        # page fault) at its first gen-2 collection (the `gc.freeze` documentation's case)
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
             _run_child(self.worker, job_path, fds[1:], self._closed_in_child())
+        gc.unfreeze()
         for received in fds[1:]:
             os.close(received)
         run = _Run(pid, channel, _pidfd(pid))

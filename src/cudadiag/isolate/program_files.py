@@ -62,13 +62,28 @@ def local_modules(exclude: list[str]) -> dict[str, str]:
     skip = installation_folders(exclude)
     found: dict[str, str] = {}
     for name, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None)
-        if name == "__main__" or not isinstance(path, str) or not path.endswith(".py"):
-            continue
-        path = _resolved(path)
-        if not path.startswith(skip) and "/." not in path and os.path.isfile(path):
+        path = _source_file(name, module)
+        if path and not path.startswith(skip) and "/." not in path and os.path.isfile(path):
             found[name] = path
     return found
+
+
+_sources: dict[str, tuple[Any, str | None]] = {}
+"""Module name -> (the module, its resolved source file or None): a fork server's children
+inherit the answers for the thousands of modules torch imports (each a getattr that a lazy
+module may answer slowly)."""
+
+
+def _source_file(name: str, module: Any) -> str | None:
+    """The resolved `.py` file of `module`, or None (`__main__`, built-in, compiled)."""
+    known = _sources.get(name)
+    if known is not None and known[0] is module:  # a module shadowed since has another
+        return known[1]
+    path = getattr(module, "__file__", None)
+    source = (_resolved(path) if name != "__main__" and isinstance(path, str)
+              and path.endswith(".py") else None)
+    _sources[name] = (module, source)
+    return source
 
 
 @functools.cache
