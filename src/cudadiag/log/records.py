@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudadiag.errors import IncidentSchemaError
+from cudadiag.i18n import texts
 from cudadiag.incident import Incident
 from cudadiag.log.entry import LogEntry, entry_for_incident, entry_for_newer, is_newer_schema
 from cudadiag.privacy.secret_values import env_secret_mask, map_strings
@@ -42,10 +43,16 @@ def secrets_mask(incident: Incident) -> Callable[[str], str]:
 
 def record_json(incident: Incident, mask: Callable[[str], str] = str) -> str:
     """The record of `incident`: its JSON without the fields that hold their default
-    (reading the record gives them back), its schema always named, `mask` applied to
-    every string."""
+    (reading the record gives them back), its schema always named, the message id and
+    arguments of the sentences it keeps (`texts`, as `Incident.to_dict` writes them: read
+    back in another language, they are written again in it), `mask` applied to every
+    string, the English forms `texts` is keyed by included."""
     data = map_strings(_without_defaults(incident), mask)
     data["schema"] = incident.schema
+    kept = texts.table(incident)
+    if kept:
+        data["texts"] = {mask(english): map_strings(entry, mask)
+                         for english, entry in kept.items()}
     return json.dumps(data, default=str, separators=(",", ":"))
 
 
