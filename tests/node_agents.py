@@ -20,8 +20,9 @@ from cudadiag.log.store import IncidentStore
 AGENT_LIMIT_S = 240
 """The most a test waits for an agent (two busy cores, four torch imports per job)."""
 SUMMARY = re.compile(r"^cudadiag \[(?P<id>\w+)\] (?P<family>[\w-]+) — (?P<summary>.*?)"
-                     r"(?: \[simulated\])?$", re.MULTILINE)
-"""The headline `cudadiag run` prints: the incident's id, its family, its summary."""
+                     r"(?: \[(?:simulated|シミュレーション)\])?$", re.MULTILINE)
+"""The headline `cudadiag run` prints: the incident's id, its family, its summary (in
+English or in Japanese, whose tag for the simulated device is its own)."""
 
 BAD_TARGET = """\
 import os

@@ -531,8 +531,13 @@ def who(record: RankRecord) -> Text:
 
 
 def _place(where: str | None) -> Text:
-    """`in all_reduce` for a function, `at train.py:12 in main` for a line."""
+    """`in all_reduce` for a function, `at train.py:12 in main` for a line (its line and
+    its function kept apart, so a reader in another language sees each in its place)."""
     if not where:
         return msg("at an unknown place")
-    return msg("at {where}", where=where) if ":" in where else msg("in {function}",
-                                                                    function=where)
+    if ":" not in where:
+        return msg("in {function}", function=where)
+    line, in_, function = where.rpartition(" in ")
+    if in_ and line:
+        return msg("at {line} in {function}", line=line, function=function)
+    return msg("at {where}", where=where)

@@ -4,6 +4,7 @@ typed Incident, or as a NewerRecord when a newer cudadiag wrote it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudadiag.errors import IncidentSchemaError
+from cudadiag.i18n import texts
 from cudadiag.incident import Incident
 from cudadiag.log.entry import LogEntry, entry_for_incident, entry_for_newer, is_newer_schema
 from cudadiag.privacy.secret_values import env_secret_mask, map_strings
@@ -43,9 +45,16 @@ def secrets_mask(incident: Incident) -> Callable[[str], str]:
 def record_json(incident: Incident, mask: Callable[[str], str] = str) -> str:
     """The record of `incident`: its JSON without the fields that hold their default
     (reading the record gives them back), its schema always named, `mask` applied to
-    every string."""
+    every string; `texts` holds the message id and arguments of each kept sentence that has
+    arguments (read back in another language, it is written again in it; a sentence
+    without arguments is found by its English form), without the English form itself,
+    which they make again."""
     data = map_strings(_without_defaults(incident), mask)
     data["schema"] = incident.schema
+    kept = [[entry["id"], map_strings(entry["args"], mask)]
+            for entry in texts.table(incident).values() if entry["args"]]
+    if kept:
+        data["texts"] = kept
     return json.dumps(data, default=str, separators=(",", ":"))
 
 
@@ -70,10 +79,26 @@ def read_record(text: str | bytes) -> Incident | NewerRecord | None:
         return NewerRecord(id=str(data["id"]), created_at=str(data.get("created_at", "")),
                            schema=data.get("schema"),
                            family=family if isinstance(family, str) else None)
+    if isinstance(data, dict) and isinstance(data.get("texts"), list):
+        data["texts"] = _texts_by_english(data["texts"])
     try:
         return Incident.from_dict(data)
     except (ValueError, TypeError, KeyError, IncidentSchemaError):
         return None
+
+
+def _texts_by_english(kept: list[Any]) -> dict[str, dict[str, Any]]:
+    """A record's `texts` ([id, arguments] pairs) as `Incident.from_dict` reads them: by
+    the English form each pair makes; a pair that makes none is left out (its sentence
+    then shows as it is kept)."""
+    found = {}
+    for pair in kept:
+        if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and \
+                isinstance(pair[1], dict):
+            with contextlib.suppress(KeyError, IndexError, ValueError, TypeError,
+                                     AttributeError):
+                found[pair[0].format(**pair[1])] = {"id": pair[0], "args": pair[1]}
+    return found
 
 
 def _without_defaults(value: Any) -> Any:
