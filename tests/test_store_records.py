@@ -61,7 +61,8 @@ def test_the_recent_ops_keep_names_tensors_once_and_scalars_near_the_failure():
 def test_a_traced_record_is_small_and_reads_back_whole():
     incident = _incident(_traced_failure())
     line = record_json(incident)
-    assert len(line.encode()) < 6_000
+    # under 6 kB, plus the ids and arguments of its sentences (`texts`, about 1.8 kB here)
+    assert len(line.encode()) < 8_000
     written = json.loads(line)
     assert written["schema"] == incident.schema and written["id"] == incident.id
     assert "env" not in written and "reported_at" not in written["error"]  # defaults left out

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudadiag.errors import IncidentSchemaError
+from cudadiag.i18n import texts
 from cudadiag.incident import Incident
 from cudadiag.log.entry import LogEntry, entry_for_incident, entry_for_newer, is_newer_schema
 from cudadiag.privacy.secret_values import env_secret_mask, map_strings
@@ -42,10 +43,15 @@ def secrets_mask(incident: Incident) -> Callable[[str], str]:
 
 def record_json(incident: Incident, mask: Callable[[str], str] = str) -> str:
     """The record of `incident`: its JSON without the fields that hold their default
-    (reading the record gives them back), its schema always named, `mask` applied to
-    every string."""
+    (reading the record gives them back), its schema always named, the message id and
+    arguments of each sentence it keeps (`texts`, as Incident.to_dict: a reader in another
+    language writes them again), `mask` applied to every string."""
     data = map_strings(_without_defaults(incident), mask)
     data["schema"] = incident.schema
+    kept = {mask(english): map_strings(entry, mask)
+            for english, entry in texts.table(incident).items() if entry["args"]}
+    if kept:  # a sentence without arguments is its own id: looked up as it is
+        data["texts"] = kept
     return json.dumps(data, default=str, separators=(",", ":"))
 
 
