@@ -21,6 +21,7 @@ from cudadiag import incidents
 from cudadiag.log.store import IncidentStore
 from log_helpers import close_connections, mounted_tmpfs
 from scenarios import MODEL, SETUP, run
+from test_export_environment import _code, _fail_reading_ids, project  # noqa: F401
 from test_isolate_magics import _alive
 from test_isolated_cell_outcome import GRANDCHILD, _pids, interrupt_on  # noqa: F401
 from test_store_durability import _database_full, _fill
@@ -31,6 +32,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 FAILS = ("import torch, torch.nn.functional as F\n"
          "F.cross_entropy(torch.randn(3, 4), torch.tensor([0, 2, 4]))\n")
 EROFS = os.strerror(errno.EROFS)  # the system's words, quoted as they are
+ENOSPC = os.strerror(errno.ENOSPC)
 API_KEY = "s3cr3tAPIkeyValue987654321xyz"
 TOKEN = "hf_abcdefghijklmnopqrstuvwxyz0123"
 SECRETS = f"""\
@@ -197,3 +199,58 @@ def test_an_incident_cudadiag_run_filed_in_english_shows_in_japanese_later(tmp_p
     checks = shown.split("最初の確認\n", 1)[1].split("\n\n", 1)[0]
     assert checks.startswith("- 4 クラス問題におけるクラス 4"), checks
     assert english_left(checks) == [], checks
+
+
+def _run_incident(folder: Path) -> str:
+    """The id of the incident `cudadiag run` (in Japanese) filed for FAILS in `folder`."""
+    (folder / "train.py").write_text(FAILS)
+    assert cudadiag_ja("run", "train.py", cwd=folder).returncode == 1
+    (incident,) = incidents()
+    return incident.id
+
+
+def test_an_export_onto_a_full_or_read_only_disk_says_why_in_japanese(tmp_path):
+    incident_id = _run_incident(tmp_path)
+    full, read_only = tmp_path / "full", tmp_path / "ro"
+    with mounted_tmpfs(full, "64k"), mounted_tmpfs(read_only, "64k"):
+        _fill(full)
+        subprocess.run(["mount", "-o", "remount,ro", str(read_only)], check=True)
+        failed = cudadiag_ja("export", incident_id, str(full / "repro.py"), "--no-verify",
+                             cwd=tmp_path)
+        refused = cudadiag_ja("export", incident_id, str(read_only / "repro.py"),
+                              cwd=tmp_path)
+        assert sorted(p.name for p in full.iterdir()) == ["filler"]
+    assert failed.returncode == 1 and ENOSPC in failed.stderr, failed.stderr
+    assert "Traceback" not in failed.stderr
+    assert english_left(failed.stdout + failed.stderr, verbatim=(ENOSPC,)) == [], failed.stderr
+    assert refused.returncode == 2 and str(read_only) in refused.stderr
+    assert english_left(refused.stderr) == [], refused.stderr
+
+
+def test_ctrl_c_during_an_export_says_in_japanese_that_nothing_was_written(
+        tmp_path, ctrl_c_as_in_a_terminal):
+    incident_id = _run_incident(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cudadiag.cli", "export", incident_id, "repro.py"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDADIAG_LANG": "ja"}, **ctrl_c_as_in_a_terminal)
+    first = process.stdout.readline()  # "縮小しています…": the first run is starting
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, first + out + err
+    assert "Traceback" not in err and not (tmp_path / "repro.py").exists()
+    assert "何も書き込んでいません" in out + err, first + out + err  # "nothing was written"
+    assert english_left(first + out + err) == [], first + out + err
+
+
+def test_a_secret_set_in_a_cell_stays_out_of_a_notebook_exported_in_japanese(
+        shell, capsys, project):  # noqa: F811
+    run(shell, "%cudadiag lang ja")
+    _fail_reading_ids(shell, capsys, f"os.environ['HF_TOKEN'] = '{TOKEN}'",
+                      "headers = {'Authorization': os.environ['HF_TOKEN']}")
+    run(shell, f"%cudadiag export {project / 'r.ipynb'}")
+    said = ANSI.sub("", capsys.readouterr().out)
+    assert "再現: はい" in said, said
+    assert english_left(said) == [], said
+    code = _code(project / "r.ipynb")
+    assert "os.environ['HF_TOKEN'] = '[REDACTED:HF_TOKEN]'" in code and TOKEN not in code
