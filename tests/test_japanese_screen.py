@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
+from itertools import takewhile
 
 from cudadiag import incidents
 from cudadiag.i18n.width import NO_LINE_START, display_width
@@ -87,9 +88,10 @@ def test_the_lines_under_the_cell_fit_their_columns_and_break_between_wide_chara
     assert any(display_width(line) > LEAD_WIDTH - 4 for line in lines)  # lines filled
     assert not any(line.strip()[:1] in NO_LINE_START for line in lines)
     restart = next(n for n, line in enumerate(lines) if "再起動が必要です" in line)
-    # broken between two Japanese characters, the rest indented under it
-    assert lines[restart + 1].startswith("      ") and lines[restart + 1][6] != " "
-    assert (lines[restart] + lines[restart + 1].strip()).endswith(
+    # broken between two Japanese phrases, the rest indented under it
+    continued = list(takewhile(lambda line: line.startswith("      "), lines[restart + 1:]))
+    assert continued and all(line[6] != " " for line in continued)
+    assert (lines[restart] + "".join(line.strip() for line in continued)).endswith(
         "カーネルを再起動してください（再起動しても誤ったターゲットや無効なインデックスは修正されません）")
     cut = render_short(incident, show="%cudadiag show", width=40).splitlines()
     assert all(display_width(line) <= 40 for line in cut), cut
