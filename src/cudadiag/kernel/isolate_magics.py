@@ -13,6 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from cudadiag.capture.shell_state import capture_for, cell_history, plan_in_shell, recorded_batch
 from cudadiag.errors import IncidentNotFound, IsolatedRunFailed
 from cudadiag.i18n import N_, _, localize
+from cudadiag.options.magic_help import localized_help
 from cudadiag.options.option import magic_options, option
 from cudadiag.options.parsing import parse_magic_line
 from cudadiag.options.runs import (
@@ -41,21 +42,54 @@ SPAWN_LINE_NPROC = N_("ranks: the cells start processes with torch.multiprocessi
 ISOLATION_OPTIONS = (
     NO_BLOCKING, TIMEOUT,
     option("--show-replay", action="store_true",
-           help="print the output of the replayed cells too, instead of one line each "
-                "(In[3]: 1,204 lines hidden)"),
+           help=N_("print the output of the replayed cells too, instead of one line each "
+                "(In[3]: 1,204 lines hidden)")),
     SHIP,
-    option("--cells", metavar="N,M,...", help="replay these cells instead of the planned ones"),
+    option("--cells", metavar="N,M,...", help=N_("replay these cells instead of the planned ones")),
     ALLOW_SIDE_EFFECTS,
-    option("--dry-run", action="store_true", help="print the plan and run nothing"),
+    option("--dry-run", action="store_true", help=N_("print the plan and run nothing")),
     option("--env", action="append", default=[], metavar="K=V",
-           help="set a variable in the child's environment (repeatable)"),
+           help=N_("set a variable in the child's environment (repeatable)")),
     NO_PRECHECK, NO_TRACE,
     option("--cold", action="store_true",
-           help="start a new interpreter for the run instead of forking the kernel's warm "
-                "one (no warm imports)"),
+           help=N_("start a new interpreter for the run instead of forking the kernel's warm "
+                "one (no warm imports)")),
     BATCH, NPROC_PER_NODE,
 )
 """The options %cuda_isolate and %%blocking_launch share."""
+
+
+CUDA_ISOLATE_HELP = N_("""Re-run a suspect cell in a fresh process with blocking launches.
+
+The fresh process replays the earlier cells the suspect cell needs (or receives
+their values), starts each from the RNG states it had, and records which aten
+operator raised, with its arguments; index-taking operators are checked before they
+run. Only the suspect cell's output is printed live; each replayed cell's output is
+folded into one line (--show-replay prints it). The fresh process is forked from the
+kernel's warm interpreter (started in the background by %load_ext, torch imported,
+CUDA never initialised; the blocking variables are set in the child before any CUDA
+call), in a fraction of a second; when it cannot be (still starting, dead, no safe
+fork here), the run is a cold start and one line says why; --cold asks for one.
+Works in a kernel whose CUDA context
+is already unusable: the kernel itself never touches CUDA here, and its variables,
+devices and RNG are left untouched (the isolated run's variables are not brought
+back). The first line of the result says whether the run failed as the cell's
+original incident did.
+
+This is a diagnosis, not a re-run of the user's program: when the isolated run fails,
+the diagnosis has succeeded (its incident is stored), so the cell does not fail and
+"Run All" goes on; a run that exceeds --timeout is reported, not raised, for the same
+reason. Interrupting it kills the run's process group and raises KeyboardInterrupt,
+like interrupting any cell; bad options raise UsageError.""")
+
+BLOCKING_LAUNCH_HELP = N_("""Run this cell's body in a fresh process with blocking launches.
+
+Same options and behaviour as %cuda_isolate, for a cell you already suspect. The
+body is the cell's program, so the cell ends as the body did, as `%%script
+--raise-error` does: when the body fails (or is killed at --timeout), the cell
+raises IsolatedRunFailed with the one-line diagnosis, so "Run All" stops there; the
+isolated incident is the record (the kernel does not file it again). Interrupting
+it kills the run's process group and raises KeyboardInterrupt.""")
 
 
 @magics_class
@@ -63,45 +97,24 @@ class IsolateMagics(Magics):
     """%cuda_isolate and %%blocking_launch, registered by `%load_ext cudadiag`."""
 
     @magic_arguments()
+    @localized_help(CUDA_ISOLATE_HELP)
     @argument("cell", nargs="?", type=int,
-              help="execution count of the cell to re-run (default: the cell of the latest "
-                   "incident of this kernel)")
+              help=N_("execution count of the cell to re-run (default: the cell of the latest "
+                   "incident of this kernel)"))
     @magic_options(*ISOLATION_OPTIONS)
     @argument("--from-checkpoint", metavar="PATH|DIR|latest",
-              help="load this checkpoint (a file, the newest trusted one of a directory, or "
+              help=N_("load this checkpoint (a file, the newest trusted one of a directory, or "
                    "`latest`: of the directory this kernel last saved to with "
                    "cudadiag.checkpoint.save) as `ckpt` instead of replaying the cells that "
                    "trained the restored objects; it must be trusted (see %%cudadiag "
-                   "checkpoints)")
+                   "checkpoints)"))
     @argument("--restore", action="append", default=[], metavar="NAME=EXPR",
-              help="with --from-checkpoint: what to restore before the cell runs, e.g. "
+              help=N_("with --from-checkpoint: what to restore before the cell runs, e.g. "
                    "model=ckpt['model'] (load_state_dict into the object when it has one, "
-                   "else bind the name); repeatable")
+                   "else bind the name); repeatable"))
     @line_magic
     def cuda_isolate(self, line: str) -> None:
-        """Re-run a suspect cell in a fresh process with blocking launches.
-
-        The fresh process replays the earlier cells the suspect cell needs (or receives
-        their values), starts each from the RNG states it had, and records which aten
-        operator raised, with its arguments; index-taking operators are checked before they
-        run. Only the suspect cell's output is printed live; each replayed cell's output is
-        folded into one line (--show-replay prints it). The fresh process is forked from the
-        kernel's warm interpreter (started in the background by %load_ext, torch imported,
-        CUDA never initialised; the blocking variables are set in the child before any CUDA
-        call), in a fraction of a second; when it cannot be (still starting, dead, no safe
-        fork here), the run is a cold start and one line says why; --cold asks for one.
-        Works in a kernel whose CUDA context
-        is already unusable: the kernel itself never touches CUDA here, and its variables,
-        devices and RNG are left untouched (the isolated run's variables are not brought
-        back). The first line of the result says whether the run failed as the cell's
-        original incident did.
-
-        This is a diagnosis, not a re-run of the user's program: when the isolated run fails,
-        the diagnosis has succeeded (its incident is stored), so the cell does not fail and
-        "Run All" goes on; a run that exceeds --timeout is reported, not raised, for the same
-        reason. Interrupting it kills the run's process group and raises KeyboardInterrupt,
-        like interrupting any cell; bad options raise UsageError.
-        """
+        """Re-run a suspect cell isolated (the help `%cuda_isolate?` shows: CUDA_ISOLATE_HELP)."""
         args = parse_magic_line(self.cuda_isolate, line)
         history = cell_history(self.shell)
         target = args.cell if args.cell is not None else self._latest_incident_cell()
@@ -110,18 +123,11 @@ class IsolateMagics(Magics):
             raise KeyboardInterrupt
 
     @magic_arguments()
+    @localized_help(BLOCKING_LAUNCH_HELP)
     @magic_options(*ISOLATION_OPTIONS)
     @cell_magic
     def blocking_launch(self, line: str, cell: str) -> None:
-        """Run this cell's body in a fresh process with blocking launches.
-
-        Same options and behaviour as %cuda_isolate, for a cell you already suspect. The
-        body is the cell's program, so the cell ends as the body did, as `%%script
-        --raise-error` does: when the body fails (or is killed at --timeout), the cell
-        raises IsolatedRunFailed with the one-line diagnosis, so "Run All" stops there; the
-        isolated incident is the record (the kernel does not file it again). Interrupting
-        it kills the run's process group and raises KeyboardInterrupt.
-        """
+        """Run this cell isolated (the help `%%blocking_launch?` shows: BLOCKING_LAUNCH_HELP)."""
         args = parse_magic_line(self.blocking_launch, line)
         history = cell_history(self.shell)
         target = max(history, default=0) + 1

@@ -17,10 +17,11 @@ from cudadiag.errors import (
     IncidentNotFound,
     MinimizeError,
 )
-from cudadiag.i18n import _
+from cudadiag.i18n import N_, _
 from cudadiag.log.options import add_listing_options
 from cudadiag.log.store import IncidentStore
 from cudadiag.options.commands import AS_JSON, HELP, INCIDENT_ID, add_command
+from cudadiag.options.magic_help import localized_help
 from cudadiag.options.parsing import MagicParser, split_line
 from cudadiag.repro.options import add_export_options, add_report_options
 
@@ -62,37 +63,40 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+CUDADIAG_HELP = N_("""Browse the incident log.
+
+%cudadiag incidents [--family F] [--since WHEN] [--mode M] [--cell N]
+                                   list incidents (id, time, family, cell, summary)
+%cudadiag incidents --stats | --prune [--keep N] [--keep-days D]
+                                   the log's size and retention; prune it now
+%cudadiag show [ID]                print one incident in full (default: the newest)
+%cudadiag panel [ID]               the incident panel: browse, re-run, report
+%cudadiag report [ID]              a scrubbed Markdown report for an issue tracker
+%cudadiag export [ID] [PATH.ipynb] minimize, export and verify a repro notebook
+%cudadiag checkpoints [DIR] [--before ID]
+                                   the checkpoints of DIR (default: where this kernel
+                                   last saved), newest first: trusted, or why not
+                                   (hash, NaN/Inf, written after the error)
+%cudadiag explain [--json] [FILE | TEXT]
+                                   diagnose a log file, pasted text, or (with no
+                                   argument) the last error of this kernel
+%cudadiag validate [N] [--all]     re-run a loop's cell over the steps that matter
+                                   (or every step) in a fresh process; count samples
+%cudadiag attach [on|off]          add cudadiag's callbacks to every Hugging Face and
+                                   Lightning Trainer (the default), or stop
+%cudadiag lang [ja|en|auto]        the language cudadiag writes in and why; choose
+                                   one for this session (auto: the order of
+                                   docs/languages.md)""")
+
+
 @magics_class
 class CudadiagMagics(Magics):
     """Magics registered by `%load_ext cudadiag`."""
 
+    @localized_help(CUDADIAG_HELP)
     @line_magic
     def cudadiag(self, line: str) -> Any:
-        """Browse the incident log.
-
-        %cudadiag incidents [--family F] [--since WHEN] [--mode M] [--cell N]
-                                           list incidents (id, time, family, cell, summary)
-        %cudadiag incidents --stats | --prune [--keep N] [--keep-days D]
-                                           the log's size and retention; prune it now
-        %cudadiag show [ID]                print one incident in full (default: the newest)
-        %cudadiag panel [ID]               the incident panel: browse, re-run, report
-        %cudadiag report [ID]              a scrubbed Markdown report for an issue tracker
-        %cudadiag export [ID] [PATH.ipynb] minimize, export and verify a repro notebook
-        %cudadiag checkpoints [DIR] [--before ID]
-                                           the checkpoints of DIR (default: where this kernel
-                                           last saved), newest first: trusted, or why not
-                                           (hash, NaN/Inf, written after the error)
-        %cudadiag explain [--json] [FILE | TEXT]
-                                           diagnose a log file, pasted text, or (with no
-                                           argument) the last error of this kernel
-        %cudadiag validate [N] [--all]     re-run a loop's cell over the steps that matter
-                                           (or every step) in a fresh process; count samples
-        %cudadiag attach [on|off]          add cudadiag's callbacks to every Hugging Face and
-                                           Lightning Trainer (the default), or stop
-        %cudadiag lang [ja|en|auto]        the language cudadiag writes in and why; choose
-                                           one for this session (auto: the order of
-                                           docs/languages.md)
-        """
+        """Browse the incident log (the help `%cudadiag?` shows: CUDADIAG_HELP)."""
         command, _space, rest = line.strip().partition(" ")
         if command == "lang":
             print(_language(rest.strip()))

@@ -26,11 +26,12 @@ class Option:
         parser.add_argument(*self.flags, **self.translated(**overrides))
 
     def decorate(self, func: Any) -> Any:
-        """Return `func` with the option as an IPython magic argument (its help in the
-        language of the moment)."""
+        """Return `func` with the option as an IPython magic argument, its help in English
+        (the magic's help is written in the language of the moment when it is shown:
+        options/magic_help.py)."""
         from IPython.core.magic_arguments import argument  # not for the `cudadiag` command
 
-        return argument(*self.flags, **self.translated())(func)
+        return argument(*self.flags, **self.settings)(func)
 
     def translated(self, **overrides: Any) -> dict[str, Any]:
         """Return the settings with `overrides`, the help (marked with N_ where the option
