@@ -75,3 +75,12 @@ def test_an_export_path_is_checked_before_the_log_is_read(shell, capsys, tmp_pat
     with pytest.raises(UsageError) as raised:
         shell.run_line_magic("cudadiag", f"export abc {target}")
     assert str(raised.value) == err.removeprefix("cudadiag export: ").strip()
+
+
+@pytest.mark.parametrize("line", ["-h", "incidents -h", "show --help", "validate -h"])
+def test_the_help_of_a_magic_is_shown_once(shell, capsys, line):
+    with pytest.raises(UsageError) as helped:
+        shell.run_line_magic("cudadiag", line)
+    assert str(helped.value).startswith("usage: %cudadiag")
+    assert "show this help message and exit" in str(helped.value)
+    assert "usage:" not in capsys.readouterr().out  # not printed before it is raised

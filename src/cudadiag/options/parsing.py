@@ -4,12 +4,15 @@ line split as a shell splits it."""
 from __future__ import annotations
 
 import shlex
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import parse_argstring
 
 from cudadiag.options.localized import LocalizedParser, argparse_message
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 
 class MagicParser(LocalizedParser):
@@ -19,6 +22,10 @@ class MagicParser(LocalizedParser):
     def error(self, message: str) -> NoReturn:
         """Raise UsageError: the error and the usage line, in the language of the moment."""
         raise UsageError(f"{argparse_message(message)}\n{self.format_usage()}")
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        """Print nothing: after -h, exit() raises the help as the UsageError IPython shows
+        (printed here too, it showed twice)."""
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         """Raise UsageError with `message` (or the help, after -h) instead of exiting."""

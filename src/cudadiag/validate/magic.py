@@ -26,15 +26,15 @@ BAR_WIDTH = 30
 
 def _parser() -> argparse.ArgumentParser:
     parser = MagicParser(prog="%cudadiag validate",
-                          description="Re-run a loop's cell in a fresh process over the "
-                                      "steps that matter and count the samples.")
+                          description=_("Re-run a loop's cell in a fresh process over the "
+                                        "steps that matter and count the samples."))
     parser.add_argument("cell", nargs="?", type=int,
-                        help="execution count of the cell (default: the latest cell that "
-                             "ran watch())")
+                        help=_("execution count of the cell (default: the latest cell that "
+                               "ran watch())"))
     parser.add_argument("--all", action="store_true",
-                        help="run every step, with a progress bar")
+                        help=_("run every step, with a progress bar"))
     parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the random slice of steps (default 0)")
+                        help=_("seed of the random slice of steps (default 0)"))
     add_options(parser, TIMEOUT, ALLOW_SIDE_EFFECTS)
     return parser
 
