@@ -7,24 +7,18 @@ from __future__ import annotations
 from cudadiag.i18n import N_, _
 from cudadiag.i18n.width import pad_to_width
 
-DETAIL_LABELS = {
-    "file": N_("file"), "line": N_("line"), "kernel": N_("kernel"),
-    "assertion": N_("assertion"), "block": N_("block"), "thread": N_("thread"),
-    "op": N_("op"), "argument": N_("argument"), "value": N_("value"),
-    "position": N_("position"), "valid_range": N_("valid range"),
-    "ignore_index": N_("ignore_index"), "index": N_("index"), "dim": N_("dim"),
-    "size": N_("size"), "shape": N_("shape"), "dtype": N_("dtype"), "device": N_("device"),
-    "device_a": N_("first device"), "device_b": N_("second device"),
-    "requested": N_("requested"), "free": N_("free"), "total": N_("total"),
-    "allocated": N_("allocated"), "reserved": N_("reserved"),
-    "reserved_unallocated": N_("reserved, unallocated"), "capability": N_("capability"),
-    "arch_list": N_("arch list"), "error_code": N_("error code"),
-    "cuda_error": N_("CUDA error"), "cuda_error_name": N_("CUDA error name"),
-    "backend": N_("backend"), "exception_type": N_("exception type"),
-    "library": N_("library"), "expected": N_("expected"), "found": N_("found"),
-    "reason": N_("reason"), "exit_code": N_("exit code"), "wrapped_by": N_("wrapped by"),
-}
-"""The details most diagnoses hold, by their key in the record."""
+DETAIL_KEYS = frozenset((
+    N_("file"), N_("line"), N_("kernel"), N_("assertion"), N_("block"), N_("thread"), N_("op"),
+    N_("argument"), N_("value"), N_("position"), N_("valid_range"), N_("ignore_index"),
+    N_("index"), N_("dim"), N_("size"), N_("shape"), N_("dtype"), N_("device"), N_("device_a"),
+    N_("device_b"), N_("requested"), N_("free"), N_("total"), N_("allocated"), N_("reserved"),
+    N_("reserved_unallocated"), N_("capability"), N_("arch_list"), N_("error_code"),
+    N_("cuda_error"), N_("cuda_error_name"), N_("backend"), N_("exception_type"),
+    N_("library"), N_("expected"), N_("found"), N_("reason"), N_("exit_code"),
+    N_("wrapped_by"),
+))
+"""The details most diagnoses hold, by their key in the record: each key is its own message
+id, so English shows the record's key as it is and a translation gives the label."""
 COMPAT_STATUSES = {"pass": N_("PASS"), "warn": N_("WARN"), "fail": N_("FAIL"),
                    "skip": N_("SKIP")}
 """A compatibility check's status as `cudadiag env --check` shows it."""
@@ -34,7 +28,7 @@ STATUS_WIDTH = 4
 def detail_label(key: str) -> str:
     """Return the label of the detail `key` in the language of the moment (the key itself
     when it has none)."""
-    return _(DETAIL_LABELS[key]) if key in DETAIL_LABELS else key
+    return _(key) if key in DETAIL_KEYS else key
 
 
 def compat_status(status: str) -> str:
