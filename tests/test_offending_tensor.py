@@ -71,3 +71,26 @@ def test_show_flags_and_draws_the_labels_a_library_trainer_passed_to_the_loss(tm
     assert "batch['input_ids']: values" not in batch
     assert "picture: batch['labels']: values against the valid range [0, 3); outside: 3 ×1" \
         in batch
+
+
+def test_under_the_failing_cell_the_labels_are_drawn_before_the_range_is_known(shell):
+    from cudadiag.ui.render import render_text
+    from scenarios import run
+    from test_integrations import DATASET
+
+    run(shell, "from cudadiag.testing import simulated_cuda\nsim = simulated_cuda().start()")
+    run(shell, DATASET + "\nembed = torch.nn.EmbeddingBag(64, 16).cuda()\n"
+                         "head = torch.nn.Linear(16, 3).cuda()")
+    result, _ = run(shell, "for batch in cudadiag.watch(torch.utils.data.DataLoader(\n"
+                           "        Labels(), batch_size=8)):\n"
+                           "    logits = head(embed(batch['input_ids'].cuda()))\n"
+                           "    loss = torch.nn.functional.cross_entropy(logits,\n"
+                           "                                             batch['labels'].cuda())\n"
+                           "    print(loss.item())")
+    assert result.error_in_exec is not None
+    (incident,) = incidents()
+    assert incident.run.mode == "kernel" and "valid_range" not in incident.diagnosis.details
+    assert incident.batch.tensor("batch['input_ids']").counts  # both could be drawn
+    text = render_text(incident)
+    assert "picture: batch['labels']: values in the batch: 0 ×1, 1 ×3, 2 ×3, 3 ×1" in text
+    assert "batch['input_ids']: values in the batch" not in text

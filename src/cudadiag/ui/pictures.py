@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from cudadiag.advice import index_tensor
+from cudadiag.advice import index_tensor, index_tensors
 from cudadiag.i18n import N_, _
 from cudadiag.incident import Incident
 
@@ -78,11 +78,12 @@ def values_picture(incident: Incident) -> Picture | None:
 
 
 def _values_alone(incident: Incident) -> Picture | None:
-    """The value counts of the batch's first integer tensor that has them, without a range."""
+    """The value counts, without a range, of the batch tensor the operator may have read
+    (advice.index_tensors(): by its key, where the value is not known either), the first
+    that has them."""
     if incident.diagnosis.family not in PICTURED_BEFORE_THE_RANGE_IS_KNOWN:
         return None
-    tensors = incident.batch.tensors if incident.batch else []
-    tensor = next((t for t in tensors if t.is_integer and t.counts), None)
+    tensor = next((t for t in index_tensors(incident) if t.counts), None)
     if tensor is None or tensor.counts is None:
         return None
     counts = [(int(v), int(c)) for v, c in tensor.counts]
