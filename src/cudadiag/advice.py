@@ -25,7 +25,6 @@ flight.
 from __future__ import annotations
 
 import dataclasses
-import re
 import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -33,12 +32,12 @@ from pathlib import PurePath
 from typing import Any
 
 from cudadiag import knowledge
+from cudadiag.batch.offending import offending_candidates, value_range
 from cudadiag.i18n import N_, Text, msg
-from cudadiag.incident import Diagnosis, Incident, OpInfo, TensorSummary
+from cudadiag.incident import Diagnosis, Incident, OpInfo, TensorArg, TensorSummary
 from cudadiag.knowledge import Advice
 from cudadiag.shortlist import cut_list
 
-_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 COMPAT_SOURCES = ("method 5", "method 12")
 """What a failed compatibility check's line traces to (versions, binary extensions)."""
 _ORDINALS = {1: N_("{n}st"), 2: N_("{n}nd"), 3: N_("{n}rd")}
@@ -151,7 +150,7 @@ def index_values(incident: Incident, violation: Any = None) -> knowledge.IndexVa
         argument = details.get("argument")
     else:
         return None
-    low_seen, high_seen = _whole_range(incident, argument, low, high)
+    low_seen, high_seen = _whole_range(incident, violation, argument, low, high, offending[0])
     return knowledge.IndexValues(low=low, high=high, offending=offending, min=low_seen,
                                  max=high_seen, ignore_index=ignore)
 
@@ -194,7 +193,7 @@ def model_rows(incident: Incident, kinds: tuple[str, ...],
         fact = getattr(facts, row.fact)
         if fact is None or not set(row.kinds) & set(kinds):
             continue
-        tensor = _index_tensor(incident, kinds, values)
+        tensor = index_tensor(incident, kinds, values)
         values = values or _values_in(incident, fact, tensor)
         if values is None or not values.offending or not row.matches(values, fact):
             continue
@@ -210,21 +209,46 @@ def model_rows(incident: Incident, kinds: tuple[str, ...],
     return rows
 
 
-def _index_tensor(incident: Incident, kinds: tuple[str, ...],
-                  values: knowledge.IndexValues | None) -> TensorSummary | None:
-    """The batch tensor the failing operator read its indices from: the one under the key
-    the model reads that kind from (knowledge.BATCH_KEYS, the Trainer's label names first),
-    else the only integer tensor whose extreme is the offending value."""
-    tensors = [t for t in (incident.batch.tensors if incident.batch else []) if t.is_integer]
-    names = [*(incident.model.label_names or [] if incident.model else []),
-             *(k for kind in kinds for k in knowledge.BATCH_KEYS.get(kind, ()))]
-    for name in names:
-        for tensor in tensors:
-            if tensor.path.endswith((f"[{name!r}]", f".{name}")):
-                return tensor
-    offending = set(values.offending) if values else {incident.diagnosis.details.get("value")}
-    matching = [t for t in tensors if {t.min, t.max} & offending]
-    return matching[0] if len(matching) == 1 else None
+def index_tensors(incident: Incident, kinds: tuple[str, ...] | None = None,
+                  values: knowledge.IndexValues | None = None) -> list[TensorSummary]:
+    """Return the batch tensors the failing operator may have read its offending index from
+    (batch.offending.offending_candidates): one where the incident's facts tell it, several
+    where they tie, [] without a batch or where no integer tensor leaves the valid range.
+    The facts: `values` (else the details' value and valid range), the operator's recorded
+    argument, the keys the model reads indices of `kinds` from (else index_kinds())."""
+    details = incident.diagnosis.details
+    tensors = incident.batch.tensors if incident.batch else []
+    value, valid = details.get("value"), details.get("valid_range")
+    if values is not None:
+        value, valid = values.offending[0] if values.offending else None, [values.low,
+                                                                           values.high]
+    return offending_candidates(tensors, value, valid,
+                                _op_argument(incident.op, details.get("argument")),
+                                _index_names(incident, index_kinds(incident)
+                                             if kinds is None else kinds))
+
+
+def index_tensor(incident: Incident, kinds: tuple[str, ...] | None = None,
+                 values: knowledge.IndexValues | None = None) -> TensorSummary | None:
+    """Return the batch tensor the failing operator read its offending index from, None
+    where index_tensors() finds none or several."""
+    found = index_tensors(incident, kinds, values)
+    return found[0] if len(found) == 1 else None
+
+
+def _index_names(incident: Incident, kinds: tuple[str, ...]) -> list[str]:
+    """The batch keys the model reads indices of `kinds` from (knowledge.BATCH_KEYS), the
+    Trainer's label names first for targets; a loss's target keys where no kind is known."""
+    label_names = incident.model.label_names or [] if incident.model else []
+    kinds = kinds or ("class_target",)
+    targets = [*label_names] if {"class_target", "token_target"} & set(kinds) else []
+    return [*targets, *(k for kind in kinds for k in knowledge.BATCH_KEYS.get(kind, ()))]
+
+
+def _op_argument(op: OpInfo | None, name: object) -> TensorArg | None:
+    """The failing operator's tensor argument called `name`, as the tracer recorded it."""
+    return next((arg for arg in op.args if arg.name == name and arg.kind == "tensor"),
+                None) if op is not None else None
 
 
 def _values_in(incident: Incident, high: int, tensor: TensorSummary | None
@@ -381,17 +405,16 @@ def _hint_texts(incident: Incident) -> list[str]:
     return texts
 
 
-def _whole_range(incident: Incident, argument: str | None, low: int, high: int
-                 ) -> tuple[int | None, int | None]:
+def _whole_range(incident: Incident, violation: Any, argument: str | None, low: int, high: int,
+                 value: int) -> tuple[int | None, int | None]:
     """(min, max) of the whole index tensor: the tracer's value range of the failing call's
-    argument, else the batch tensor whose values leave [low, high)."""
-    for arg in incident.op.args if incident.op else []:
-        m = _RANGE.match(arg.value or "")
-        if arg.name == argument and m:
-            return int(m.group(1)), int(m.group(2))
-    for tensor in incident.batch.tensors if incident.batch else []:
-        seen_low, seen_high = tensor.min, tensor.max
-        if tensor.is_integer and seen_low is not None and seen_high is not None and (
-                seen_low < low or seen_high >= high):
-            return int(seen_low), int(seen_high)
-    return None, None
+    argument, else the batch tensor the operator read `value` from (index_tensor())."""
+    recorded = _op_argument(incident.op, argument)
+    seen = value_range(recorded) if recorded is not None else None
+    if seen is not None:
+        return seen
+    tensor = index_tensor(incident, index_kinds(incident, violation),
+                          knowledge.IndexValues(low=low, high=high, offending=(value,)))
+    if tensor is None or tensor.min is None or tensor.max is None:
+        return None, None
+    return int(tensor.min), int(tensor.max)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from cudadiag.batch.offending import offending_tensor
 from cudadiag.contracts import Violation
-from cudadiag.incident import BatchInfo, BatchPosition, TensorSummary
+from cudadiag.incident import BatchInfo, BatchPosition
 
 TARGET_ARGUMENTS = frozenset({"target"})
 """The operators' arguments (contracts.CONTRACTS) whose shape is the input's without its
@@ -20,13 +21,15 @@ class dimension (dim 1): a loss's class targets."""
 def position_in_batch(violation: Violation, batch: BatchInfo,
                       names: Sequence[str]) -> BatchPosition | None:
     """Return the element of the batch that the violation's first offending position names,
-    or None when no batch tensor can be told to hold the operator's targets: an integer
-    tensor of as many elements as the targets, under one of `names` (the keys the model
-    reads its labels from, in order), else the only one whose range holds the value."""
+    or None when no batch tensor can be told to hold the operator's targets: of the integer
+    tensors of as many elements as the targets, the one offending.offending_tensor() finds
+    (`names`: the keys the model reads its labels from, in order)."""
     if violation.argument not in TARGET_ARGUMENTS or len(violation.shape) < 2:
         return None
     target_shape = [violation.shape[0], *violation.shape[2:]]
-    tensor = _target_tensor(batch, math.prod(target_shape), violation.values[0], names)
+    sized = [t for t in batch.tensors if t.numel == math.prod(target_shape)]
+    tensor = offending_tensor(sized, violation.values[0], (violation.low, violation.high),
+                              names=names)
     if tensor is None or not tensor.shape:
         return None
     index = _unravel(_ravel(list(violation.positions[0]), target_shape), tensor.shape)
@@ -36,18 +39,6 @@ def position_in_batch(violation: Violation, batch: BatchInfo,
     if len(index) == 1 and dataset_index is None:
         return None  # the same position in the same one row: nothing more to say
     return BatchPosition(tensor=tensor.path, index=index, dataset_index=dataset_index)
-
-
-def _target_tensor(batch: BatchInfo, numel: int, value: int,
-                   names: Sequence[str]) -> TensorSummary | None:
-    sized = [t for t in batch.tensors if t.is_integer and t.numel == numel]
-    for name in names:
-        for tensor in sized:
-            if tensor.path.endswith((f"[{name!r}]", f".{name}")):
-                return tensor
-    holding = [t for t in sized if t.min is not None and t.max is not None
-               and t.min <= value <= t.max]
-    return holding[0] if len(holding) == 1 else None
 
 
 def _ravel(position: list[int], shape: list[int]) -> int:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from cudadiag.advice import index_tensor, index_tensors
 from cudadiag.i18n import N_, _
-from cudadiag.incident import Incident, TensorSummary
+from cudadiag.incident import Incident
 
 WIDTH, HEIGHT = 600, 210
 LEFT, RIGHT, TOP, BOTTOM = 40, 20, 58, 170
@@ -56,8 +57,7 @@ def values_picture(incident: Incident) -> Picture | None:
     if not valid or len(valid) != 2:
         return _values_alone(incident)
     low, high = int(valid[0]), int(valid[1])
-    tensors = incident.batch.tensors if incident.batch else []
-    tensor = _offending_tensor(tensors, low, high, details.get("value"))
+    tensor = index_tensor(incident)
     if tensor is None or tensor.min is None or tensor.max is None:
         return None
     caption = _caption(details)
@@ -78,11 +78,12 @@ def values_picture(incident: Incident) -> Picture | None:
 
 
 def _values_alone(incident: Incident) -> Picture | None:
-    """The value counts of the batch's first integer tensor that has them, without a range."""
+    """The value counts, without a range, of the batch tensor the operator may have read
+    (advice.index_tensors(): by its key, where the value is not known either), the first
+    that has them."""
     if incident.diagnosis.family not in PICTURED_BEFORE_THE_RANGE_IS_KNOWN:
         return None
-    tensors = incident.batch.tensors if incident.batch else []
-    tensor = next((t for t in tensors if t.is_integer and t.counts), None)
+    tensor = next((t for t in index_tensors(incident) if t.counts), None)
     if tensor is None or tensor.counts is None:
         return None
     counts = [(int(v), int(c)) for v, c in tensor.counts]
@@ -92,19 +93,6 @@ def _values_alone(incident: Incident) -> Picture | None:
     return Picture(_histogram(title, unknown, counts, None, caption_fill="currentColor"),
                    _("{title}: {values}; {note}").format(title=title, values=shown,
                                                            note=unknown))
-
-
-def _offending_tensor(tensors: list[TensorSummary], low: int, high: int,
-                      value: Any) -> TensorSummary | None:
-    """The batch's integer tensor with values outside [low, high) (the one holding the
-    offending value first)."""
-    outside = [t for t in tensors
-               if t.is_integer and t.min is not None and t.max is not None
-               and (t.min < low or t.max >= high)]
-    holding = [t for t in outside if isinstance(value, int) and t.min is not None
-               and t.max is not None and t.min <= value <= t.max]
-    chosen = holding or outside
-    return chosen[0] if chosen else None
 
 
 def _caption(details: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
+from cudadiag.advice import index_tensors
 from cudadiag.batch.names import user_name
 from cudadiag.classification import STICKY_TAIL
 from cudadiag.i18n import N_, _, localize, localize_all
@@ -731,10 +732,11 @@ def _batch_section(incident: Incident) -> Section:
     batch = incident.batch
     rows = []
     valid = incident.diagnosis.details.get("valid_range")
+    judged = index_tensors(incident) if valid else []
     loops = _loops(incident)
     for t in batch.tensors if batch else []:
         rows.append(_tensor_row(t, user_name(t.path, loops)))
-        flags += _tensor_flags(t, valid)
+        flags += _tensor_flags(t, valid if t in judged else None)
     if batch is not None:
         lines += _batch_lines(batch)
     if flags:
@@ -787,6 +789,8 @@ def _tensor_row(t: TensorSummary, named: str | None) -> list[str]:
 
 
 def _tensor_flags(t: TensorSummary, valid: list[int] | None) -> list[str]:
+    """NaN and Inf in `t`; its values outside `valid`, the range of the operator that read
+    them (None for a tensor it did not read: advice.index_tensors())."""
     flags = []
     if t.nan or t.inf:
         flags.append(f"{t.path}: NaN {t.nan or 0}, Inf {t.inf or 0}")
