@@ -120,8 +120,11 @@ def start(off: str = OFF_IN_A_KERNEL) -> None:
     imported. Adding is on; `off` is how the announcement says to turn it off."""
     _state["on"] = True
     _off["hint"] = off
-    for name, module in list(sys.modules.items()):
-        if name in _PATCHES and module is not None:
+    # by name, not over sys.modules: a child forked from the warm interpreter would touch
+    # (copy) the page of every module object it passed
+    for name in _PATCHES:
+        module = sys.modules.get(name)
+        if module is not None:
             _patch(module)
     if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport())

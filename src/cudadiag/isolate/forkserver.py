@@ -40,7 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from cudadiag.env import code_revision
 from cudadiag.i18n import N_
+from cudadiag.isolate import program_files
 from cudadiag.isolate.job import Job, Launch
 from cudadiag.isolate.procgroup import kill_group
 
@@ -59,7 +61,7 @@ def serve(fd: int) -> None:
 
     for name in WORKER_IMPORTS:
         importlib.import_module(name)
-    _warm_worker_paths()
+    _warm_worker_paths(worker)
 
     control = socket.socket(fileno=fd)
     server = _Server(control, worker)
@@ -72,19 +74,17 @@ def serve(fd: int) -> None:
         server.kill_all()
 
 
-def _warm_worker_paths() -> None:
+def _warm_worker_paths(worker: ModuleType) -> None:
     """Take once, here, the first-use costs every child's worker would pay again:
     torch._dynamo (imported by the first call of any dispatch mode that torch wraps in
     torch._dynamo.disable, as the simulator's are: seconds), the op tracer's first call,
     torch.load's (rng.pt: it imports its configuration module, which reads its own source),
     the error table's literal anchors (computed for all its signatures on the first
-    classification: about 200 ms) and the resolved paths of the modules imported so far
-    (program_files.local_modules)."""
+    classification: about 200 ms) and the worker's lookup of the C library's getenv."""
     import torch
     import torch._dynamo
 
     from cudadiag.classification import classify
-    from cudadiag.isolate import program_files
     from cudadiag.trace import OpTracer
 
     with OpTracer():
@@ -94,7 +94,7 @@ def _warm_worker_paths() -> None:
     buffer.seek(0)
     torch.load(buffer, weights_only=False)
     classify(RuntimeError("CUDA error: device-side assert triggered"))
-    program_files.local_modules([])
+    worker.c_getenv()
 
 
 @dataclass
@@ -182,6 +182,7 @@ class _Server:
             for name in self._warm_imports(job, launch.cwd, launch.skip):
                 if torch.cuda.is_initialized():
                     return f"importing {name} initialised CUDA"
+            code_revision(launch.cwd)  # cached here for a while: each child inherits it
         changed = [name for name, mtime in self.imported.items() if _mtime(name) != mtime]
         if changed:
             return f"installed module {changed[0]} changed on disk since it was imported"
@@ -231,6 +232,8 @@ def is_installed(top: str, cwd: str) -> bool:
 
     if os.path.exists(os.path.join(cwd, f"{top}.py")) or os.path.isdir(os.path.join(cwd, top)):
         return False
+    if top == __name__.partition(".")[0]:
+        return True  # cudadiag itself (an editable install too): the server runs from it
     try:
         spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
@@ -296,6 +299,7 @@ def _run_child(worker: ModuleType, job_path: str, fds: list[int], server_fds: li
         for received in fds:
             os.close(received)
         _become_the_run(job_path, worker)
+        program_files.mark_inherited()
         code = worker.main(["worker", job_path])
     except BaseException:
         traceback.print_exc()

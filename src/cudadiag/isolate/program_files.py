@@ -5,7 +5,6 @@ to run anywhere (repro/bundle.py copies them).
 
 from __future__ import annotations
 
-import functools
 import os
 import site
 import sys
@@ -61,33 +60,38 @@ def local_modules(exclude: list[str]) -> dict[str, str]:
     name, in the order imported; the folders in `exclude` and hidden folders left out."""
     skip = installation_folders(exclude)
     found: dict[str, str] = {}
-    for name, module in list(sys.modules.items()):
-        path = _source_file(name, module)
-        if path and not path.startswith(skip) and "/." not in path and os.path.isfile(path):
+    for name, module in _imported_here():
+        path = getattr(module, "__file__", None)
+        if name == "__main__" or not isinstance(path, str) or not path.endswith(".py"):
+            continue
+        path = os.path.realpath(path)
+        if not path.startswith(skip) and "/." not in path and os.path.isfile(path):
             found[name] = path
     return found
 
 
-_sources: dict[str, tuple[Any, str | None]] = {}
-"""Module name -> (the module, its resolved source file or None): a fork server's children
-inherit the answers for the thousands of modules torch imports (each a getattr that a lazy
-module may answer slowly)."""
+_inherited_last: list[tuple[str, Any]] = []
+"""In a child forked from the warm interpreter: the last entry of sys.modules it inherited."""
 
 
-def _source_file(name: str, module: Any) -> str | None:
-    """The resolved `.py` file of `module`, or None (`__main__`, built-in, compiled)."""
-    known = _sources.get(name)
-    if known is not None and known[0] is module:  # a module shadowed since has another
-        return known[1]
-    path = getattr(module, "__file__", None)
-    source = (_resolved(path) if name != "__main__" and isinstance(path, str)
-              and path.endswith(".py") else None)
-    _sources[name] = (module, source)
-    return source
+def mark_inherited() -> None:
+    """Call in a child forked from the warm interpreter before it runs anything: the modules
+    it inherited are the server's (torch, cudadiag, installed libraries: never the
+    program's own), so local_modules need read only those imported after this."""
+    name = next(reversed(sys.modules))
+    _inherited_last[:] = [(name, sys.modules[name])]
 
 
-@functools.cache
-def _resolved(path: str) -> str:
-    """os.path.realpath, remembered: the thousands of modules torch imports were resolved
-    again in every run (a fork server resolves them once; its children inherit them)."""
-    return os.path.realpath(path)
+def _imported_here() -> list[tuple[str, Any]]:
+    """sys.modules' entries this process imported itself, in order: in a forked child, those
+    after its inherited ones, found from the end (walking every entry would copy the page of
+    each module object it passed); elsewhere, or once that entry is gone, all of them."""
+    if _inherited_last:
+        last, module = _inherited_last[0]
+        if sys.modules.get(last) is module:
+            newer: list[tuple[str, Any]] = []
+            for entry in reversed(sys.modules.items()):
+                if entry[0] == last:
+                    return newer[::-1]
+                newer.append(entry)
+    return list(sys.modules.items())

@@ -12,6 +12,7 @@ JSON to the job's result path.
 from __future__ import annotations
 
 import builtins
+import functools
 import linecache
 import os
 import random
@@ -72,16 +73,24 @@ def main(argv: list[str]) -> int:
     return result.exit_code
 
 
+@functools.cache
+def c_getenv() -> Any:
+    """The C library's getenv (what the CUDA and HIP runtimes read), looked up once: a fork
+    server looks it up for all its children."""
+    import ctypes
+
+    getenv = ctypes.CDLL(None).getenv
+    getenv.argtypes, getenv.restype = [ctypes.c_char_p], ctypes.c_char_p
+    return getenv
+
+
 def blocking_check(job: Job) -> str:
     """Return one line saying whether the run's blocking variables are in effect: set in the
     process's C environment (what the CUDA and HIP runtimes read when they initialise) with
     the run's values, CUDA not yet initialised. Reads only; call it before any CUDA work."""
-    import ctypes
-
     import torch
 
-    getenv = ctypes.CDLL(None).getenv
-    getenv.argtypes, getenv.restype = [ctypes.c_char_p], ctypes.c_char_p
+    getenv = c_getenv()
     seen = {name: (getenv(name.encode()) or b"").decode() for name in BLOCKING_VARIABLES}
     wanted = {k: v for k, v in job.env_vars.items() if k in BLOCKING_VARIABLES}
     if torch.cuda.is_initialized():
