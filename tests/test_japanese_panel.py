@@ -192,6 +192,17 @@ def test_the_panels_labels_are_in_japanese(japanese):
     assert english_left("\n".join(labels)) == []
 
 
+def test_the_selector_names_each_incident_in_japanese(japanese, monkeypatch):
+    long_assert = ("/pytorch/aten/src/ATen/native/cuda/Loss.cu:250: nll_loss_forward_reduce_"
+                   "cuda_kernel_2d: block: [0,0,0], thread: [2,0,0] Assertion `t >= 0 && t < "
+                   "n_classes` failed.\n" + ASSERT)
+    _log(long_assert)
+    monkeypatch.setattr(i18n.texts, "_known", {})  # as in a later session: only the records
+    label = Panel(store=IncidentStore()).selector.options[0][0]
+    assert "device_assert: nll_loss_forward_reduce_cuda_kernel_2d で" in label, label
+    assert english_left(label) == [] and " failed in " not in label
+
+
 def test_an_empty_panel_says_so_in_japanese(japanese):
     panel = Panel(store=IncidentStore())
     assert panel.header.value == "<b>cudadiag: まだインシデントは記録されていません</b>"

@@ -61,8 +61,8 @@ def test_the_block_under_the_failing_cell_is_japanese_and_quotes_pytorch(
                         "（再起動しても誤ったターゲットや無効なインデックスは修正されません）")
     assert facts[3].startswith("  エラー検出時のループ：features=")
     assert facts[3].endswith(f" (In[{cell}])")
-    assert facts[4].startswith("  watch(train)：ステップ 3、最後に完了したステップ 2; "
-                               "最後の不完全なバッチ; ローダーの最後のステップ; "
+    assert facts[4].startswith("  watch(train)：ステップ 3、最後に完了したステップ 2；"
+                               "最後の不完全なバッチ；ローダーの最後のステップ；"
                                "データセットのインデックス [24, 25, 26, 27, 28, 29]")
     assert facts[5].startswith("  最初の確認：")
     assert facts[6] == (f"  次の手順：%cuda_isolate が In[{cell}] を新しいプロセスで"

@@ -8,11 +8,12 @@ from cudadiag.i18n.catalog import (
     current,
     current_code,
     describe,
+    join_clauses,
     ngettext,
     unsupported,
     using,
 )
 from cudadiag.i18n.texts import Text, localize, localize_all, msg
 
-__all__ = ["N_", "Text", "_", "choose", "current", "current_code", "describe", "localize",
-           "localize_all", "msg", "ngettext", "unsupported", "using"]
+__all__ = ["N_", "Text", "_", "choose", "current", "current_code", "describe", "join_clauses",
+           "localize", "localize_all", "msg", "ngettext", "unsupported", "using"]

@@ -20,7 +20,7 @@ import gettext
 import io
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from cudadiag.i18n.language import (
@@ -63,6 +63,12 @@ def ngettext(singular: str, plural: str, n: int) -> str:
     if code == DEFAULT:
         return singular if n == 1 else plural
     return _translations(code).ngettext(singular, plural, n)
+
+
+def join_clauses(clauses: Iterable[str]) -> str:
+    """Return `clauses` as one line, separated as the language of the moment separates
+    clauses (`; ` in English)."""
+    return _("; ").join(clauses)
 
 
 def current_code() -> str:

@@ -7,11 +7,9 @@ import argparse
 import sqlite3
 from collections.abc import Callable
 
-from cudadiag.errors import CudadiagError
-from cudadiag.i18n import _, current_code, localize, msg
-from cudadiag.i18n.width import cut_to_width, display_width
+from cudadiag.i18n import _, msg
 from cudadiag.log.database import write_failure_text
-from cudadiag.log.entry import SUMMARY_MAX, LogEntry
+from cudadiag.log.entry import LogEntry
 from cudadiag.log.query import Filters, ListingError, make_filters, select
 from cudadiag.log.retention import Retention
 from cudadiag.log.stats import log_stats
@@ -54,28 +52,13 @@ def run_listing(args: argparse.Namespace, store: IncidentStore | None = None) ->
         return _(NO_INCIDENTS)
     table = render_table(shown, empty=_("no incident matches {filters} ({count:,} in the "
                                         "log)").format(filters=filters.describe(), count=total),
-                         summary_of=_summaries(store, shown))
+                         summary_of=_summary_of(store, shown))
     return table + _not_shown(matching - len(shown), len(shown))
 
 
-def _summaries(store: IncidentStore, shown: list[LogEntry]) -> Callable[[LogEntry], str]:
-    """What the listing shows as each incident's summary: the log's column in English; in
-    another language, the summary its record keeps written again in it (cut as the column
-    is), the column itself where the record cannot be read."""
-    if current_code() == "en":
-        return lambda entry: entry.summary
-    localized: dict[str, str] = {}
-    for entry in shown:
-        if entry.newer:
-            continue
-        try:
-            summary = localize(store.read(entry).diagnosis.summary)
-        except CudadiagError:
-            continue
-        if display_width(summary) > SUMMARY_MAX:
-            summary = cut_to_width(summary, SUMMARY_MAX - 1) + "…"
-        localized[entry.id] = summary
-    return lambda entry: localized.get(entry.id, entry.summary)
+def _summary_of(store: IncidentStore, shown: list[LogEntry]) -> Callable[[LogEntry], str]:
+    summaries = store.summaries(shown)
+    return lambda entry: summaries.get(entry.id, entry.summary)
 
 
 def _not_shown(older: int, shown: int) -> str:

@@ -15,6 +15,7 @@ says so, with their isolated runs' files (runfiles.py).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sqlite3
 import sys
@@ -24,9 +25,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from cudadiag.errors import IncidentFromNewerVersion, IncidentNotFound, IncidentNotSaved
+from cudadiag.errors import (
+    CudadiagError,
+    IncidentFromNewerVersion,
+    IncidentNotFound,
+    IncidentNotSaved,
+)
 from cudadiag.home import default_home
-from cudadiag.i18n import N_, _, localize
+from cudadiag.i18n import N_, _, current_code, localize
+from cudadiag.i18n.width import cut_to_width, display_width
 from cudadiag.incident import SCHEMA, Incident
 from cudadiag.log import runfiles
 from cudadiag.log.database import (
@@ -39,7 +46,7 @@ from cudadiag.log.database import (
     reading,
     transaction,
 )
-from cudadiag.log.entry import LogEntry
+from cudadiag.log.entry import SUMMARY_MAX, LogEntry
 from cudadiag.log.legacy import import_legacy_logs
 from cudadiag.log.records import (
     NewerRecord,
@@ -204,6 +211,23 @@ class IncidentStore:
             raise IncidentNotFound(what.format(count=len(matches), prefix=incident_id,
                                                known=known))
         return self.read(matches[0])
+
+    def summaries(self, entries: list[LogEntry]) -> dict[str, str]:
+        """Return each entry's summary in the language of the moment, by id: the log's
+        column in English; in another language, the summary its record keeps written again
+        in it (cut as the column is), the column itself where the record cannot be read."""
+        if current_code() == "en":
+            return {entry.id: entry.summary for entry in entries}
+        found = {}
+        for entry in entries:
+            summary = entry.summary
+            if not entry.newer:
+                with contextlib.suppress(CudadiagError):
+                    summary = localize(self.read(entry).diagnosis.summary)
+            if display_width(summary) > SUMMARY_MAX:
+                summary = cut_to_width(summary, SUMMARY_MAX - 1) + "…"
+            found[entry.id] = summary
+        return found
 
     def read(self, entry: LogEntry) -> Incident:
         """Return the incident of a log entry, reading its one record.

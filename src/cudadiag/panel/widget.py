@@ -8,6 +8,7 @@ displayed object's mime bundle still carries `text/html` and `text/plain` render
 from __future__ import annotations
 
 import html
+import re
 import textwrap
 from operator import itemgetter
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from cudadiag.errors import IncidentNotFound
-from cudadiag.i18n import N_, _, localize
+from cudadiag.i18n import N_, _
 from cudadiag.i18n.width import cut_to_width, display_width
 from cudadiag.incident import Incident
 from cudadiag.log.entry import LogEntry, by_id, entry_for_incident, failing_cell
@@ -203,7 +204,8 @@ class Panel(widgets.VBox):
         # new options select their first one: the incident shown stays until the page is set
         self._filling = True
         try:
-            self.selector.options = [(_option_label(e), e.id) for e in page]
+            summaries = self.store.summaries(page)
+            self.selector.options = [(_option_label(e, summaries[e.id]), e.id) for e in page]
             if current is not None and any(e.id == current for e in page):
                 self.selector.value = current
             elif page:
@@ -308,11 +310,11 @@ def report_for_the_box(incident: Incident) -> str:
         id=incident.id, when=when, where=entry.where()) + "\n\n" + render_report(incident))
 
 
-def _option_label(entry: LogEntry) -> str:
+def _option_label(entry: LogEntry, summary: str) -> str:
     """`12-04 02:38  In[4]  device_assert: target 4 at position 3 … (isolated)`: when,
-    where, and what failed in a few words (the summary without its family's title)."""
-    summary = localize(entry.summary)
-    what = summary.split(": ", 1)[-1] if ": " in summary else summary
+    where, and what failed in a few words (`summary`, in the language of the moment,
+    without its family's title)."""
+    what = re.split(r": |：", summary, maxsplit=1)[-1]  # after the family's title
     return (f"{entry.created_at[5:16].replace('T', ' ')}  {entry.where()}  "
             f"{entry.family or 'unknown'}: {_shortened(what, 64)}  ({entry.mode or '?'})")
 

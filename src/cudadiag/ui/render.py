@@ -20,7 +20,7 @@ from typing import Any
 from cudadiag.advice import index_tensors
 from cudadiag.batch.names import user_name
 from cudadiag.classification import STICKY_TAIL
-from cudadiag.i18n import N_, _, localize, localize_all
+from cudadiag.i18n import N_, _, join_clauses, localize, localize_all
 from cudadiag.i18n import width as width_of
 from cudadiag.incident import (
     BatchInfo,
@@ -438,7 +438,7 @@ def _watch_line(s: StepInfo, batch: BatchInfo | None) -> str:
     if batch is not None and batch.indices is not None:
         parts.append(_("dataset indices {indices}").format(
             indices=cut_list(batch.indices, SHORT_INDICES)))
-    return "; ".join(parts)
+    return join_clauses(parts)
 
 
 def step_text(s: StepInfo) -> str:
@@ -740,7 +740,7 @@ def _batch_section(incident: Incident) -> Section:
     if batch is not None:
         lines += _batch_lines(batch)
     if flags:
-        lines.insert(0, _("flags: {flags}").format(flags="; ".join(flags)))
+        lines.insert(0, _("flags: {flags}").format(flags=join_clauses(flags)))
     if batch is not None and batch.structure:
         lines.append(_("structure {structure}").format(structure=batch.structure))
     if incident.model is not None:
@@ -814,7 +814,7 @@ def environment_lines(env: EnvInfo | None) -> list[str]:
                  torch=env.torch, python=env.python, platform=env.platform),
              _("backend {backend}; {builds}").format(
                  backend=env.backend,
-                 builds="; ".join(builds) if builds else _("this build has no CUDA, HIP or "
+                 builds=join_clauses(builds) if builds else _("this build has no CUDA, HIP or "
                                                            "cuDNN"))]
     if env.device_name:
         lines.append(_device_line(env))
