@@ -244,15 +244,21 @@ def test_a_timeout_that_is_not_a_positive_number_exits_2(tmp_path, command, valu
     assert "--timeout: expected a number of seconds greater than 0" in result.stderr
 
 
-def test_ctrl_c_kills_the_scripts_group_and_exits_130(tmp_path, ctrl_c_as_in_a_terminal):
+def run_a_loop_with_a_grandchild(tmp_path, popen_options, env=None):
+    """`cudadiag run loop.py` of a loop that starts a grandchild (`sleep 60`): the process
+    and its first three lines (the grandchild's pid, epochs 0 and 1), read."""
     (tmp_path / "loop.py").write_text(
         "import subprocess, time\np = subprocess.Popen(['sleep', '60'])\n"
         "print('grandchild', p.pid, flush=True)\nfor epoch in range(600):\n"
         "    print('epoch', epoch, flush=True)\n    time.sleep(0.2)\n")
     process = subprocess.Popen([sys.executable, "-m", "cudadiag.cli", "run", "loop.py"],
                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, **ctrl_c_as_in_a_terminal)
-    seen = [process.stdout.readline() for _ in range(3)]  # the grandchild, epochs 0 and 1
+                               text=True, env=env, **popen_options)
+    return process, [process.stdout.readline() for _ in range(3)]
+
+
+def test_ctrl_c_kills_the_scripts_group_and_exits_130(tmp_path, ctrl_c_as_in_a_terminal):
+    process, seen = run_a_loop_with_a_grandchild(tmp_path, ctrl_c_as_in_a_terminal)
     process.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130

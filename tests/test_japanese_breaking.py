@@ -20,11 +20,12 @@ import pytest
 from cudadiag import incidents
 from cudadiag.log.store import IncidentStore
 from log_helpers import close_connections, mounted_tmpfs
-from scenarios import MODEL, SETUP, run
+from scenarios import run
+from test_cli_run import run_a_loop_with_a_grandchild
 from test_export_environment import _code, _fail_reading_ids, project  # noqa: F401
 from test_isolate_magics import _alive
 from test_isolated_cell_outcome import GRANDCHILD, _pids, interrupt_on  # noqa: F401
-from test_store_durability import _database_full, _fill
+from test_store_durability import _fill, fail_on_a_full_disk
 from untranslated import english_left
 
 pytestmark = pytest.mark.slow
@@ -79,15 +80,7 @@ def disk(tmp_path):
 def test_a_full_disk_under_a_failing_cell_says_in_japanese_the_incident_is_kept(
         shell, capsys, monkeypatch):
     run(shell, "%cudadiag lang ja")
-    run(shell, SETUP)
-    run(shell, MODEL)
-    capsys.readouterr()
-    with monkeypatch.context() as patch:
-        _database_full(patch)
-        run(shell, "print('loss', loss.item())")
-    close_connections()
-    err = capsys.readouterr().err
-    (incident,) = IncidentStore().load()  # kept in this process's memory
+    err, incident = fail_on_a_full_disk(shell, capsys, monkeypatch)
     line = _not_saved_line(err, incident.id)
     assert f"インシデント {incident.id} を {IncidentStore().path} に保存できませんでした" in line
     assert english_left(line) == []
@@ -127,15 +120,8 @@ def test_a_read_only_home_is_explained_in_japanese(tmp_path, disk):
 
 def test_ctrl_c_during_cudadiag_run_says_in_japanese_what_was_killed(
         tmp_path, ctrl_c_as_in_a_terminal):
-    (tmp_path / "loop.py").write_text(
-        "import subprocess, time\np = subprocess.Popen(['sleep', '60'])\n"
-        "print('grandchild', p.pid, flush=True)\nfor epoch in range(600):\n"
-        "    print('epoch', epoch, flush=True)\n    time.sleep(0.2)\n")
-    process = subprocess.Popen([sys.executable, "-m", "cudadiag.cli", "run", "loop.py"],
-                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env={**os.environ, "CUDADIAG_LANG": "ja"},
-                               **ctrl_c_as_in_a_terminal)
-    seen = [process.stdout.readline() for _ in range(3)]  # the grandchild, epochs 0 and 1
+    process, seen = run_a_loop_with_a_grandchild(
+        tmp_path, ctrl_c_as_in_a_terminal, env={**os.environ, "CUDADIAG_LANG": "ja"})
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130

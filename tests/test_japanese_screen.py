@@ -29,7 +29,7 @@ PYTORCH = "SimulatedAcceleratorError: CUDA error: device-side assert triggered"
 RESTART = "「カーネル」メニューの「カーネルを再起動…」"
 
 
-def _fail_in_japanese(shell, capsys, monkeypatch) -> tuple[int, str]:
+def fail_in_japanese(shell, capsys, monkeypatch) -> tuple[int, str]:
     """Choose Japanese, run the worked example's loop until its device-side assert surfaces;
     return the loop's cell and what the shell printed (one stream, in the order a terminal
     shows it)."""
@@ -46,7 +46,7 @@ def _fail_in_japanese(shell, capsys, monkeypatch) -> tuple[int, str]:
 
 def test_the_block_under_the_failing_cell_is_japanese_and_quotes_pytorch(
         shell, capsys, monkeypatch):
-    cell, printed = _fail_in_japanese(shell, capsys, monkeypatch)
+    cell, printed = fail_in_japanese(shell, capsys, monkeypatch)
     (incident,) = incidents()
     lead = render_short(incident, show="%cudadiag show")
     assert lead in printed
@@ -80,7 +80,7 @@ def test_the_block_under_the_failing_cell_is_japanese_and_quotes_pytorch(
 
 def test_the_lines_under_the_cell_fit_their_columns_and_break_between_wide_characters(
         shell, capsys, monkeypatch):
-    _fail_in_japanese(shell, capsys, monkeypatch)
+    fail_in_japanese(shell, capsys, monkeypatch)
     (incident,) = incidents()
     lines = render_short(incident, show="%cudadiag show").splitlines()
     assert all(display_width(line) <= LEAD_WIDTH for line in lines), lines
@@ -99,7 +99,7 @@ def test_the_lines_under_the_cell_fit_their_columns_and_break_between_wide_chara
 
 
 def test_every_later_cell_is_reminded_in_japanese(shell, capsys, monkeypatch):
-    cell, _ = _fail_in_japanese(shell, capsys, monkeypatch)
+    cell, _ = fail_in_japanese(shell, capsys, monkeypatch)
     run(shell, "y = torch.ones(2) * 2")
     reminder, *folded = ANSI.sub("", capsys.readouterr().out).splitlines()
     assert reminder == (f"cudadiag: CUDA コンテキスト（シミュレーション）は In[{cell}] 以降使えなく"
@@ -111,7 +111,7 @@ def test_every_later_cell_is_reminded_in_japanese(shell, capsys, monkeypatch):
 
 def test_show_writes_the_incident_in_japanese_with_the_restart_in_the_guides_words(
         shell, capsys, monkeypatch):
-    cell, _ = _fail_in_japanese(shell, capsys, monkeypatch)
+    cell, _ = fail_in_japanese(shell, capsys, monkeypatch)
     (incident,) = incidents()
     run(shell, f"%cudadiag show {incident.id}")
     shown = ANSI.sub("", capsys.readouterr().out)

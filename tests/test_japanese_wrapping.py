@@ -5,8 +5,6 @@ particle after it), and every line fits its columns (a wide character taking two
 
 from __future__ import annotations
 
-import re
-import sys
 from itertools import pairwise
 
 import pytest
@@ -14,17 +12,9 @@ import pytest
 from cudadiag import incidents
 from cudadiag.i18n.width import NO_LINE_START, display_width
 from cudadiag.ui.render import LEAD_WIDTH, render_short
-from scenarios import SETUP, run
+from scenarios import run
+from test_japanese_screen import ANSI, fail_in_japanese
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-DATA = ("import cudadiag\nfrom torch.utils.data import DataLoader, TensorDataset\n"
-        "torch.manual_seed(0)\nlabels = torch.tensor([i % 4 for i in range(30)])\n"
-        "labels[24:] = torch.tensor([0, 1, 4, 2, 3, 1])\n"
-        "loader = DataLoader(TensorDataset(torch.randn(30, 8), labels), batch_size=8)\n"
-        "model = torch.nn.Linear(8, 4)")
-LOOP = ("for features, target in cudadiag.watch(loader, name='train'):\n"
-        "    loss = F.cross_entropy(model(features), target)\n"
-        "    print('loss', loss.item())")
 WORDS = ("演算子", "カーネル", "再起動", "インデックス", "ターゲット", "コンテキスト", "プロセス",
          "ノートブック", "ブロッキング", "シミュレーション", "デバイス", "確認", "実行", "最初",
          "修正", "特定", "使えなく", "してください")
@@ -72,14 +62,7 @@ def _runs_cut(lines: list[str]) -> list[str]:
 @pytest.fixture
 def japanese_failure(shell, capsys, monkeypatch):
     """The worked example's loop failed in Japanese; (the shell, what it printed)."""
-    monkeypatch.setattr(sys, "stderr", sys.stdout)
-    run(shell, "%cudadiag lang ja")
-    run(shell, SETUP)
-    run(shell, DATA)
-    capsys.readouterr()
-    result, _ = run(shell, LOOP)
-    assert result.error_in_exec is not None
-    return shell, ANSI.sub("", capsys.readouterr().out)
+    return shell, fail_in_japanese(shell, capsys, monkeypatch)[1]
 
 
 def test_the_summary_under_the_cell_breaks_between_phrases(japanese_failure):

@@ -181,7 +181,9 @@ def test_a_full_disk_loses_no_incident(tiny_disk):
     assert _ids(store) == [before.id, *(i.id for i in during), after.id]
 
 
-def test_an_unsaved_kernel_incident_says_so_and_gives_no_show_hint(shell, capsys, monkeypatch):
+def fail_on_a_full_disk(shell, capsys, monkeypatch):
+    """A cell that fails while the log's disk is full: what it wrote on stderr, and the
+    incident (kept in this process's memory)."""
     run(shell, SETUP)
     run(shell, MODEL)
     capsys.readouterr()
@@ -190,7 +192,12 @@ def test_an_unsaved_kernel_incident_says_so_and_gives_no_show_hint(shell, capsys
         run(shell, "print('loss', loss.item())")
     close_connections()
     err = capsys.readouterr().err
-    (incident,) = IncidentStore().load()  # kept in this process's memory
+    (incident,) = IncidentStore().load()
+    return err, incident
+
+
+def test_an_unsaved_kernel_incident_says_so_and_gives_no_show_hint(shell, capsys, monkeypatch):
+    err, incident = fail_on_a_full_disk(shell, capsys, monkeypatch)
     assert _ids(IncidentStore()) == []
     (line,) = [x for x in err.splitlines() if "could not be saved" in x]
     assert line == (f"cudadiag: incident {incident.id} could not be saved to "
