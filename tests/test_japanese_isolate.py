@@ -128,7 +128,7 @@ def test_a_cold_start_child_writes_in_the_sessions_language(japanese, capsys):
 
     run(japanese, "%cuda_isolate --cold")
     out = capsys.readouterr().out
-    assert "; 子プロセスで CUDA の初期化前に確認しました; コールドスタート（--cold）; " in out
+    assert "；子プロセスで CUDA の初期化前に確認しました；コールドスタート（--cold）；" in out
 
 
 def test_a_compiled_code_summary_kept_in_a_record_reads_back_in_japanese(tmp_path):

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cudadiag.i18n import _, ngettext
+from cudadiag.i18n import _, join_clauses, ngettext
 from cudadiag.interrupts import interrupt_pressed
 from cudadiag.isolate.job import Job, JobCell, JobResult, ScriptTarget
 from cudadiag.isolate.launcher import (
@@ -181,8 +181,8 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
             stderr=output.text("stderr"), wall_s=wall, settings=settings,
             timed_out=pump.timed_out, interrupted=pump.interrupted,
             cells=[n for n, _ in numbered], pid=process.pid,
-            start="; ".join(filter(None, [_(child_result.blocking_check) if child_result
-                                          else "", process.how])),
+            start=join_clauses(filter(None, [_(child_result.blocking_check) if child_result
+                                             else "", process.how])),
         )
         result.incident = _incident_of(result, child_result, blocking, extra)
         if result.incident is not None:

@@ -3,7 +3,7 @@ operator with its arguments, where it was raised, the precheck, the plan and the
 
 from __future__ import annotations
 
-from cudadiag.i18n import _, localize
+from cudadiag.i18n import _, join_clauses, localize
 from cudadiag.isolate.result import IsolatedResult
 from cudadiag.ui.render import arg_text, frame_text, iteration_lines, one_line, simulated_tag
 
@@ -11,8 +11,8 @@ from cudadiag.ui.render import arg_text, frame_text, iteration_lines, one_line, 
 def render_isolated(result: IsolatedResult, plan_text: str, verdict: str | None = None) -> str:
     """Return the short text shown after an isolated run (an IsolatedResult); `verdict`, the
     comparison with the original failure, comes first when there is one."""
-    settings = "; ".join(filter(None, [localize(result.settings.note), localize(result.start),
-                                       f"{result.wall_s:.1f} s"]))
+    settings = join_clauses(filter(None, [localize(result.settings.note),
+                                          localize(result.start), f"{result.wall_s:.1f} s"]))
     settings_line = "  " + _("settings: {settings}").format(settings=settings)
     incident = result.incident
     first = [verdict] if verdict else []
