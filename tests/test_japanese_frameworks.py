@@ -118,8 +118,8 @@ def test_under_a_trainers_failing_cell_the_step_the_index_and_the_label_count_ar
     nb = request.getfixturevalue(notebook)
     library, call, labels = TRAINERS[notebook]
     written = _under(nb, call)
-    step = re.search(library + r": エポック 0, グローバルステップ (\d+), バッチ (\d+)、"
-                               r"最後に完了したバッチ (\d+);", written)
+    step = re.search(library + r": エポック 0、グローバルステップ (\d+)、バッチ (\d+)、"
+                               r"最後に完了したバッチ (\d+)；", written)
     assert step is not None, written
     assert int(step[1]) == int(step[2]) == int(step[3]) + 1
     indices = re.findall(r"データセットのインデックス \[([\d, ]+)\]", written)
@@ -151,7 +151,7 @@ def test_show_of_the_trainers_incident_names_the_model_and_the_step_in_japanese(
     library, _, labels = TRAINERS[notebook]
     shown = _under(nb, "%cudadiag show $first")
     assert re.search(r"^インシデント \w+ — \S+ — kernel 実行$", shown, re.MULTILINE)
-    assert re.search(rf"^{library}: エポック 0, グローバルステップ \d+", shown, re.MULTILINE)
+    assert re.search(rf"^{library}: エポック 0、グローバルステップ \d+", shown, re.MULTILINE)
     assert re.search(rf"^ *モデル \w+：{re.escape(labels)} = 3", shown, re.MULTILINE)
     explained = _under(nb, "%cudadiag explain")
     assert "再起動：このエラーでは不要です（CUDA コンテキストは引き続き使えます）" in explained

@@ -97,8 +97,10 @@ def test_env_check_lines_are_in_japanese():
     assert result.returncode in (0, 1)
     assert "Compute Capability 8.6" in result.stdout
     assert "CUDA に対応していません" in result.stdout or "ビルド" in result.stdout
-    statuses = {line.split()[0] for line in result.stdout.splitlines() if "capability" in line}
+    statuses = {line.split()[0] for line in result.stdout.splitlines()
+                if "capability" in line.lower()}
     assert statuses and statuses <= {"合格", "警告", "失敗", "不明"}, result.stdout
+    assert english_left(result.stdout) == [], result.stdout  # the checks' names too
     english = cudadiag("env", "--check", "--capability", "8.6").stdout
     shown = {line.split()[0] for line in english.splitlines() if "capability" in line}
     assert shown and shown <= {"PASS", "WARN", "FAIL", "SKIP"}, english

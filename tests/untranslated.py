@@ -14,7 +14,9 @@ import re
 _QUOTED = re.compile(r"`[^`]*`|\"[^\"]*\"|'[^'\n]*'|「[^」]*」|<[^>]*>")
 _VERBATIM_LINE = re.compile(
     r"^\s*(Traceback \(most recent call last\)|File \"|[\w.]*(Error|Exception|Warning)\b|"
-    r"CUDA error|HIP error|torch\.|\$ |>>> |\.\.\. |#|[-=─━]{3,})")
+    r"CUDA error|HIP error|torch\.|\$ |>>> |\.\.\. |#|[-=─━]{3,}|"
+    # PyTorch's own log lines (`W1207 04:40:35.259000 21499 torch/utils/cpp_extension.py:183]`)
+    r"[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\])")
 _NOT_WORDS = re.compile(
     r"https?://\S+|(?:[\w.~-]*/)+[\w.-]*|--?[\w-]+(=\S+)?|%{1,2}\w+|\b\w+(?:[._]\w+)+\b|"
     r"\b\w*\d\w*\b|\b[A-Z][A-Z0-9]+\b|\b\w+\(\)?|\w+=\S*")

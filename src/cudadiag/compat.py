@@ -96,7 +96,7 @@ def run_checks(facts: Facts, capability: str | None = None) -> list[CompatCheck]
     """Return every check on `facts`; `capability` (`8.6`, `sm_86` or `gfx90a`) replaces
     the devices found. Raises ValueError for a capability written another way."""
     if capability is not None:
-        facts = replace(facts, devices=(Device("the capability asked", _normal(capability)),))
+        facts = replace(facts, devices=(Device(msg("the capability asked"), _normal(capability)),))
     return [*capability_checks(facts, asked=capability is not None), driver_check(facts),
             *companion_checks(facts), *extension_checks(facts)]
 
@@ -121,11 +121,11 @@ def capability_checks(facts: Facts, *, asked: bool = False) -> list[CompatCheck]
     if not facts.cuda and not facts.hip:
         return [_no_gpu_build(facts, asked)]
     if not facts.devices:
-        return [CompatCheck("capability", "skip",
+        return [CompatCheck(msg("capability"), "skip",
                             msg("{note}; give --capability X.Y to check the GPU the program "
                                 "will run on", note=facts.devices_note or msg("no GPU found")))]
     if not facts.arch_list:
-        return [CompatCheck("capability", "skip",
+        return [CompatCheck(msg("capability"), "skip",
                             msg("the build's arch list cannot be read (torch._C has no arch "
                                 "flags)"))]
     return [_rocm_target(facts, d) if facts.hip else _cuda_capability(facts, d)
@@ -136,16 +136,17 @@ def driver_check(facts: Facts) -> CompatCheck:
     """Return whether the NVIDIA driver runs the CUDA the build was made for: the toolkit's
     own minimum, else the major release's minimum under minor version compatibility."""
     if not facts.cuda:
-        return CompatCheck("driver", "skip",
+        return CompatCheck(msg("driver"), "skip",
                            msg("a ROCm build: no NVIDIA driver needed") if facts.hip
                            else msg("a build without CUDA: no NVIDIA driver needed"))
     if facts.driver is None:
-        return CompatCheck("driver", "skip", facts.driver_note or msg("no NVIDIA driver found"))
+        return CompatCheck(msg("driver"), "skip",
+                           facts.driver_note or msg("no NVIDIA driver found"))
     build = _major_minor(facts.cuda)
     toolkit = _toolkit_minimum(build)
     minimum = table.MINOR_VERSION_MINIMUM.get(build[0])
     driver = _numbers(facts.driver)
-    name = f"driver {facts.driver}"
+    name = msg("driver {version}", version=str(facts.driver))
     if toolkit is not None and driver >= _numbers(_for_system(toolkit, facts.system)):
         return CompatCheck(name, "pass", msg("runs CUDA {cuda} (needs >= {driver})",
                                              cuda=facts.cuda,
@@ -270,7 +271,7 @@ def _normal(capability: str) -> str:
 
 def _no_gpu_build(facts: Facts, asked: bool) -> CompatCheck:
     if not asked and not facts.devices:
-        return CompatCheck("capability", "skip",
+        return CompatCheck(msg("capability"), "skip",
                            msg("torch {torch} is a build without CUDA and no GPU was found",
                                torch=facts.torch))
     device = facts.devices[0]
@@ -280,12 +281,14 @@ def _no_gpu_build(facts: Facts, asked: bool) -> CompatCheck:
               else msg("this PyTorch build (torch {torch}) has no CUDA support: it cannot run "
                        "on the GPUs found ({devices})", torch=facts.torch,
                        devices=", ".join(d.name for d in facts.devices)))
-    return CompatCheck(f"capability {device.capability}", "fail", reason,
+    return CompatCheck(msg("capability {capability}", capability=device.capability), "fail",
+                       reason,
                        fix=_build_for(device.capability), source=table.INSTALL_PAGE)
 
 
 def _cuda_capability(facts: Facts, device: Device) -> CompatCheck:
-    name = f"capability {device.capability} ({device.name})"
+    name = msg("capability {capability} ({device})", capability=device.capability,
+               device=device.name)
     if device.capability.startswith("gfx"):
         return CompatCheck(name, "fail", msg("{target} is an AMD target; this is a CUDA build "
                                              "(CUDA {cuda})", target=device.capability,
@@ -312,7 +315,7 @@ def _cuda_capability(facts: Facts, device: Device) -> CompatCheck:
 
 
 def _rocm_target(facts: Facts, device: Device) -> CompatCheck:
-    name = f"gfx target {device.capability} ({device.name})"
+    name = msg("gfx target {target} ({device})", target=device.capability, device=device.name)
     target = device.capability.split(":")[0]
     if not target.startswith("gfx"):
         return CompatCheck(name, "fail", msg("{target} is an NVIDIA capability; this is a ROCm "

@@ -9,6 +9,7 @@ from cudadiag.i18n.catalog import (
     current_code,
     describe,
     join_clauses,
+    join_items,
     ngettext,
     unsupported,
     using,
@@ -16,4 +17,4 @@ from cudadiag.i18n.catalog import (
 from cudadiag.i18n.texts import Text, localize, localize_all, msg
 
 __all__ = ["N_", "Text", "_", "choose", "current", "current_code", "describe", "join_clauses",
-           "localize", "localize_all", "msg", "ngettext", "unsupported", "using"]
+           "join_items", "localize", "localize_all", "msg", "ngettext", "unsupported", "using"]

@@ -65,6 +65,12 @@ def ngettext(singular: str, plural: str, n: int) -> str:
     return _translations(code).ngettext(singular, plural, n)
 
 
+def join_items(items: Iterable[str]) -> str:
+    """Return `items` as one phrase, separated as the language of the moment separates the
+    items of a list (`, ` in English)."""
+    return _(", ").join(items)
+
+
 def join_clauses(clauses: Iterable[str]) -> str:
     """Return `clauses` as one line, separated as the language of the moment separates
     clauses (`; ` in English)."""

@@ -20,7 +20,7 @@ from typing import Any
 from cudadiag.advice import index_tensors
 from cudadiag.batch.names import user_name
 from cudadiag.classification import STICKY_TAIL
-from cudadiag.i18n import N_, _, join_clauses, localize, localize_all
+from cudadiag.i18n import N_, _, join_clauses, join_items, localize, localize_all
 from cudadiag.i18n import width as width_of
 from cudadiag.incident import (
     BatchInfo,
@@ -453,7 +453,7 @@ def step_text(s: StepInfo) -> str:
             parts.append(_("global step {step}").format(step=s.global_step))
     parts.append(_("batch {batch}, last completed batch {completed}").format(
         batch=s.iteration, completed=s.last_completed))
-    return ", ".join(parts)
+    return join_items(parts)
 
 
 def model_lines(facts: ModelFacts) -> list[str]:
@@ -862,7 +862,8 @@ def compat_lines(checks: Iterable[CompatCheck]) -> list[str]:
     warning followed by what to install."""
     lines = []
     for check in checks:
-        lines.append(f"{compat_status(check.status)}  {check.name}: {localize(check.reason)}")
+        lines.append(f"{compat_status(check.status)}  {localize(check.name)}: "
+                     f"{localize(check.reason)}")
         if check.fix and check.status in ("fail", "warn"):
             lines.append("      " + _("fix: {fix}").format(fix=localize(check.fix)))
     return lines
