@@ -316,3 +316,30 @@ def test_where_file_locks_fail_three_writers_lose_nothing(tmp_path, failing_lock
     assert {line.split()[0] for line in listed.stdout.splitlines()[1:]} == {
         rid for _created, rid in made}
     assert not (home / "incidents.sqlite3-wal").exists()  # lock files, a rollback journal
+
+
+def test_an_incident_written_from_another_thread_is_saved_beside_the_first(capsys):
+    # a kernel files an incident, then an export running in a background thread records
+    # its verdict in the same log (seen: "SQLite objects created in a thread can only be
+    # used in that same thread", the verdict kept in memory only)
+    import threading
+
+    store = IncidentStore()
+    first, second = make_incident(), make_incident(OOM, cell=4)
+    store.append(first)
+    failures: list[BaseException] = []
+
+    def append_in_thread() -> None:
+        try:
+            IncidentStore().append(second)
+        except BaseException as exc:  # noqa: BLE001 (reported by the assertion below)
+            failures.append(exc)
+
+    worker = threading.Thread(target=append_in_thread)
+    worker.start()
+    worker.join()
+    assert failures == [] and "could not be saved" not in capsys.readouterr().err
+    store_module._unsaved.clear()  # only what reached the database counts
+    assert [e.id for e in IncidentStore().entries()] == [first.id, second.id]
+    store.append(make_incident(cell=5))  # the first thread's connection still works
+    assert len(IncidentStore().entries()) == 3

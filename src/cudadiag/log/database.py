@@ -19,6 +19,7 @@ import os
 import shutil
 import sqlite3
 import sys
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -96,12 +97,15 @@ _PUT = (f"INSERT INTO incidents ({COLUMNS}, record) VALUES (?, ?, ?, ?, ?, ?, ?,
 CACHED_CONNECTIONS = 4
 """Connections kept open per process (the homes used last): an append then costs its
 commit, not an open and the checkpoint of a close."""
-_connections: OrderedDict[str, tuple[int, int, sqlite3.Connection]] = OrderedDict()
-"""Open connections by database path, with the process and the database's inode they were
-opened for (a database moved aside or removed is opened again; a forked child opens its own)."""
+_connections: OrderedDict[tuple[str, int], tuple[int, int, sqlite3.Connection]] = OrderedDict()
+"""Open connections by database path and thread (sqlite3 refuses a connection to any thread
+but its own: an export's verdict is written from a background thread), with the process and
+the database's inode they were opened for (a database moved aside or removed is opened
+again; a forked child opens its own)."""
 _inherited: list[sqlite3.Connection] = []
-"""Connections a forked child inherited: kept, never closed, so that closing them cannot
-touch the parent's journal."""
+"""Connections a forked child inherited, or another thread's that were let go: kept, never
+closed here, so that closing them cannot touch the parent's journal (nor raise in a thread
+that does not own them)."""
 _locks_work: dict[str, bool] = {}
 """Whether file locks work in a home, probed once per process."""
 
@@ -184,7 +188,7 @@ def connect(home: Path, prepare: Callable[[sqlite3.Connection], None]) -> sqlite
 
     Raises OSError or sqlite3.Error when it cannot be opened or set up."""
     path = database_path(home)
-    key = os.path.abspath(path)
+    key = (os.path.abspath(path), threading.get_ident())
     cached = _connections.get(key)
     if cached is not None:
         pid, inode, conn = cached
@@ -246,9 +250,9 @@ def _inode(path: Path) -> int:
         return -1
 
 
-def _forget(key: str) -> None:
+def _forget(key: tuple[str, int]) -> None:
     pid, _inode_number, conn = _connections.pop(key)
-    if pid == os.getpid():
+    if pid == os.getpid() and key[1] == threading.get_ident():
         conn.close()
     else:
         _inherited.append(conn)
