@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,9 +16,11 @@ from cudadiag.log import database
 
 
 def close_connections() -> None:
-    """Close the connections the log keeps open in this process (a remount needs it)."""
-    for _pid, _inode, conn in database._connections.values():
-        conn.close()
+    """Close the connections the log keeps open in this process (a remount needs it); those
+    of threads that have ended are only dropped (sqlite3 closes a connection in its thread)."""
+    for (_path, thread), (_pid, _inode, conn) in database._connections.items():
+        if thread == threading.get_ident():
+            conn.close()
     database._connections.clear()
 
 

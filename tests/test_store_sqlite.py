@@ -332,7 +332,7 @@ def test_an_incident_written_from_another_thread_is_saved_beside_the_first(capsy
     def append_in_thread() -> None:
         try:
             IncidentStore().append(second)
-        except BaseException as exc:  # noqa: BLE001 (reported by the assertion below)
+        except BaseException as exc:
             failures.append(exc)
 
     worker = threading.Thread(target=append_in_thread)
