@@ -15,8 +15,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from cudadiag.incident import TensorArg, TensorSummary
+if TYPE_CHECKING:
+    from cudadiag.incident import TensorArg, TensorSummary
 
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 """How the tracer records an integer tensor argument's values (TensorArg.value): `0..3`."""
@@ -64,7 +66,7 @@ def offending_tensor(tensors: Sequence[TensorSummary], value: object,
     return found[0] if len(found) == 1 else None
 
 
-def has_key(tensor: TensorSummary, name: str) -> bool:
+def _has_key(tensor: TensorSummary, name: str) -> bool:
     """Return True when the batch holds `tensor` under the key or attribute `name`
     (`batch['labels']`, `batch.labels`, `batch[0]['labels']`)."""
     return tensor.path.endswith((f"[{name!r}]", f".{name}"))
@@ -86,7 +88,7 @@ def _by_name(tensors: list[TensorSummary], names: Sequence[str]) -> list[TensorS
     if len(tensors) < 2:
         return tensors
     for name in names:
-        named = [t for t in tensors if has_key(t, name)]
+        named = [t for t in tensors if _has_key(t, name)]
         if named:
             return named
     return _narrowed(tensors, lambda t: any(name in _key(t) for name in names))

@@ -201,8 +201,15 @@ def startup_environment() -> dict[str, str]:
         env.pop(name, None)
         if name in os.environ:
             env[name] = os.environ[name]
-    if explicit_language() is not None:  # `%cudadiag lang ja`: the runs it starts speak it too
-        env["CUDADIAG_LANG"] = str(explicit_language())
+    return _with_language(env)
+
+
+def _with_language(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the language chosen in this session (`%cudadiag lang ja`, `cudadiag
+    --lang`), if one was: the runs it starts speak it too."""
+    chosen = explicit_language()
+    if chosen is not None:
+        env["CUDADIAG_LANG"] = chosen
     return env
 
 
@@ -212,9 +219,7 @@ def child_environment(extra: dict[str, str],
     unbuffered Python output so the child's prints reach the notebook as they happen, and
     the language chosen in this session (the child's own sentences, its error included,
     are in it)."""
-    env = dict(os.environ if base is None else base)
-    if explicit_language() is not None:
-        env["CUDADIAG_LANG"] = str(explicit_language())
+    env = _with_language(dict(os.environ if base is None else base))
     env.update(extra)
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -58,7 +58,7 @@ def run_listing(args: argparse.Namespace, store: IncidentStore | None = None) ->
 
 def _summary_of(store: IncidentStore, shown: list[LogEntry]) -> Callable[[LogEntry], str]:
     summaries = store.summaries(shown)
-    return lambda entry: summaries.get(entry.id, entry.summary)
+    return lambda entry: summaries[entry.id]
 
 
 def _not_shown(older: int, shown: int) -> str:

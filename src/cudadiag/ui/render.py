@@ -358,10 +358,7 @@ class Section:
 def header_lines(incident: Incident) -> list[str]:
     """The family and summary, where Python reported the error, and the asynchronous caveat."""
     d, e = incident.diagnosis, incident.error
-    summary, where = localize(d.summary), incident.op.in_batch if incident.op else None
-    if where is not None:  # the batch's element as the current language writes it
-        summary = summary.replace(where.describe(), position_text(where))
-    lines = [f"{d.family}: {summary}" + simulated_tag(incident)]
+    lines = [f"{d.family}: {localize(d.summary)}" + simulated_tag(incident)]
     if e.reported_at:
         lines.append(_("reported at {frame}").format(frame=frame_text(e.reported_at)))
         if noticed_later(incident):

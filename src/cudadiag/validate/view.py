@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cudadiag.comparison.view import text_table
 from cudadiag.i18n import N_, _
-from cudadiag.i18n.width import display_width
+from cudadiag.i18n.width import cut_to_width, display_width
 from cudadiag.shortlist import cut_list
 from cudadiag.ui.displayed import Displayed, section_block
 from cudadiag.ui.render import Section
@@ -66,12 +66,7 @@ def _clip(text: str) -> str:
     """`text` cut to DETAIL_SHOWN columns (a wide character takes two)."""
     if display_width(text) <= DETAIL_SHOWN:
         return text
-    kept = ""
-    for character in text:
-        if display_width(kept + character) > DETAIL_SHOWN - 1:
-            break
-        kept += character
-    return kept + "…"
+    return cut_to_width(text, DETAIL_SHOWN - 1) + "…"
 
 
 def _indices(indices: list[int] | None) -> str:
