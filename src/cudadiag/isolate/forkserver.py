@@ -168,7 +168,6 @@ class _Server:
         except OSError:
             _kill_group(pid)
             self._forget(run)
-        _keep_code_revision(job_path)
         return True
 
     def _prepare(self, job_path: str) -> str | None:
@@ -183,6 +182,7 @@ class _Server:
             for name in self._warm_imports(job, launch.cwd, launch.skip):
                 if torch.cuda.is_initialized():
                     return f"importing {name} initialised CUDA"
+            code_revision(launch.cwd)  # cached here for a while: each child inherits it
         changed = [name for name, mtime in self.imported.items() if _mtime(name) != mtime]
         if changed:
             return f"installed module {changed[0]} changed on disk since it was imported"
@@ -220,14 +220,6 @@ class _Server:
         if run.pidfd is not None:
             os.close(run.pidfd)
         self.runs.remove(run)
-
-
-def _keep_code_revision(job_path: str) -> None:
-    """Read the code revision of the run's folder here, while the child runs: cached for a
-    while, the later children inherit it instead of each starting git (only a failing run
-    reads it, and never on the way to the fork)."""
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        code_revision(Launch.read(Path(job_path)).cwd)
 
 
 def is_installed(top: str, cwd: str) -> bool:
