@@ -6,11 +6,13 @@ the rank that was missing from them."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -417,3 +419,43 @@ def test_a_rank_sigkilled_without_a_stack_is_the_first_failure_whatever_torchrun
     assert incident.diagnosis.summary == (
         "rank 1 failed first (killed by signal 9 (SIGKILL) — often the host's out-of-memory "
         "killer; check `dmesg`); rank 0 failed afterwards in all_reduce — consequences")
+
+
+def test_a_rank_stopped_while_cudadiag_wrote_its_record_was_stopped_at_an_unknown_place(
+        tmp_path):
+    # found by CI: rank 0, stopped while writing that it raised, was said to stand in
+    # dataclasses' `_asdict_inner`
+    job = _rank_folder(tmp_path, [
+        _state(0), _state(1, outcome="raised", error_type="RuntimeError",
+                          message="CUDA error: device-side assert triggered",
+                          text="CUDA error: device-side assert triggered",
+                          where="train.py:18 in main")],
+        LauncherReport(1, [LauncherFailure(1, 1, 2**31 - 2, 1, 1.7e9)]))
+    (job.folder / "a0.rank0.stack").write_text(_stack_dumped_while_writing_a_record(tmp_path))
+    incident = job.collect(stopped=False).incident
+    job.complete(incident)
+    (stopped,) = [r for r in incident.run.ranks if r.rank == 0]
+    assert (stopped.rank, stopped.outcome, stopped.where) == (0, "stopped", None)
+    assert incident.diagnosis.summary.endswith(
+        "rank 0 was stopped at an unknown place — consequences")
+
+
+def _stack_dumped_while_writing_a_record(tmp_path: Path) -> str:
+    """faulthandler's dump of a thread stopped inside RankState.to_json (the thread's own
+    block: the dump holds every thread)."""
+
+    class DumpsWhenCopied(str):
+        """A field value whose copy, made by dataclasses.asdict, dumps the stacks: deepcopy
+        asks `__reduce_ex__(4)` how to rebuild it and calls what that returns."""
+
+    dump = tmp_path / "dump"
+    with dump.open("w") as out:
+        value = DumpsWhenCopied("RuntimeError")
+        value.__reduce_ex__ = {4: (faulthandler.dump_traceback, (out.fileno(), True))}.get
+        writer = threading.Thread(target=_state(0, error_type=value).to_json)
+        writer.start()
+        writer.join()
+    blocks = re.split(r"\n(?=\S)", dump.read_text())
+    (current,) = [b for b in blocks if b.startswith("Current thread")]
+    assert "_asdict_inner" in current and "rankfiles.py" in current
+    return current

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 WRAPPER_FILES = ("torch/distributed/c10d_logger.py", "torch/overrides.py", "torch/_compile.py",
-                 "torch/_dynamo/", "<frozen runpy>", "/runpy.py")
+                 "torch/_dynamo/", "<frozen runpy>", "/runpy.py", "/threading.py")
 """Frames that only pass a call on: never the place a rank failed in."""
 _CELL_FILE = re.compile(r"^<cudadiag (In\[\d+\])>$")
 """A notebook cell replayed by the worker (isolate.worker.CELL_FILENAME)."""
@@ -188,21 +188,34 @@ def finish(exit_code: int, incident: Incident | None) -> bool:
 def failing_call(frames: list[tuple[str, int, str]]) -> str | None:
     """The call a rank failed or stood in: the innermost frame that is neither cudadiag's nor
     a wrapper's, as `all_reduce` for PyTorch's own functions, `train.py:12 in main` for the
-    program's and `In[3]:5 in worker` for a notebook cell's. `frames` are (filename,
-    lineno, name) tuples, innermost last."""
+    program's and `In[3]:5 in worker` for a notebook cell's; None when there is none. What
+    cudadiag called of the standard library for itself (writing the rank's record) is its
+    own part, left out; a library call it passed on (the simulated device's
+    `__torch_function__`) stays the program's. `frames` are (filename, lineno, name)
+    tuples, innermost last."""
+    library_call: tuple[str, str] | None = None
+    """The innermost library frame of the run of them seen: (filename, function)."""
     for filename, lineno, name in reversed(frames):
-        if filename.startswith(_PACKAGE_DIR) or any(w in filename for w in WRAPPER_FILES):
+        if any(w in filename for w in WRAPPER_FILES):
             continue
-        if _is_library(filename):
-            return name
-        cell = _CELL_FILE.match(filename)
-        return f"{cell.group(1) if cell else os.path.basename(filename)}:{lineno} in {name}"
-    return None
+        if filename.startswith(_PACKAGE_DIR):
+            library_call = library_call if library_call and _is_installed(library_call[0]) \
+                else None
+        elif _is_library(filename):
+            library_call = library_call or (filename, name)
+        else:
+            cell = _CELL_FILE.match(filename)
+            return library_call[1] if library_call else \
+                f"{cell.group(1) if cell else os.path.basename(filename)}:{lineno} in {name}"
+    return library_call[1] if library_call else None
+
+
+def _is_installed(filename: str) -> bool:
+    return any(part in filename for part in ("/site-packages/", "/dist-packages/"))
 
 
 def _is_library(filename: str) -> bool:
-    return any(part in filename for part in ("/site-packages/", "/dist-packages/")) or \
-        filename.startswith(os.path.dirname(os.__file__) + os.sep)
+    return _is_installed(filename) or filename.startswith(os.path.dirname(os.__file__) + os.sep)
 
 
 @dataclass
