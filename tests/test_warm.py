@@ -184,6 +184,38 @@ def test_a_warm_import_that_initialises_cuda_is_refused_then_left_to_the_child(
 
 
 @pytest.mark.slow
+def test_an_installed_module_changed_on_disk_refuses_the_fork_and_restarts_the_server(
+        shell, capsys, monkeypatch, tmp_path):
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / "sitecustomize.py").write_text(  # site_dir is a site-packages folder
+        "import site, sys\n"
+        f"sys.path.append({str(site_dir)!r})\n"
+        "_listed = site.getsitepackages\n"
+        f"site.getsitepackages = lambda *a: [*_listed(*a), {str(site_dir)!r}]\n")
+    module = site_dir / "upgraded.py"
+    module.write_text("VERSION = 1\n")
+    monkeypatch.setenv("PYTHONPATH", f"{site_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    warm.stop()
+    warm.start()
+    old = _server_pid()
+    run(shell, "%%blocking_launch\nimport upgraded\nprint('version', upgraded.VERSION)")
+    assert "version 1" in capsys.readouterr().out
+    module.write_text("VERSION = 2\n")  # as `pip install -U` while the kernel runs
+    os.utime(module, (time.time() + 5, time.time() + 5))
+    run(shell, "%%blocking_launch\nimport upgraded\nprint('version', upgraded.VERSION)")
+    out = capsys.readouterr().out
+    assert ("cudadiag: cold start: the warm interpreter refused the run (installed module "
+            "upgraded changed on disk since it was imported); restarting it") in out
+    assert "version 2" in out
+    new = _server_pid()
+    assert new != old
+    run(shell, "%%blocking_launch\nimport os, upgraded\n"
+               "print('parent', os.getppid(), 'version', upgraded.VERSION)")
+    assert f"parent {new} version 2" in capsys.readouterr().out
+
+
+@pytest.mark.slow
 @pytest.mark.own_warm_interpreter  # asserts on what the server imported
 def test_warm_imports_preload_installed_unconditional_imports_never_user_files(
         shell, capsys, monkeypatch, tmp_path, request):

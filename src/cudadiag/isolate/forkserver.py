@@ -13,7 +13,8 @@ initialised in it.
 Protocol. The control socket (SOCK_SEQPACKET) carries one message per run from the parent:
 `run JOB_PATH`, with the run's own socket and the child's stdout/stderr pipe ends attached
 (SCM_RIGHTS); the server says `ready` on it once torch is imported. On the run's socket the
-server answers `started PID` (or `refused REASON`), then `exited PID CODE`. Runs may overlap.
+server answers `started PID` (or `refused KIND [MODULE]`: isolate/refusals.py), then
+`exited PID CODE`. Runs may overlap.
 When the parent closes a run's socket (Ctrl-C, an export stopped), the server kills that
 child's process group; when it closes the control socket (or dies), the server kills every
 child's group and exits.
@@ -41,8 +42,7 @@ from pathlib import Path
 from types import ModuleType
 
 from cudadiag.env import code_revision
-from cudadiag.i18n import N_
-from cudadiag.isolate import program_files
+from cudadiag.isolate import program_files, refusals
 from cudadiag.isolate.job import Job, Launch
 from cudadiag.isolate.procgroup import kill_group
 
@@ -148,9 +148,10 @@ class _Server:
             for received in fds[1:]:
                 os.close(received)
             with contextlib.suppress(OSError):
-                channel.sendall(f"refused {refusal}\n".encode())
+                channel.sendall(f"{refusals.answer(*refusal)}\n".encode())
             channel.close()
-            raise OSError(refusal)  # a server that cannot fork safely any more stops
+            # a server that cannot fork safely any more stops
+            raise OSError(refusals.sentence(*refusal))
         # what the server holds is frozen for the fork: the child's collections then skip
         # it, instead of walking torch's millions of objects (each touch a copy-on-write
         # page fault) at its first gen-2 collection (the `gc.freeze` documentation's case)
@@ -170,22 +171,23 @@ class _Server:
             self._forget(run)
         return True
 
-    def _prepare(self, job_path: str) -> str | None:
-        """Do the job's warm imports; return why forking would be unsafe, or None."""
+    def _prepare(self, job_path: str) -> tuple[str, str] | None:
+        """Do the job's warm imports; return why forking would be unsafe (a kind of
+        isolate/refusals.py and the module it names, '' for none), or None."""
         import torch
 
         if torch.cuda.is_initialized():
-            return N_("CUDA was initialised in the warm interpreter")
+            return refusals.CUDA_INITIALISED, ""
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             job = Job.read(Path(job_path))
             launch = Launch.read(job.path)
             for name in self._warm_imports(job, launch.cwd, launch.skip):
                 if torch.cuda.is_initialized():
-                    return f"importing {name} initialised CUDA"
+                    return refusals.IMPORT_INITIALISED_CUDA, name
             code_revision(launch.cwd)  # cached here for a while: each child inherits it
         changed = [name for name, mtime in self.imported.items() if _mtime(name) != mtime]
         if changed:
-            return f"installed module {changed[0]} changed on disk since it was imported"
+            return refusals.MODULE_CHANGED, changed[0]
         return None
 
     def _warm_imports(self, job: Job, cwd: str, skip: list[str]) -> Iterator[str]:

@@ -28,6 +28,7 @@ from typing import IO, Any, Protocol
 from cudadiag.errors import CudadiagError
 from cudadiag.i18n import N_, _
 from cudadiag.i18n.language import explicit as explicit_language
+from cudadiag.isolate import refusals
 from cudadiag.isolate.eager import DISABLE_VARIABLE
 from cudadiag.isolate.job import Launch
 from cudadiag.isolate.procgroup import kill_group
@@ -240,7 +241,12 @@ START_TIMEOUT_S = 300.0
 
 class ForkRefused(CudadiagError, OSError):
     """The fork server would not fork (CUDA was initialised in it, an installed module
-    changed on disk); it has stopped."""
+    changed on disk); it has stopped. `kind` is one of isolate/refusals.py's kinds,
+    `module` the module it names ('' for none); the message is its sentence."""
+
+    def __init__(self, kind: str, module: str = "") -> None:
+        super().__init__(refusals.sentence(kind, module))
+        self.kind, self.module = kind, module
 
 
 def server_environment(env: dict[str, str]) -> dict[str, str]:
@@ -378,7 +384,7 @@ class ForkServer:
             for fd in (out_read, err_read):
                 os.close(fd)
             ours.close()
-            raise ForkRefused(rest)
+            raise ForkRefused(*rest.split(" ", 1))
         return ForkedProcess(ours, int(rest), out_read, err_read)
 
     def why_dead(self) -> str:

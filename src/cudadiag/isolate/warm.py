@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
 import sys
 import threading
 import time
 
 from cudadiag.i18n import N_, _
+from cudadiag.isolate import refusals
 from cudadiag.isolate.launcher import (
     ChildProcess,
     ForkRefused,
@@ -36,8 +36,6 @@ _stopped_by = N_("the extension is not loaded")
 """Why there is no server, when there is none."""
 _not_warm: set[str] = set()
 """Top-level modules whose import initialised CUDA in a server: never imported there again."""
-REFUSED_IMPORT = re.compile(r"^importing ([\w.]+) initialised CUDA$")
-CHANGED_MODULE = re.compile(r"^installed module (\S+) changed on disk since it was imported$")
 
 
 def unsupported() -> str | None:
@@ -119,12 +117,10 @@ class WarmLauncher:
                 process.how = _("warm start (forked from the kernel's warm interpreter)")
                 return process
             except ForkRefused as exc:
-                refused_import = REFUSED_IMPORT.match(str(exc))
-                if refused_import:
-                    _not_warm.add(refused_import.group(1).partition(".")[0])
-                detail = _refusal_text(str(exc))
+                if exc.kind == refusals.IMPORT_INITIALISED_CUDA:
+                    _not_warm.add(exc.module.partition(".")[0])
                 reason = _("the warm interpreter refused the run ({error}); restarting "
-                           "it").format(error=detail)
+                           "it").format(error=exc)
                 _restart(env)
             except OSError as exc:
                 reason = _("the warm interpreter failed ({error}); restarting it").format(
@@ -134,19 +130,6 @@ class WarmLauncher:
         process.how = _("cold start: {reason}").format(reason=reason)
         process.fallback = reason
         return process
-
-
-def _refusal_text(reason: str) -> str:
-    """Return the server's reason for refusing a fork (forkserver.py words it in English,
-    the protocol's language) in the current language."""
-    refused_import = REFUSED_IMPORT.match(reason)
-    if refused_import:
-        return _("importing {module} initialised CUDA").format(module=refused_import.group(1))
-    changed = CHANGED_MODULE.match(reason)
-    if changed:
-        return _("installed module {module} changed on disk since it was imported").format(
-            module=changed.group(1))
-    return _(reason)
 
 
 def _why_not_warm(env: dict[str, str], wait: float | None) -> str | None:
