@@ -32,7 +32,7 @@ from pathlib import PurePath
 from typing import Any
 
 from cudadiag import knowledge
-from cudadiag.batch.offending import offending_candidates, value_range
+from cudadiag.batch.offending import offending_candidates, offending_tensor, value_range
 from cudadiag.i18n import N_, Text, msg
 from cudadiag.incident import Diagnosis, Incident, OpInfo, TensorArg, TensorSummary
 from cudadiag.knowledge import Advice
@@ -216,29 +216,35 @@ def index_tensors(incident: Incident, kinds: tuple[str, ...] | None = None,
     where they tie, [] without a batch or where no integer tensor leaves the valid range.
     The facts: `values` (else the details' value and valid range), the operator's recorded
     argument, the keys the model reads indices of `kinds` from (else index_kinds())."""
-    details = incident.diagnosis.details
-    tensors = incident.batch.tensors if incident.batch else []
-    value, valid = details.get("value"), details.get("valid_range")
-    if values is not None:
-        value, valid = values.offending[0] if values.offending else None, [values.low,
-                                                                           values.high]
-    return offending_candidates(tensors, value, valid,
-                                _op_argument(incident.op, details.get("argument")),
-                                _index_names(incident, index_kinds(incident)
-                                             if kinds is None else kinds))
+    return offending_candidates(*_offending_facts(incident, kinds, values))
 
 
 def index_tensor(incident: Incident, kinds: tuple[str, ...] | None = None,
                  values: knowledge.IndexValues | None = None) -> TensorSummary | None:
     """Return the batch tensor the failing operator read its offending index from, None
-    where index_tensors() finds none or several."""
-    found = index_tensors(incident, kinds, values)
-    return found[0] if len(found) == 1 else None
+    where index_tensors() finds none or several (batch.offending.offending_tensor)."""
+    return offending_tensor(*_offending_facts(incident, kinds, values))
 
 
-def _index_names(incident: Incident, kinds: tuple[str, ...]) -> list[str]:
-    """The batch keys the model reads indices of `kinds` from (knowledge.BATCH_KEYS), the
-    Trainer's label names first for targets; a loss's target keys where no kind is known."""
+def _offending_facts(incident: Incident, kinds: tuple[str, ...] | None,
+                     values: knowledge.IndexValues | None
+                     ) -> tuple[list[TensorSummary], object, list[int] | None,
+                                TensorArg | None, list[str]]:
+    """offending_candidates()'s arguments from the incident (see index_tensors())."""
+    details = incident.diagnosis.details
+    tensors = incident.batch.tensors if incident.batch else []
+    value, valid = details.get("value"), details.get("valid_range")
+    if values is not None:
+        value = values.offending[0] if values.offending else None
+        valid = [values.low, values.high]
+    return (tensors, value, valid, _op_argument(incident.op, details.get("argument")),
+            index_keys(incident, index_kinds(incident) if kinds is None else kinds))
+
+
+def index_keys(incident: Incident, kinds: tuple[str, ...]) -> list[str]:
+    """Return the batch keys the model reads indices of `kinds` from (knowledge.BATCH_KEYS),
+    the Trainer's label names first for targets; a loss's target keys where no kind is
+    known."""
     label_names = incident.model.label_names or [] if incident.model else []
     kinds = kinds or ("class_target",)
     targets = [*label_names] if {"class_target", "token_target"} & set(kinds) else []

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from cudadiag import knowledge, probes
-from cudadiag.advice import advise
+from cudadiag import probes
+from cudadiag.advice import advise, index_keys
 from cudadiag.batch.positions import position_in_batch
 from cudadiag.classification import classify, first_error_line
 from cudadiag.contracts import Violation
@@ -105,9 +105,8 @@ def _locate_in_batch(incident: Incident, violation: Violation) -> None:
     operator's targets."""
     if incident.op is None or incident.batch is None:
         return
-    names = [*(incident.model.label_names or [] if incident.model else []),
-             *knowledge.BATCH_KEYS["class_target"], *knowledge.BATCH_KEYS["token_target"]]
-    found = position_in_batch(violation, incident.batch, names)
+    found = position_in_batch(violation, incident.batch,
+                              index_keys(incident, ("class_target", "token_target")))
     if found is not None:
         incident.op.in_batch = found
         incident.diagnosis.summary = msg("{summary}; position {position} is {element}",
