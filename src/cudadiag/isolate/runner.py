@@ -181,7 +181,8 @@ def _execute(numbered: list[tuple[int, str]], script: ScriptTarget | None, *,
             stderr=output.text("stderr"), wall_s=wall, settings=settings,
             timed_out=pump.timed_out, interrupted=pump.interrupted,
             cells=[n for n, _ in numbered], pid=process.pid,
-            start=join_clauses(filter(None, [_(child_result.blocking_check) if child_result
+            # the child words its check in the run's language (child_environment)
+            start=join_clauses(filter(None, [child_result.blocking_check if child_result
                                              else "", process.how])),
         )
         result.incident = _incident_of(result, child_result, blocking, extra)
