@@ -178,6 +178,17 @@ def test_the_selector_says_what_failed_and_pages_only_when_there_is_more_than_a_
     assert panel.newer.layout.display == panel.older.layout.display == "none"
 
 
+def test_the_selector_drops_only_the_familys_own_title_from_what_failed():
+    store, _ = _store_with("Torch not compiled with CUDA enabled",
+                           "NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+                           "unhandled system error, NCCL version 2.14.3")
+    nccl, build = [label for label, _ in Panel(store=store).selector.options]
+    # a pitfall's title says what failed: it stays (the family is `driver`)
+    assert build.startswith("12-02 10:00  In[1]  driver: This PyTorch is a build without CUDA")
+    # the family's title goes; a colon in the error's own words stays
+    assert nccl.startswith("12-02 10:00  In[2]  distributed: NCCL error in: ../torch/csrc/")
+
+
 def test_every_tab_is_as_high_as_the_others_and_nothing_shows_none(shell):
     from scenarios import fail_with_device_assert
 

@@ -8,17 +8,18 @@ displayed object's mime bundle still carries `text/html` and `text/plain` render
 from __future__ import annotations
 
 import html
-import re
 import textwrap
 from operator import itemgetter
 from typing import Any
 
 import ipywidgets as widgets
 
+from cudadiag.classification import summary_line
 from cudadiag.errors import IncidentNotFound
-from cudadiag.i18n import N_, _
+from cudadiag.i18n import N_, _, localize
 from cudadiag.i18n.width import cut_to_width, display_width
 from cudadiag.incident import Incident
+from cudadiag.knowledge import FAMILIES
 from cudadiag.log.entry import LogEntry, by_id, entry_for_incident, failing_cell
 from cudadiag.log.store import IncidentStore
 from cudadiag.repro.report import render_report
@@ -314,9 +315,20 @@ def _option_label(entry: LogEntry, summary: str) -> str:
     """`12-04 02:38  In[4]  device_assert: target 4 at position 3 … (isolated)`: when,
     where, and what failed in a few words (`summary`, in the language of the moment,
     without its family's title)."""
-    what = re.split(r": |：", summary, maxsplit=1)[-1]  # after the family's title
+    what = _without_family_title(summary, entry.family)
     return (f"{entry.created_at[5:16].replace('T', ' ')}  {entry.where()}  "
             f"{entry.family or 'unknown'}: {_shortened(what, 64)}  ({entry.mode or '?'})")
+
+
+def _without_family_title(summary: str, family: str | None) -> str:
+    """`summary` less the family's title that begins it (`Device-side assertion: `, as the
+    language of the moment words it), which the label names by the family; the whole
+    summary where another title begins it (a pitfall's) or none does (a job's ranks)."""
+    known = FAMILIES.get(family or "")
+    if known is None:
+        return summary
+    title = localize(summary_line(known.title, ""))
+    return summary.removeprefix(title)
 
 
 def _shortened(text: str, width: int) -> str:
