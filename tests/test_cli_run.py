@@ -214,6 +214,38 @@ def test_an_error_the_script_catches_and_goes_on_from_is_still_the_first_error(t
         "aten::nll_loss_forward")
 
 
+WRAPS = """\
+import torch
+import torch.nn.functional as F
+
+
+def step(logits, target):
+    return F.cross_entropy(logits, target)
+
+
+for i in range(5):
+    try:
+        step(torch.zeros(3, 3), torch.tensor([0, 1, 3 if i == 2 else 2]))
+    except RuntimeError as error:
+        raise ValueError(f"step {i} failed") from error
+"""
+
+
+def test_an_error_the_script_raises_from_the_failure_keeps_the_failures_place_and_values(
+        tmp_path):
+    (tmp_path / "wraps.py").write_text(WRAPS)
+    result = cudadiag("run", "wraps.py", cwd=tmp_path)
+    assert result.returncode == 1
+    traceback, _, diagnosis = result.stderr.partition("cudadiag [")
+    assert traceback.splitlines()[-1] == "ValueError: step 2 failed"  # the script's own
+    assert "raised at" in diagnosis and "wraps.py:6 in step: return F.cross_entropy(" in diagnosis
+    assert "target 3 at position 2 outside [0, 3)" in diagnosis
+    assert "loop: i=2 (wraps.py)" in diagnosis
+    (incident,) = incidents()
+    assert incident.error.type == "cudadiag.trace.PrecheckError"
+    assert incident.diagnosis.details["value"] == 3
+
+
 def test_a_script_that_dies_by_os_exit_says_its_status(tmp_path):
     (tmp_path / "dies.py").write_text("import os\nprint('bye', flush=True)\nos._exit(3)\n")
     result = cudadiag("run", "dies.py", cwd=tmp_path)

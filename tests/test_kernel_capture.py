@@ -154,6 +154,33 @@ def test_a_simulated_error_at_item_shows_no_torch_wrapper_frames(shell):
     assert not any("torch" in f for f in files), files
 
 
+def test_an_error_raised_from_the_cuda_error_is_diagnosed_where_the_cuda_error_arose(
+        shell, capsys):
+    # the user's wrapper raises its own error from the CUDA error: the first error, and the
+    # line it surfaced at, are the CUDA error's; the traceback under the cell is theirs
+    run(shell, "import torch, torch.nn.functional as F\n"
+               "from cudadiag.testing import simulated_cuda\nsim = simulated_cuda().start()")
+    cell = run(shell, "def step(logits, target):\n"
+                      "    loss = F.cross_entropy(logits, target)\n"
+                      "    return loss.item()\n")[1]
+    run(shell, "try:\n"
+               "    step(torch.randn(3, 4, device='cuda'), torch.tensor([0, 2, 4]).cuda())\n"
+               "except RuntimeError as e:\n"
+               "    raise ValueError('training step failed') from e")
+    (incident,) = incidents()
+    assert incident.diagnosis.family == "device_assert"
+    assert incident.error.type == "cudadiag.testing.SimulatedAcceleratorError"
+    assert incident.error.message == "CUDA error: device-side assert triggered"
+    at = incident.error.reported_at
+    assert (at.cell, at.line, at.function, at.source) == (cell, 3, "step", "return loss.item()")
+    assert [f.function for f in incident.error.traceback if f.user] == ["<module>", "step"]
+    assert not any("cudadiag" in f.file for f in incident.error.traceback)
+    shown = capsys.readouterr()
+    assert (f"noticed (not necessarily the cause) at In[{cell}], line 3 in step: "
+            "return loss.item()") in unwrapped(shown.err)
+    assert "ValueError\x1b[39m: training step failed" in shown.out  # the traceback: theirs
+
+
 @pytest.mark.slow
 def test_loading_the_extension_imports_no_torch():
     # %load_ext is the first cell of a notebook: it must not pay torch's import (seconds)

@@ -143,16 +143,29 @@ def is_sticky(error: BaseException | str, *, context: str | None = None) -> bool
     return classify(error, context=context).sticky
 
 
+def deciding_error(error: BaseException) -> BaseException:
+    """Return the exception of `error`'s chain (its causes and contexts, the first first)
+    that classify() reads the error from: the first that carries a CUDA error code or whose
+    text holds a known error; `error` itself when none does. Raises nothing."""
+    for exc in exception_chain(error):
+        if _error_code(exc) is not None or _first_match(_text_of(exc)) is not None:
+            return exc
+    return error
+
+
 def _events(error: BaseException | str, context: str | None) -> list[tuple[str, Any]]:
     events: list[tuple[str, Any]] = []
     if context and context.strip():
         events.append((normalized(context), None))
     if isinstance(error, BaseException):
-        for exc in exception_chain(error):
-            events.append((normalized(f"{qualified_type_name(exc)}: {exc}"), exc))
+        events += [(_text_of(exc), exc) for exc in exception_chain(error)]
     else:
         events.append((normalized(str(error)), None))
     return events
+
+
+def _text_of(exc: BaseException) -> str:
+    return normalized(f"{qualified_type_name(exc)}: {exc}")
 
 
 def normalized(text: str) -> str:

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from cudadiag import probes
 from cudadiag.advice import advise, index_keys
 from cudadiag.batch.positions import position_in_batch
-from cudadiag.classification import classify, first_error_line
+from cudadiag.classification import classify, deciding_error, first_error_line
 from cudadiag.contracts import Violation
 from cudadiag.env import collect_env
 from cudadiag.generated_code import describe_generated_code
@@ -75,7 +75,7 @@ def incident_from_exception(exc: BaseException, run: RunInfo, *,
     are attached. Never raises for an exception it does not know (the family is `unknown`).
     """
     diagnosis = diagnosis or classify(exc, context=device_lines or None)
-    error = ErrorInfo.from_exception(exc, locate_cell, cell_source)
+    error = ErrorInfo.from_exception(deciding_error(exc), locate_cell, cell_source, exc)
     describe_generated_code(diagnosis, exc, f"{device_lines}\n{error.text}")
     if device_lines:
         error.text = f"{device_lines}\n{error.text}"

@@ -83,14 +83,21 @@ class ErrorInfo:
         exc: BaseException,
         locate_cell: Callable[[str], int | None] = lambda filename: None,
         cell_source: Callable[[int], str | None] = lambda cell: None,
+        raised: BaseException | None = None,
     ) -> ErrorInfo:
         """Build the error node of an incident from an exception and its traceback.
 
         `locate_cell(filename)` returns the execution count of the cell a code object was
         compiled from (None for files); `cell_source(n)` returns that cell's source.
+        `raised` is the exception the program raised, when `exc` is a cause or context of
+        it (`raise ... from exc`, an error raised while handling `exc`): the traceback then
+        runs from the program's frames, through the frame that caught `exc`, to where `exc`
+        arose (chained_traceback()).
         """
         frames: list[Frame] = []
-        for summary in tb_module.extract_tb(exc.__traceback__):
+        entries = chained_traceback(exc, raised) if raised is not None else \
+            list(tb_module.walk_tb(exc.__traceback__))
+        for summary in tb_module.StackSummary.extract(iter(entries)):
             frame = _frame_from_summary(summary, locate_cell, cell_source)
             cells = [f.cell for f in frames if f.cell is not None]
             if frame.file in CELL_MAGIC_BODIES and cells:
@@ -658,6 +665,25 @@ def qualified_type_name(exc: BaseException) -> str:
     if module.startswith("torch") and hasattr(sys.modules.get("torch"), t.__name__):
         return f"torch.{t.__name__}"
     return f"{module}.{t.__qualname__}"
+
+
+def chained_traceback(exc: BaseException, raised: BaseException
+                      ) -> list[tuple[types.FrameType, int]]:
+    """Return the (frame, line) entries from the outermost frame of `raised` to where `exc`,
+    a cause or context of it, arose: each exception of the chain between them joins the
+    path at the frame that caught it (its own traceback starts there), or after the path
+    when it was raised elsewhere (a stored exception raised later). `raised` itself when
+    `exc` is not in its chain."""
+    chain = exception_chain(raised)
+    path = list(tb_module.walk_tb(raised.__traceback__))
+    if exc not in chain:
+        return path
+    for cause in reversed(chain[chain.index(exc):-1]):
+        own = list(tb_module.walk_tb(cause.__traceback__))
+        caught_in = next((n for n, (frame, _) in enumerate(path)
+                          if own and frame is own[0][0]), len(path))
+        path = path[:caught_in] + own
+    return path
 
 
 def exception_chain(exc: BaseException) -> list[BaseException]:

@@ -5,7 +5,7 @@ Installed through IPython's own hook for custom tracebacks (`InteractiveShell.se
 so that the panel comes before the traceback and `%tb`, `%debug` and `sys.last_value` keep
 working: the hook stores the error where IPython's own display does, and `%tb` prints it in
 full. Frames of cudadiag itself at the end of a traceback (the simulated device raising at a
-synchronising op, a guard) are left out of both forms.
+synchronising op, a guard) are left out of both forms, and of its causes' tracebacks.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any
 
 from cudadiag.i18n import N_, _
-from cudadiag.incident import ErrorInfo, is_user_file
+from cudadiag.incident import ErrorInfo, exception_chain, is_user_file
 
 UNFOLD = N_("Traceback folded by cudadiag (%tb shows it in full, %debug opens it):")
 """The first line of a folded traceback (shown with `_`)."""
@@ -109,6 +109,8 @@ class TracebackHandler:
         shown = without_own_frames(tb)
         if shown is not tb:  # %debug opens the error's own traceback: the one shown
             value.__traceback__ = shown
+        for cause in exception_chain(value)[:-1]:  # what `raise ... from` shows of them
+            cause.__traceback__ = without_own_frames(cause.__traceback__)
         if not self.diagnose(value):
             shell.showtraceback((etype, value, shown), tb_offset=tb_offset,
                                 running_compiled_code=True)

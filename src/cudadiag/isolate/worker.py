@@ -37,6 +37,7 @@ from cudadiag.privacy.secret_names import looks_secret, masked_value
 BLOCKING_VARIABLES = (*NVIDIA_BLOCKING, *ROCM_BLOCKING)
 
 if TYPE_CHECKING:
+    from cudadiag.contracts import Violation
     from cudadiag.incident import Incident, LoopContext
     from cudadiag.trace import OpTracer, PrecheckError
 
@@ -374,9 +375,18 @@ def _incident(failures: list[tuple[BaseException, int | None]], job: Job,
                      batch_replay=job.batch_step,
                      command=script.command() if script is not None else []),
         locate_cell=cell_of, op=tracer.failed if tracer is not None else None,
-        violation=getattr(exc, "violation", None), loop=loop)
+        violation=_violation_in(exc), loop=loop)
     incident.error.later = [later_error(later, cell) for later, cell in failures[1:]]
     return incident
+
+
+def _violation_in(exc: BaseException) -> Violation | None:
+    """The index contract a precheck found broken (its PrecheckError's `violation`) anywhere
+    in `exc`'s chain, or None: a program may raise its own error from the precheck's."""
+    from cudadiag.incident import exception_chain
+
+    found = (getattr(e, "violation", None) for e in exception_chain(exc))
+    return next((v for v in found if v is not None), None)
 
 
 if __name__ == "__main__":
