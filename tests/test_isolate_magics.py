@@ -59,6 +59,31 @@ def test_method_example_end_to_end_names_the_operator_value_and_position(shell, 
     assert after == before
 
 
+def test_a_function_from_a_star_import_of_the_users_module_is_replayed_not_refused(
+        shell, capsys, monkeypatch, tmp_path):
+    # a notebook beside its helpers: `from helpers import *` binds what no cell shows
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "helpers", raising=False)
+    (tmp_path / "helpers.py").write_text(
+        "import torch.nn.functional as F\n\n__all__ = ['loss_of']\n\n\n"
+        "def loss_of(model, x, target):\n    return F.cross_entropy(model(x), target)\n")
+    _, setup_cell = run(shell, SETUP)
+    _, star_cell = run(shell, "from helpers import *")
+    _, model_cell = run(shell, MODEL.replace("F.cross_entropy(model(x), target)",
+                                             "loss_of(model, x, target)"))
+    _, item_cell = run(shell, "print('loss', loss.item())")
+    capsys.readouterr()
+    run(shell, "%cuda_isolate")
+    out = capsys.readouterr().out
+    assert (f"plan: replay In[{setup_cell}], In[{star_cell}], In[{model_cell}], "
+            f"In[{item_cell}]; ship nothing") in out
+    assert "reproduced: same failure (device_assert)" in out
+    (isolated,) = _isolated(incidents())
+    assert isolated.op.name == "aten::nll_loss_forward"
+    assert isolated.diagnosis.details["value"] == 4
+
+
 def test_cpu_twin_gives_index_out_of_bounds_at_the_same_op(shell):
     run(shell, "import torch, torch.nn.functional as F")
     _, model_cell = run(shell, MODEL)

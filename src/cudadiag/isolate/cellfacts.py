@@ -20,6 +20,7 @@ import ast
 import builtins
 import functools
 import re
+import sys
 import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -114,9 +115,32 @@ class CellFacts:
     effects: list[SideEffect] = field(default_factory=list)
     process_state: list[str] = field(default_factory=list)
     """What the cell sets for the whole process ("seeds a random generator", ...)."""
-    star_import: bool = False
+    star_modules: list[str] = field(default_factory=list)
+    """The modules the cell imports `*` from (`.helpers` for a relative import)."""
     syntax_error: str | None = None
     known_after: KnownNames = field(default_factory=KnownNames)
+
+    @property
+    def star_import(self) -> bool:
+        """True when the cell imports `*` from a module: it binds names its source does not
+        show (star_names())."""
+        return bool(self.star_modules)
+
+
+def star_names(cell: CellFacts) -> set[str]:
+    """Return the names the cell's `from M import *` statements bind, as Python binds them
+    (M's `__all__`, else its names not starting with `_`), read from each module as this
+    process has it loaded (the kernel ran the cell); none for a module it has not loaded (a
+    relative import)."""
+    names: set[str] = set()
+    for module in cell.star_modules:
+        loaded = sys.modules.get(module)
+        if loaded is None:
+            continue
+        public = getattr(loaded, "__all__", None)
+        names |= set(public) if public is not None else {
+            name for name in vars(loaded) if not name.startswith("_")}
+    return names
 
 
 def analyse_history(history: Mapping[int, str]) -> dict[int, CellFacts]:
@@ -315,7 +339,7 @@ class _Visitor(ast.NodeVisitor):
         module = "." * node.level + (node.module or "")
         for alias in node.names:
             if alias.name == "*":
-                self.facts.star_import = True
+                self.facts.star_modules.append(module)
                 continue
             name = alias.asname or alias.name
             self._bind(name)

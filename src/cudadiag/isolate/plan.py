@@ -23,7 +23,7 @@ from typing import Any
 
 from cudadiag.errors import PlanError
 from cudadiag.i18n import N_, _, localize
-from cudadiag.isolate.cellfacts import CellFacts, SideEffect, analyse_history
+from cudadiag.isolate.cellfacts import CellFacts, SideEffect, analyse_history, star_names
 
 SHIP_MAX_BYTES = 512 * 2**20
 RNG_STATE = frozenset({"seeds a random generator", "sets a random generator's state"})
@@ -356,8 +356,9 @@ class _Planner:
                     self.not_replayed.append(number)
                     continue
                 self.replay.append(number)
-                self.provides[number] = provided
-                self.needed = (self.needed - cell.rebinds) | cell.uses
+                bound = cell.rebinds | star_names(cell) if cell.star_import else cell.rebinds
+                self.provides[number] = provided | (bound & self.needed)
+                self.needed = (self.needed - bound) | cell.uses
         self._ship_needed(order[0])
 
     def _replaced(self, number: int) -> bool:
