@@ -57,7 +57,8 @@ def _torchrun_agent(node: Node) -> int:
 
 
 @pytest.mark.slow
-def test_two_nodes_of_one_process_each_print_the_same_first_failure(tmp_path):
+def test_two_nodes_of_one_process_each_print_the_same_first_failure_and_each_log_says_it(
+        tmp_path):
     node0, node1 = two_nodes(tmp_path, BAD_TARGET)
     assert (node0.wait(), node1.wait()) == (1, 1)  # torchrun's status on each node
     summary, incident = assert_same_job_incident(node0, node1)
@@ -73,6 +74,31 @@ def test_two_nodes_of_one_process_each_print_the_same_first_failure(tmp_path):
     assert incident.run.launcher[-2:] == ["--node-rank", "0"]
     assert incident.run.cwd == str(tmp_path)
     assert "node_rank is only used for static" not in node0.stderr()  # not passed on
+    # node 0's own log shows only consequences (gloo's closed connection): `explain` of it
+    # names the job's first failure from the agents' line, on node 0 and anywhere else
+    explained = _explain(node0.err, node0.home)
+    assert ("first failure, as cudadiag diagnosed the run (line " in explained
+            and f"`cudadiag show {incident.id}`" in explained), explained
+    assert f"  cudadiag [{incident.id}] device_assert — {summary}" in explained
+    assert f"later errors (probable consequences of rank {first.rank}'s failure):" in explained
+    assert re.search(r"^  rank 0, line \d+: distributed — RuntimeError: \[.*gloo", explained,
+                     re.M), explained
+    assert "  - target 4 for 4 output columns (valid [0, 4)" in explained  # the incident's
+    elsewhere = _explain(node0.err, tmp_path / "another_machine")
+    assert f"  cudadiag [{incident.id}] device_assert — {summary}" in elsewhere
+    assert "Class targets must lie in [0, C)" in elsewhere  # device_assert's, for a log
+    assert (f"restart: as the incident says (`cudadiag show {incident.id}` where the run was "
+            "recorded)") in elsewhere
+    assert not (tmp_path / "another_machine").exists()  # explain creates no log there
+    explained1 = _explain(node1.err, node1.home)  # node 1 shows the failure itself
+    assert "first error (line " in explained1 and "first failure, as" not in explained1
+
+
+def _explain(log: Path, home: Path) -> str:
+    """`cudadiag explain LOG` on a machine whose incident log is in `home`."""
+    return subprocess.run([sys.executable, "-m", "cudadiag.cli", "explain", str(log)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CUDADIAG_HOME": str(home)}).stdout
 
 
 @pytest.mark.slow

@@ -22,6 +22,8 @@ from cudadiag import knowledge
 from cudadiag.advice import advise_log
 from cudadiag.classification import classify, first_error_line, mentions_sticky_error
 from cudadiag.errors import ExplainError
+from cudadiag.explain import diagnosed as diagnosed_lines
+from cudadiag.explain.diagnosed import DiagnosedLine
 from cudadiag.explain.launchers import (
     LAUNCHER_ANCHORS,
     LINE_PREFIX,
@@ -148,6 +150,15 @@ class Explanation:
     bytes: int = 0
     sticky_evidence: str = ""
     """A line showing an error that leaves the CUDA context unusable, wherever it was."""
+    diagnosed: DiagnosedLine | None = None
+    """cudadiag's own diagnosis the log holds (explain/diagnosed.py); when `first` is not
+    the log's own (`agreed`), it is the failure that line names."""
+    agreed: bool = False
+    """The first failure is the one cudadiag's diagnosis line names (the job's, agreed by
+    the nodes' agents), not one of the log's own errors."""
+    agreed_from_incident: bool = False
+    """With `agreed`: the diagnosis is the incident's, read from this machine's log (else
+    only the line's family is known)."""
 
     @property
     def multi_process(self) -> bool:
@@ -185,6 +196,10 @@ class Explanation:
             "first_dump_rank": self.first_dump_rank,
             "lines": self.lines,
             "bytes": self.bytes,
+            "cudadiag_line": {"line": self.diagnosed.line, "id": self.diagnosed.incident_id,
+                              "family": self.diagnosed.family, "agreed": self.agreed,
+                              "incident_read": self.agreed_from_incident}
+            if self.diagnosed else None,
         }
 
 
@@ -293,6 +308,7 @@ class _Scanner:
         thread)."""
         self.tail = b""
         """The end of the previous block, for the lines just before an error."""
+        self.diagnosed: DiagnosedLine | None = None
 
     def feed(self, block: bytes) -> None:
         if len(self.ranks) < MAX_RANKS:
@@ -357,6 +373,10 @@ class _Scanner:
         rank's first error (or torchrun's failure summary, or a first exception line)."""
         if rank is not None and len(self.ranks) < MAX_RANKS:
             self.ranks.add(rank)
+        own = diagnosed_lines.diagnosed_line(text, line)
+        if own is not None:  # cudadiag's own diagnosis: no error of the program's
+            self.diagnosed = self.diagnosed or own
+            return
         low = lowered[at:stop]
         if _ROOT_CAUSE in low:
             self.summary = _Window(None, None, ROOT_CAUSE_LINES)
@@ -475,7 +495,10 @@ class _Scanner:
         deaths = self._deaths()
         named = self._named_first(deaths)
         first = _first_failure(errors, self.root_cause_rank, named, deaths)
-        if first is not None and first.diagnosis is not None:
+        agreed, from_incident = _agreed_failure(self.diagnosed, first)
+        if agreed is not None and agreed.diagnosis is not None:
+            first, diagnosis = agreed, agreed.diagnosis
+        elif first is not None and first.diagnosis is not None:
             diagnosis = first.diagnosis
         elif self.fallback is not None:
             first = self.fallback
@@ -491,8 +514,9 @@ class _Scanner:
         ranks = self.ranks | {d.rank for d in deaths if d.rank is not None and not d.local}
         if first is not None and (ranks or first.rank is not None):
             diagnosis.rank = first.rank
-        describe_generated_code(diagnosis, None, first.text if first is not None else "")
-        advise_log(diagnosis, first.text if first is not None else "")
+        if agreed is None:
+            describe_generated_code(diagnosis, None, first.text if first is not None else "")
+            advise_log(diagnosis, first.text if first is not None else "")
         if first is not None and first.diagnosis is not None and first.exit_code is not None:
             diagnosis.details["exit_code"] = first.exit_code
             _check_how_it_ended(diagnosis, first.exit_code)
@@ -510,6 +534,8 @@ class _Scanner:
             only_collective_failures=only_collective,
             silent_ranks=sorted(r for r in ranks if r not in failed),
             lines=self.lines, sticky_evidence=self.sticky_evidence,
+            diagnosed=self.diagnosed, agreed=agreed is not None,
+            agreed_from_incident=from_incident,
         )
 
     def _deaths(self) -> list[RankError]:
@@ -540,6 +566,28 @@ class _Scanner:
                                local=False, node=self.root_cause.get("host")))
         named = [d for d in deaths if d.rank is not None]
         return min(named, key=lambda d: d.line) if named else None
+
+
+def _agreed_failure(line: DiagnosedLine | None, first: RankError | None
+                    ) -> tuple[RankError | None, bool]:
+    """The failure cudadiag's diagnosis line names, as the log's first, when the log's own
+    first error is none, a consequence (a collective's, a peer's) or of another family:
+    the job's first failure on another node, or one diagnosed with what the log cannot
+    show (the tracer, the precheck); and whether its diagnosis is the incident's, read
+    from this machine's incident log (else its family's checks, worded for a log).
+    (None, False) otherwise."""
+    if line is None or (first is not None and not is_consequence(first.diagnosis)
+                        and first.family == line.family):
+        return None, False
+    incident = diagnosed_lines.stored_incident(line.incident_id)
+    if incident is not None:
+        diagnosis = incident.diagnosis
+    else:
+        diagnosis = Diagnosis(family=line.family, sticky=False, first_checks=[], avoid=[],
+                              details={}, summary=line.summary, evidence=line.text)
+        advise_log(diagnosis, line.summary)
+    return RankError(rank=diagnosis.rank, line=line.line, timestamp=None, evidence=line.text,
+                     text=line.text, diagnosis=diagnosis), incident is not None
 
 
 def _frames(block: bytes, start: int, end: int) -> Iterator[tuple[int, int]]:
@@ -586,7 +634,7 @@ def _error_view(lowered: bytes, at: int, stop: int) -> tuple[int, int]:
 def _key_line_starts(lowered: bytes) -> set[int]:
     """Return the start offsets of the lines of `lowered` that hold one of LOG_KEYS."""
     starts: set[int] = set()
-    for key in (*knowledge.LOG_KEYS, *LAUNCHER_ANCHORS):
+    for key in (*knowledge.LOG_KEYS, *LAUNCHER_ANCHORS, diagnosed_lines.KEY):
         at = lowered.find(key)
         while at >= 0:
             starts.add(lowered.rfind(b"\n", 0, at) + 1)

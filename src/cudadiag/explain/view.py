@@ -22,12 +22,21 @@ def render_explanation(explanation: Explanation, source: str) -> str:
         out.append(_("no error found: no line of this log holds a known CUDA/PyTorch error or "
                      "a Python exception"))
         return "\n".join(out)
-    out += [_("first error ({where}):").format(where=_where(first, ranked=d.rank is not None)),
-            f"  {localize(first.evidence)}"]
+    if explanation.agreed and explanation.diagnosed is not None:
+        out += [_("first failure, as cudadiag diagnosed the run (line {line}; every node of a "
+                  "job prints the same; `cudadiag show {id}` shows it where the run was "
+                  "recorded):").format(line=f"{first.line:,}",
+                                       id=explanation.diagnosed.incident_id),
+                f"  {first.evidence}"]
+    else:
+        out += [_("first error ({where}):").format(where=_where(first,
+                                                              ranked=d.rank is not None)),
+                f"  {localize(first.evidence)}"]
     if first.progress is not None:
         out.append("  " + _("training had reached: {progress}").format(
             progress=first.progress.describe()))
-    out.append(localize(d.summary))
+    if not explanation.agreed:
+        out.append(localize(d.summary))
     out += [_("not confident: the same lines also fit {family} ({evidence})").format(
         family=a.family, evidence=a.evidence) for a in d.alternatives]
     out.append(_restart_line(explanation))
@@ -45,6 +54,10 @@ def render_explanation(explanation: Explanation, source: str) -> str:
 def _restart_line(explanation: Explanation) -> str:
     """Whether the process must restart after the first error, and why."""
     d, first = explanation.diagnosis, explanation.first
+    if explanation.agreed and not explanation.agreed_from_incident:
+        return _("restart: as the incident says (`cudadiag show {id}` where the run was "
+                 "recorded): this log shows only what followed the failure").format(
+            id=explanation.diagnosed.incident_id if explanation.diagnosed else "")
     if d.sticky:
         evidence = d.details.get("sticky_evidence")
         return _("restart: yes — this error leaves the CUDA context unusable; the process "
