@@ -326,3 +326,39 @@ def test_a_mistyped_log_path_is_no_such_file_in_the_magic_as_in_the_cli(shell, t
 def test_pasted_words_that_are_no_path_are_still_explained_as_text(shell, capsys, pasted):
     assert shell.run_cell(f"%cudadiag explain {pasted}").success
     assert "cudadiag explain: the text given" in capsys.readouterr().out
+
+
+GLOO_CLOSED = ("[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+               "Connection closed by peer [127.0.0.1]:51234")
+
+
+def test_a_node_log_takes_its_first_failure_from_cudadiags_line_when_its_own_are_consequences(
+        tmp_path, capsys):
+    line = ("cudadiag [0123456789ab] device_assert — rank 1 on node 1 failed first at step 3 "
+            "(nll_loss, target 4); rank 0 on node 0 failed afterwards in all_reduce — "
+            "consequences")
+    log = tmp_path / "node0.log"
+    log.write_text(f"{GLOO_CLOSED}\n{line}\n  details: cudadiag show 0123456789ab\n")
+    explanation = explain_path(log)
+    assert explanation.agreed and not explanation.agreed_from_incident  # no such incident here
+    assert explanation.diagnosis.family == "device_assert" and explanation.first.line == 2
+    assert [c.family for c in explanation.consequences] == ["distributed"]
+    assert explanation.to_dict()["cudadiag_line"] == {
+        "line": 2, "id": "0123456789ab", "family": "device_assert", "agreed": True,
+        "incident_read": False}
+    assert cli.main(["explain", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert f"\n  {line}\n" in out and "first failure, as cudadiag diagnosed the run (line 2;" in out
+    assert "later errors (probable consequences of the first error):\n  rank 0, line 1: " \
+           "distributed — RuntimeError:" in out
+
+
+def test_cudadiags_line_of_a_family_that_says_less_leaves_the_logs_own_error_first():
+    text = ("/pytorch/aten/src/ATen/native/cuda/Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d"
+            ": block: [0,0,0], thread: [4,0,0] Assertion `t >= 0 && t < n_classes` failed.\n"
+            "cudadiag [0123456789ab] unknown — Unrecognised error: something else\n")
+    explanation = explain_text(text)
+    assert not explanation.agreed and explanation.first.line == 1
+    assert explanation.diagnosis.family == "device_assert"
+    assert explanation.diagnosed is not None  # seen, and not read as the program's error
+    assert explanation.consequences == []

@@ -568,16 +568,22 @@ class _Scanner:
         return min(named, key=lambda d: d.line) if named else None
 
 
+WEAKER_LINE_FAMILIES = frozenset({"unknown", "distributed"})
+"""cudadiag's diagnosis of these families says less than an error of the log's own that is
+no consequence: the log's error stays the first."""
+
+
 def _agreed_failure(line: DiagnosedLine | None, first: RankError | None
                     ) -> tuple[RankError | None, bool]:
     """The failure cudadiag's diagnosis line names, as the log's first, when the log's own
     first error is none, a consequence (a collective's, a peer's) or of another family:
     the job's first failure on another node, or one diagnosed with what the log cannot
-    show (the tracer, the precheck); and whether its diagnosis is the incident's, read
+    show (the tracer, the precheck), unless the line's family says less
+    (WEAKER_LINE_FAMILIES); and whether its diagnosis is the incident's, read
     from this machine's incident log (else its family's checks, worded for a log).
     (None, False) otherwise."""
-    if line is None or (first is not None and not is_consequence(first.diagnosis)
-                        and first.family == line.family):
+    if line is None or (first is not None and not is_consequence(first.diagnosis) and (
+            first.family == line.family or line.family in WEAKER_LINE_FAMILIES)):
         return None, False
     incident = diagnosed_lines.stored_incident(line.incident_id)
     if incident is not None:
